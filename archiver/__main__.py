@@ -1,0 +1,3 @@
+from archiver.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Connections to PostgreSQL (asyncpg for the queue, ADBC for bulk rows) and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_manager
+import adbc_driver_postgresql.dbapi as adbc
+import asyncpg
+
+from archiver.config import redact
+from archiver.errors import DatabaseUnavailable
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "sql"
+_MIGRATION_LOCK = 0x61726368  # "arch": one migrate at a time, across processes
+_MIGRATION_FILE = re.compile(r"(\d{3})_[\w-]+\.sql")
+
+# Errors meaning "the server is not there (right now)", as opposed to a bad query.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.ConnectionFailureError,
+)
+
+
+async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
+    """One asyncpg connection; an unreachable server is a DatabaseUnavailable naming it."""
+    try:
+        return await asyncpg.connect(url, timeout=timeout)
+    except (*CONNECTION_ERRORS, asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError) as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
+
+
+async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.Pool:
+    try:
+        pool = await asyncpg.create_pool(
+            url, min_size=1, max_size=size, timeout=timeout, command_timeout=300
+        )
+    except (*CONNECTION_ERRORS, asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError) as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
+    assert pool is not None
+    return pool
+
+
+@contextmanager
+def connect_bulk(url: str) -> Iterator[Any]:
+    """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread).
+
+    Sessions use UTC so dates and naive timestamps convert the same way everywhere.
+    """
+    try:
+        conn = adbc.connect(url)
+    except adbc_driver_manager.Error as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {_first_line(exc)}") from None
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET TIME ZONE 'UTC'")
+        conn.commit()
+        yield conn
+    finally:
+        try:
+            conn.close()
+        except adbc_driver_manager.Error:
+            pass  # a terminated backend; nothing left to release
+
+
+def _first_line(exc: BaseException) -> str:
+    return redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def migration_files() -> list[tuple[int, Path]]:
+    files = []
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        match = _MIGRATION_FILE.fullmatch(path.name)
+        if match:
+            files.append((int(match.group(1)), path))
+    return files
+
+
+async def migrate(url: str) -> list[str]:
+    """Apply the migrations in sql/ not yet applied; returns their file names.
+
+    Safe to run twice, or twice at once: an advisory lock serialises migrators and the
+    applied versions are recorded in the same transaction as the change.
+    """
+    conn = await connect(url)
+    applied: list[str] = []
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+            await conn.execute(
+                """CREATE TABLE IF NOT EXISTS archiver_migrations (
+                       version integer PRIMARY KEY,
+                       name text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
+            done = {r["version"] for r in await conn.fetch("SELECT version FROM archiver_migrations")}
+            for version, path in migration_files():
+                if version in done:
+                    continue
+                await conn.execute(path.read_text())
+                await conn.execute(
+                    "INSERT INTO archiver_migrations (version, name) VALUES ($1, $2)",
+                    version, path.name,
+                )
+                applied.append(path.name)
+    finally:
+        await conn.close()
+    return applied

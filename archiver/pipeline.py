@@ -1,0 +1,332 @@
+"""The archive pipeline: one chunk at a time, each chunk one source transaction.
+
+It reads top to bottom like the invariant in design.md -- take (and lock) the rows, write
+Parquet, upload under a deterministic name, verify, record, COMMIT -- and knows nothing of
+the queue: the job's bookkeeping reaches it through the `Ledger` seam.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from archiver import source
+from archiver.errors import VerificationError
+from archiver.ident import TableName
+from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
+from archiver.storage import Storage, file_md5
+
+log = logging.getLogger(__name__)
+
+TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
+DEFAULT_CHUNK_ROWS = 100_000  # when the table has no statistics yet
+MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1_000, 2_000_000
+
+
+@dataclass(frozen=True)
+class ArchiveRequest:
+    """What to archive: pure data, as stored in a job's payload."""
+
+    table: str
+    column: str
+    cutoff: str  # ISO 8601 with offset; compared in the column's own type
+    mode: str  # "move" or "copy"
+    chunk_rows: int | None = None
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> ArchiveRequest:
+        return cls(
+            table=payload["table"], column=payload["column"], cutoff=payload["cutoff"],
+            mode=payload["mode"], chunk_rows=payload.get("chunk_rows"),
+        )
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "table": self.table, "column": self.column, "cutoff": self.cutoff,
+            "mode": self.mode, "chunk_rows": self.chunk_rows,
+        }
+
+
+@dataclass(frozen=True)
+class ArchivedFile:
+    """One verified Parquet file, as the catalog records it."""
+
+    job_id: str
+    part: int
+    source_table: str
+    storage_url: str
+    path: str
+    row_count: int
+    byte_size: int
+    md5: str
+    key_columns: list[str]
+    min_key: list[str]
+    max_key: list[str]
+    cutoff_column: str
+    min_cutoff_value: str | None
+    max_cutoff_value: str | None
+
+
+@dataclass
+class Progress:
+    """A job's progress, kept in background_jobs.progress and committed with each chunk."""
+
+    last_key: list[str] | None = None
+    rows: int = 0
+    bytes: int = 0
+    files: int = 0
+    chunk_rows: int = 0
+    rows_estimated: int = 0
+    chunks_estimated: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Progress:
+        known = {k: data[k] for k in ("last_key", "rows", "bytes", "files", "chunk_rows",
+                                      "rows_estimated", "chunks_estimated") if k in data}
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.extra, "last_key": self.last_key, "rows": self.rows, "bytes": self.bytes,
+            "files": self.files, "chunk_rows": self.chunk_rows,
+            "rows_estimated": self.rows_estimated, "chunks_estimated": self.chunks_estimated,
+        }
+
+    def after(self, f: ArchivedFile) -> Progress:
+        return Progress(
+            last_key=f.max_key, rows=self.rows + f.row_count, bytes=self.bytes + f.byte_size,
+            files=self.files + 1, chunk_rows=self.chunk_rows,
+            rows_estimated=max(self.rows_estimated, self.rows + f.row_count),
+            chunks_estimated=max(self.chunks_estimated, self.files + 1), extra=self.extra,
+        )
+
+
+class Ledger(Protocol):
+    """Where the pipeline records files and progress (implemented by the queue).
+
+    `in_transaction` is called with the source transaction's cursor when the catalog
+    shares the source database, so the file, the progress and the delete commit as one.
+    Otherwise the file is recorded `pending` with the source transaction id before the
+    source COMMIT and confirmed after it. Both raise LeaseLost when the job is no longer
+    this worker's, which rolls the chunk back.
+    """
+
+    def next_part(self) -> int: ...
+    def in_transaction(self, cur: Any, f: ArchivedFile, progress: Progress) -> None: ...
+    def record_pending(self, f: ArchivedFile, source_xid: str | None) -> None: ...
+    def confirm(self, f: ArchivedFile, progress: Progress) -> None: ...
+
+
+@dataclass
+class _ChunkStats:
+    min_key: tuple[Any, ...] | None = None
+    max_key: tuple[Any, ...] | None = None
+    min_cutoff: Any = None
+    max_cutoff: Any = None
+
+    def observe(self, batch: pa.RecordBatch, keys: list[str], cutoff: str) -> None:
+        lo, hi = _key_range(batch, keys)
+        self.min_key = lo if self.min_key is None else min(self.min_key, lo)
+        self.max_key = hi if self.max_key is None else max(self.max_key, hi)
+        mm = pc.min_max(batch.column(cutoff)).as_py()
+        if mm["min"] is not None:
+            self.min_cutoff = mm["min"] if self.min_cutoff is None else min(self.min_cutoff, mm["min"])
+            self.max_cutoff = mm["max"] if self.max_cutoff is None else max(self.max_cutoff, mm["max"])
+
+
+def _key_range(batch: pa.RecordBatch, keys: list[str]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    columns = [batch.column(k) for k in keys]
+    if len(columns) == 1:
+        mm = pc.min_max(source.storage_view(columns[0]))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if isinstance(columns[0].type, pa.ExtensionType):  # uuid: back from bytes
+            lo, hi = uuid.UUID(bytes=lo), uuid.UUID(bytes=hi)
+        return (lo,), (hi,)
+    view = pa.table({str(i): source.storage_view(c) for i, c in enumerate(columns)})
+    order = pc.sort_indices(view, sort_keys=[(str(i), "ascending") for i in range(len(columns))])
+    first, last = order[0].as_py(), order[-1].as_py()
+    return tuple(c[first].as_py() for c in columns), tuple(c[last].as_py() for c in columns)
+
+
+def _as_utc_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.isoformat()
+
+
+def chunk_rows_for(conn: Any, table: source.TableInfo) -> tuple[int, int]:
+    """(chunk rows, estimated rows to scan): chunks of roughly TARGET_CHUNK_BYTES."""
+    rows, width = source.estimate_rows(conn, table)
+    if width <= 0:
+        return DEFAULT_CHUNK_ROWS, rows
+    return max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, TARGET_CHUNK_BYTES // width)), rows
+
+
+class ChunkArchiver:
+    """Archives one table for one job, chunk by chunk, on one source connection."""
+
+    def __init__(
+        self, conn: Any, job_id: str, request: ArchiveRequest, storage: Storage,
+        ledger: Ledger, same_database: bool, workdir: Path,
+    ) -> None:
+        self.conn, self.job_id, self.request = conn, job_id, request
+        self.storage, self.ledger, self.same_database = storage, ledger, same_database
+        self.workdir = workdir
+        self.table = source.describe_table(conn, TableName.parse(request.table))
+        self.cutoff_column = source.check_cutoff_column(self.table, request.column)
+        self.queries = source.ChunkQueries(self.table, self.cutoff_column)
+        self.key_names = [c.name for c in self.table.key]
+
+    def object_name(self, part: int) -> str:
+        return self.storage.object_name(
+            f"{self.table.qualified}/job-{self.job_id}-part-{part:05d}.parquet"
+        )
+
+    def begin_snapshot(self) -> None:
+        """Copy mode: every chunk of this job reads the same consistent snapshot."""
+        with self.conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    def archive_chunk(self, progress: Progress) -> Progress | None:
+        """Move (or copy) the next chunk after progress.last_key; None when none is left."""
+        part = self.ledger.next_part()
+        name = self.object_name(part)
+        move = self.request.mode == "move"
+        try:
+            with self.conn.cursor() as cur, tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
+                local = Path(tmp) / "chunk.parquet"
+                # 1. take the chunk's rows (locked, or from the snapshot)
+                source.bind_chunk(cur, self.request.cutoff, progress.last_key, progress.chunk_rows)
+                after = progress.last_key is not None
+                cur.execute(self.queries.take(after_key=after) if move else self.queries.read(after_key=after))
+                # 2. stream them into a Parquet file
+                stats, rows_taken = self._write(cur.fetch_record_batch(), local, part)
+                if rows_taken == 0:
+                    if move:
+                        self.conn.rollback()
+                    return None
+                # 3. upload under the deterministic name (a retry overwrites its own attempt)
+                md5 = file_md5(local)
+                stored = self.storage.put_file(name, local, md5)
+                # 4. verify what the service holds, and that the file holds every row taken
+                archived = self._verify(name, local, md5, stored.size, stored.md5, rows_taken, part, stats)
+                new_progress = progress.after(archived)
+                # 5. record the file and the job's progress; 6. COMMIT
+                if not move:
+                    self.ledger.record_pending(archived, None)
+                    self.ledger.confirm(archived, new_progress)
+                elif self.same_database:
+                    self.ledger.in_transaction(cur, archived, new_progress)
+                    self.conn.commit()
+                else:
+                    cur.execute("SELECT pg_current_xact_id()::text")
+                    xid = cur.fetchall()[0][0]
+                    self.ledger.record_pending(archived, xid)
+                    self.conn.commit()
+                    self.ledger.confirm(archived, new_progress)
+        except BaseException:
+            if move:
+                _rollback_quietly(self.conn)
+            raise
+        log.info(
+            "job %s: part %d, %d rows, %d bytes -> %s", self.job_id, part,
+            archived.row_count, archived.byte_size, name,
+        )
+        return new_progress
+
+    def _write(self, reader: pa.RecordBatchReader, local: Path, part: int) -> tuple[_ChunkStats, int]:
+        metadata = file_metadata(
+            self.table.qualified, [(c.name, c.type_sql) for c in self.table.columns],
+            self.key_names, self.cutoff_column.name, self.request.cutoff, self.job_id, part,
+            self.request.mode,
+        )
+        writer = ParquetFileWriter(local, reader.schema, metadata)
+        stats = _ChunkStats()
+        try:
+            for batch in reader:
+                if batch.num_rows:
+                    stats.observe(batch, self.key_names, self.cutoff_column.name)
+                    writer.write(batch)
+        except BaseException:
+            writer.abort()
+            raise
+        rows = writer.close({"row_count": str(writer.rows)})
+        return stats, rows
+
+    def _verify(
+        self, name: str, local: Path, md5: str, stored_size: int, stored_md5: str | None,
+        rows_taken: int, part: int, stats: _ChunkStats,
+    ) -> ArchivedFile:
+        size = local.stat().st_size
+        if stored_size != size or stored_md5 != md5:
+            raise VerificationError(
+                f"{name}: storage reports {stored_size} bytes md5 {stored_md5}, "
+                f"sent {size} bytes md5 {md5}"
+            )
+        file_rows, _ = read_metadata(local)
+        if file_rows != rows_taken:
+            raise VerificationError(f"{name}: file holds {file_rows} rows, {rows_taken} were taken")
+        assert stats.min_key is not None and stats.max_key is not None
+        return ArchivedFile(
+            job_id=self.job_id, part=part, source_table=self.table.qualified,
+            storage_url=str(self.storage.location), path=name, row_count=rows_taken,
+            byte_size=size, md5=md5, key_columns=self.key_names,
+            min_key=[source.key_text(v) for v in stats.min_key],
+            max_key=[source.key_text(v) for v in stats.max_key],
+            cutoff_column=self.cutoff_column.name,
+            min_cutoff_value=_as_utc_text(stats.min_cutoff),
+            max_cutoff_value=_as_utc_text(stats.max_cutoff),
+        )
+
+
+def _rollback_quietly(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # the backend may be gone; PostgreSQL rolls back on its own then
+        log.debug("rollback failed", exc_info=True)
+
+
+Interrupt = Callable[[], BaseException | None]
+
+
+def archive_job(
+    conn: Any, job_id: str, request: ArchiveRequest, progress: Progress, storage: Storage,
+    ledger: Ledger, same_database: bool, workdir: Path, interrupt: Interrupt,
+) -> Progress:
+    """Archive chunks until none is left; `interrupt()` is asked between chunks and
+    whatever it returns (stop, cancel, lease lost) is raised there."""
+    archiver = ChunkArchiver(conn, job_id, request, storage, ledger, same_database, workdir)
+    if not progress.chunk_rows:
+        estimated, total = chunk_rows_for(conn, archiver.table)
+        progress.chunk_rows = request.chunk_rows or estimated
+        progress.rows_estimated = max(progress.rows_estimated, total)
+        progress.chunks_estimated = max(1, -(-total // progress.chunk_rows))
+    if request.mode == "copy":
+        archiver.begin_snapshot()
+    try:
+        while True:
+            reason = interrupt()
+            if reason is not None:
+                raise reason
+            advanced = archiver.archive_chunk(progress)
+            if advanced is None:
+                return progress
+            progress = advanced
+    finally:
+        if request.mode == "copy":
+            _rollback_quietly(conn)

@@ -1,0 +1,167 @@
+-- Every query archiver runs against background_jobs and archive_files, by name.
+-- Loaded by archiver/queue.py; `-- name: X` starts a query. The schema lives in sql/.
+
+-- name: enqueue
+INSERT INTO background_jobs (task_name, payload, priority, max_attempts, dedup_key, lock_key, run_at)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, COALESCE($7, now()))
+ON CONFLICT (dedup_key) WHERE status IN ('queued', 'running') DO NOTHING
+RETURNING id
+
+-- name: find_duplicate
+SELECT id, status FROM background_jobs
+WHERE dedup_key = $1 AND status IN ('queued', 'running')
+
+-- name: claim_next_job
+-- The oldest most urgent queued job whose lock_key no running job holds. The unique
+-- index on running lock_keys is the backstop when two claims race for one table.
+UPDATE background_jobs j
+SET status = 'running', locked_by = $1, attempts = j.attempts + 1,
+    started_at = COALESCE(j.started_at, now()), heartbeat_at = now(), finished_at = NULL
+WHERE j.id = (
+    SELECT q.id FROM background_jobs q
+    WHERE q.status = 'queued' AND q.run_at <= now()
+      AND (q.lock_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM background_jobs r WHERE r.status = 'running' AND r.lock_key = q.lock_key))
+    ORDER BY q.priority DESC, q.run_at, q.created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING j.*
+
+-- name: heartbeat
+UPDATE background_jobs SET heartbeat_at = now()
+WHERE id = $1 AND status = 'running' AND locked_by = $2
+RETURNING cancel_requested_at IS NOT NULL AS cancel_requested
+
+-- name: complete
+UPDATE background_jobs
+SET status = 'completed', finished_at = now(), locked_by = NULL, heartbeat_at = NULL, progress = $3::jsonb
+WHERE id = $1 AND status = 'running' AND locked_by = $2
+RETURNING id
+
+-- name: fail_attempt
+-- Back to queued after a backoff, or failed for good after max_attempts; earlier errors
+-- are kept, the newest 10.
+UPDATE background_jobs
+SET status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
+    run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                  ELSE now() + make_interval(secs => $4) END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
+    last_error = $3,
+    errors = (SELECT COALESCE(jsonb_agg(e ORDER BY n), '[]') FROM (
+                SELECT e, n FROM jsonb_array_elements(
+                    errors || jsonb_build_array(jsonb_build_object(
+                        'at', now(), 'attempt', attempts, 'worker', $2::text, 'error', $3::text)))
+                    WITH ORDINALITY AS x(e, n)
+                ORDER BY n DESC LIMIT 10) kept),
+    locked_by = NULL, heartbeat_at = NULL
+WHERE id = $1 AND status = 'running' AND locked_by = $2
+RETURNING status, run_at
+
+-- name: release
+-- A graceful stop hands the job back untouched; the attempt does not count.
+UPDATE background_jobs
+SET status = 'queued', run_at = now(), attempts = GREATEST(attempts - 1, 0),
+    locked_by = NULL, heartbeat_at = NULL
+WHERE id = $1 AND status = 'running' AND locked_by = $2
+RETURNING id
+
+-- name: finish_cancelled
+UPDATE background_jobs
+SET status = 'cancelled', finished_at = now(), locked_by = NULL, heartbeat_at = NULL
+WHERE id = $1 AND status = 'running' AND locked_by = $2
+RETURNING id
+
+-- name: rescue_expired
+-- Running jobs whose worker stopped renewing its lease: requeued at once (or failed,
+-- or cancelled if that was asked). Any live worker runs this; no sweeper needed.
+UPDATE background_jobs j
+SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                  WHEN j.attempts >= j.max_attempts THEN 'failed'
+                  ELSE 'queued' END,
+    finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
+                       THEN now() END,
+    run_at = now(),
+    last_error = format('worker %s lost its lease (no heartbeat since %s)', j.locked_by, j.heartbeat_at),
+    locked_by = NULL, heartbeat_at = NULL
+WHERE j.id IN (
+    SELECT id FROM background_jobs
+    WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => $1)
+    FOR UPDATE SKIP LOCKED)
+RETURNING j.id, j.status
+
+-- name: prune_finished
+DELETE FROM background_jobs WHERE id IN (
+    SELECT id FROM background_jobs
+    WHERE status IN ('completed', 'cancelled', 'failed')
+      AND finished_at < now() - make_interval(secs => $1)
+    LIMIT $2 FOR UPDATE SKIP LOCKED)
+
+-- name: cancel
+-- Queued: cancelled at once. Running: flagged; its worker stops at the next chunk boundary.
+UPDATE background_jobs
+SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
+    finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END,
+    cancel_requested_at = COALESCE(cancel_requested_at, now())
+WHERE id = $1 AND status IN ('queued', 'running')
+RETURNING status
+
+-- name: retry
+UPDATE background_jobs
+SET status = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
+    cancel_requested_at = NULL, locked_by = NULL, heartbeat_at = NULL
+WHERE id = $1 AND status IN ('failed', 'cancelled')
+RETURNING id
+
+-- name: job_by_id
+SELECT * FROM background_jobs WHERE id = $1
+
+-- name: status_summary
+SELECT payload->>'table' AS source_table, status, count(*) AS jobs,
+       COALESCE(sum((progress->>'rows')::bigint), 0) AS rows,
+       COALESCE(sum((progress->>'bytes')::bigint), 0) AS bytes
+FROM background_jobs
+GROUP BY 1, 2
+ORDER BY 1, 2
+
+-- name: job_files
+SELECT part, path, row_count, byte_size, md5, min_key, max_key, state, source_xid::text AS source_xid
+FROM archive_files WHERE job_id = $1 ORDER BY part
+
+-- name: next_part
+SELECT COALESCE(max(part), 0) + 1 FROM archive_files WHERE job_id = $1::uuid
+
+-- name: insert_file
+INSERT INTO archive_files (job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
+                           key_columns, min_key, max_key, cutoff_column,
+                           min_cutoff_value, max_cutoff_value, state, source_xid)
+VALUES ($1::uuid, $2::int, $3, $4, $5, $6::bigint, $7::bigint, $8,
+        ARRAY(SELECT jsonb_array_elements_text($9::jsonb)),
+        ARRAY(SELECT jsonb_array_elements_text($10::jsonb)),
+        ARRAY(SELECT jsonb_array_elements_text($11::jsonb)),
+        $12, $13::timestamptz, $14::timestamptz, $15, NULLIF($16, '')::xid8)
+
+-- name: checkpoint
+UPDATE background_jobs SET progress = $3::jsonb, heartbeat_at = now()
+WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
+RETURNING id
+
+-- name: still_held
+SELECT id FROM background_jobs WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
+
+-- name: confirm_file
+UPDATE archive_files SET state = 'committed', source_xid = NULL
+WHERE job_id = $1::uuid AND part = $2::int
+
+-- name: pending_files
+SELECT part, path, source_xid::text FROM archive_files
+WHERE job_id = $1::uuid AND state = 'pending' ORDER BY part
+
+-- name: forget_file
+DELETE FROM archive_files WHERE job_id = $1::uuid AND part = $2::int
+
+-- name: committed_progress
+-- A job's progress as its committed files say it, the truth a resumed job starts from.
+SELECT count(*), COALESCE(sum(row_count), 0), COALESCE(sum(byte_size), 0),
+       (SELECT array_to_json(max_key)::text FROM archive_files
+         WHERE job_id = $1::uuid AND state = 'committed' ORDER BY part DESC LIMIT 1)
+FROM archive_files WHERE job_id = $1::uuid AND state = 'committed'

@@ -1,0 +1,249 @@
+"""Where Parquet files go. A strict seam between the archive pipeline and the network:
+the pipeline only sees `Storage`; Azure Blob Storage and a local directory implement it.
+Every method is synchronous and meant to run in a worker thread, next to the ADBC reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from archiver.config import Settings, StorageLocation, redact
+from archiver.errors import StorageError
+
+_READ_BLOCK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as the storage service reports it."""
+
+    name: str  # full object name, prefix included
+    size: int
+    md5: str | None  # base64, as Azure's Content-MD5
+
+
+class Storage(Protocol):
+    """A flat namespace of immutable-once-verified files."""
+
+    location: StorageLocation
+
+    def check(self) -> None:
+        """Raise StorageError unless the storage is reachable and writable."""
+
+    def object_name(self, relative: str) -> str:
+        """The full name of `relative` under this location's prefix."""
+
+    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
+        """Store `path` as `name`, replacing any earlier object of that name (a retry of
+        the same part overwrites its own earlier attempt); `md5` (base64) is sent along."""
+
+    def stat(self, name: str) -> StoredObject | None: ...
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]: ...
+
+    def download(self, name: str, dest: Path) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+def file_md5(path: Path) -> str:
+    """Base64 MD5 of a file, the form Azure reports as Content-MD5."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as f:
+        while block := f.read(_READ_BLOCK):
+            digest.update(block)
+    return base64.b64encode(digest.digest()).decode()
+
+
+def _join(prefix: str, relative: str) -> str:
+    return f"{prefix}/{relative}" if prefix else relative
+
+
+class LocalStorage:
+    """Files in a local directory (`file:///dir`): for single machines, NFS mounts, tests."""
+
+    def __init__(self, location: StorageLocation) -> None:
+        self.location = location
+        self.root = Path(location.container)
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / ".archiver-write-check"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StorageError(f"cannot write to {self.location}: {exc.strerror}") from None
+
+    def object_name(self, relative: str) -> str:
+        return relative
+
+    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
+        target = self.root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        with path.open("rb") as src, partial.open("wb") as dst:
+            shutil.copyfileobj(src, dst, _READ_BLOCK)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(partial, target)
+        stored = self.stat(name)
+        assert stored is not None
+        return stored
+
+    def stat(self, name: str) -> StoredObject | None:
+        target = self.root / name
+        if not target.is_file():
+            return None
+        return StoredObject(name, target.stat().st_size, file_md5(target))
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        base = self.root / prefix if prefix else self.root
+        if not base.exists():
+            return
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not path.name.endswith(".partial"):
+                name = path.relative_to(self.root).as_posix()
+                yield StoredObject(name, path.stat().st_size, None)
+
+    def download(self, name: str, dest: Path) -> None:
+        shutil.copyfile(self.root / name, dest)
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class AzureStorage:
+    """Block blobs in an Azure Storage container (`az://container/prefix`)."""
+
+    def __init__(self, location: StorageLocation, settings: Settings) -> None:
+        from azure.storage.blob import BlobServiceClient
+
+        self.location = location
+        self.max_concurrency = settings.upload_concurrency
+        # Few retries: an outage fails the attempt fast and the queue retries it later.
+        options = {
+            "retry_total": 3,
+            "retry_backoff_factor": 0.5,
+            "connection_timeout": 10,
+            "read_timeout": 120,
+            "max_block_size": 8 * 1024 * 1024,
+            "max_single_put_size": 8 * 1024 * 1024,
+        }
+        try:
+            if settings.azure_connection_string:
+                service = BlobServiceClient.from_connection_string(
+                    settings.azure_connection_string, **options
+                )
+            else:
+                from azure.identity import DefaultAzureCredential
+
+                assert settings.azure_account_url
+                service = BlobServiceClient(
+                    settings.azure_account_url, credential=DefaultAzureCredential(), **options
+                )
+        except ValueError as exc:
+            raise StorageError(f"invalid Azure storage settings: {redact(str(exc))}") from None
+        self.container = service.get_container_client(location.container)
+
+    def _error(self, action: str, exc: Exception) -> StorageError:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StorageError(f"{action} {self.location}: {redact(message)}")
+
+    def check(self) -> None:
+        from azure.core.exceptions import AzureError, ResourceExistsError
+
+        try:
+            self.container.create_container()
+        except ResourceExistsError:
+            pass
+        except AzureError as exc:
+            raise self._error("cannot reach", exc) from None
+
+    def object_name(self, relative: str) -> str:
+        return _join(self.location.prefix, relative)
+
+    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
+        from azure.core.exceptions import AzureError
+        from azure.storage.blob import ContentSettings
+
+        blob = self.container.get_blob_client(name)
+        try:
+            with path.open("rb") as f:
+                blob.upload_blob(
+                    f,
+                    length=path.stat().st_size,
+                    overwrite=True,
+                    max_concurrency=self.max_concurrency,
+                    validate_content=True,  # the service checks each block's MD5
+                    content_settings=ContentSettings(
+                        content_type="application/vnd.apache.parquet",
+                        content_md5=bytearray(base64.b64decode(md5)),
+                    ),
+                )
+        except AzureError as exc:
+            raise self._error("upload to", exc) from None
+        stored = self.stat(name)
+        if stored is None:
+            raise StorageError(f"{name} is missing from {self.location} right after its upload")
+        return stored
+
+    def stat(self, name: str) -> StoredObject | None:
+        from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+        try:
+            props = self.container.get_blob_client(name).get_blob_properties()
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise self._error("cannot read from", exc) from None
+        raw_md5 = props.content_settings.content_md5
+        md5 = base64.b64encode(bytes(raw_md5)).decode() if raw_md5 else None
+        return StoredObject(name, props.size, md5)
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        from azure.core.exceptions import AzureError
+
+        try:
+            for props in self.container.list_blobs(name_starts_with=prefix or None):
+                raw_md5 = props.content_settings.content_md5
+                md5 = base64.b64encode(bytes(raw_md5)).decode() if raw_md5 else None
+                yield StoredObject(props.name, props.size, md5)
+        except AzureError as exc:
+            raise self._error("cannot list", exc) from None
+
+    def download(self, name: str, dest: Path) -> None:
+        from azure.core.exceptions import AzureError
+
+        try:
+            with dest.open("wb") as f:
+                self.container.get_blob_client(name).download_blob(
+                    max_concurrency=self.max_concurrency
+                ).readinto(f)
+        except AzureError as exc:
+            raise self._error("cannot download from", exc) from None
+
+    def delete(self, name: str) -> None:
+        from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+        try:
+            self.container.get_blob_client(name).delete_blob()
+        except ResourceNotFoundError:
+            pass
+        except AzureError as exc:
+            raise self._error("cannot delete from", exc) from None
+
+
+def open_storage(settings: Settings) -> Storage:
+    """The Storage for ARCHIVER_STORAGE_URL."""
+    location = settings.storage_location()
+    if location.scheme == "file":
+        return LocalStorage(location)
+    return AzureStorage(location, settings)

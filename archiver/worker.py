@@ -1,0 +1,298 @@
+"""The worker: claims jobs, runs each in a thread, keeps its leases, obeys signals.
+
+One asyncio loop per process. The loop owns the queue connections (asyncpg pool plus a
+dedicated LISTEN connection); each job's bulk work runs in a thread on its own ADBC
+connections, and is told between chunks when to stop (signal, cancel, lease lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from archiver import db, queue
+from archiver.config import Settings, redact
+from archiver.errors import ArchiverError, LeaseLost
+from archiver.pipeline import ArchiveRequest, Progress, archive_job
+from archiver.storage import Storage
+
+log = logging.getLogger(__name__)
+
+JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
+PRUNE_EVERY = 300.0  # seconds between retention sweeps
+
+
+class StopRequested(ArchiverError):
+    """The worker is shutting down; the job goes back to the queue as it is."""
+
+
+class CancelRequested(ArchiverError):
+    """An operator cancelled the job; it stops at the chunk boundary."""
+
+
+@dataclass
+class JobRun:
+    """A job in progress: what the loop and the job's thread share."""
+
+    job: queue.Job
+    interrupt: BaseException | None = None  # read by the thread between chunks
+    source_pid: int | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+class Worker:
+    def __init__(
+        self, settings: Settings, storage: Storage, *, concurrency: int = 1, burst: bool = False,
+        name: str | None = None, workdir: Path | None = None,
+    ) -> None:
+        self.settings, self.storage = settings, storage
+        self.concurrency, self.burst = concurrency, burst
+        self.name = name or worker_name()
+        self.workdir = workdir or Path(tempfile.gettempdir())
+        self.runs: dict[uuid.UUID, JobRun] = {}
+        self.wake = asyncio.Event()
+        self.stopping = False
+        self.hard_stop = asyncio.Event()
+        self.pool: asyncpg.Pool | None = None
+
+    # -- signals ---------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """First signal: stop claiming, let chunks finish within the deadline.
+        Second signal: roll back now."""
+        if self.stopping:
+            log.warning("second stop signal: rolling back chunks in progress")
+            self.hard_stop.set()
+        else:
+            log.info("stopping: no new jobs; chunks in progress get %.0fs", self.settings.shutdown_deadline)
+            self.stopping = True
+            for run in self.runs.values():
+                run.interrupt = StopRequested("worker stopping")
+            asyncio.get_running_loop().call_later(self.settings.shutdown_deadline, self.hard_stop.set)
+        self.wake.set()
+
+    # -- main loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
+        listener = asyncio.create_task(self._listen())
+        log.info("worker %s started (concurrency %d)", self.name, self.concurrency)
+        last_prune = 0.0
+        try:
+            while not self.stopping:
+                self.wake.clear()
+                claimed = False
+                try:
+                    await self._rescue()
+                    if time.monotonic() - last_prune > PRUNE_EVERY:
+                        last_prune = time.monotonic()
+                        pruned = await queue.prune_finished(self.pool, self.settings.retention_days)
+                        if pruned:
+                            log.info("pruned %d finished jobs", pruned)
+                    while len(self.runs) < self.concurrency and not self.stopping:
+                        job = await queue.claim_next_job(self.pool, self.name)
+                        if job is None:
+                            break
+                        claimed = True
+                        self._start(job)
+                except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
+                    log.warning("queue database unreachable (%s); retrying", error_line(exc))
+                if self.burst and not claimed and not self.runs:
+                    break
+                if claimed and len(self.runs) < self.concurrency:
+                    continue
+                try:
+                    await asyncio.wait_for(self.wake.wait(), self.settings.poll_interval)
+                except TimeoutError:
+                    pass
+            await self._drain()
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+            await self.pool.close()
+        log.info("worker %s stopped", self.name)
+
+    async def _rescue(self) -> None:
+        assert self.pool is not None
+        for job_id, status in await queue.rescue_expired(self.pool, self.settings.lease_seconds):
+            log.warning("job %s: lease expired, now %s", job_id, status)
+
+    async def _drain(self) -> None:
+        """Wait for running jobs; past the deadline (or a second signal) roll them back."""
+        if not self.runs:
+            return
+        tasks = [r.task for r in self.runs.values() if r.task]
+        hard = asyncio.create_task(self.hard_stop.wait())
+        await asyncio.wait([*tasks, hard], return_when=asyncio.FIRST_COMPLETED)
+        if self.runs:
+            await self._abort_chunks()
+            done, pending = await asyncio.wait(tasks, timeout=5)
+            for run in list(self.runs.values()):  # threads stuck in I/O: hand back anyway
+                log.warning("job %s: chunk still busy at exit; handing the job back", run.job.id)
+                await self._finish_quietly(queue.release(self._pool(), run.job.id, self.name))
+        hard.cancel()
+
+    async def _abort_chunks(self) -> None:
+        """End the source transactions of running chunks: PostgreSQL rolls them back."""
+        pids = [r.source_pid for r in self.runs.values() if r.source_pid]
+        if not pids:
+            return
+        try:
+            conn = await db.connect(self.settings.effective_source_url)
+            try:
+                await conn.execute("SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids)
+            finally:
+                await conn.close()
+        except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
+            log.error("could not roll back chunks in progress: %s", error_line(exc))
+
+    def _pool(self) -> asyncpg.Pool:
+        assert self.pool is not None
+        return self.pool
+
+    # -- LISTEN ----------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        """Keep a dedicated LISTEN connection; after each (re)connect, poll once, since
+        notifications sent while disconnected are lost."""
+        delay = 0.5
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.settings.database_url, timeout=10)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(JOBS_CHANNEL, self._on_job_notify)
+                await conn.add_listener(CANCEL_CHANNEL, self._on_cancel_notify)
+                delay = 0.5
+                self.wake.set()
+                while not lost.is_set():
+                    try:
+                        await asyncio.wait_for(lost.wait(), 10)
+                    except TimeoutError:
+                        await conn.execute("SELECT 1")  # notice a dead connection early
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", error_line(exc), delay)
+            finally:
+                if conn is not None:
+                    conn.terminate()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    def _on_job_notify(self, *_args: object) -> None:
+        self.wake.set()
+
+    def _on_cancel_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            run = self.runs.get(uuid.UUID(payload))
+        except ValueError:
+            return
+        if run is not None and run.interrupt is None:
+            run.interrupt = CancelRequested("cancelled by an operator")
+
+    # -- one job ---------------------------------------------------------------------
+
+    def _start(self, job: queue.Job) -> None:
+        run = JobRun(job)
+        self.runs[job.id] = run
+        log.info("job %s: claimed (attempt %d of %d) %s", job.id, job.attempts, job.max_attempts, job.payload)
+        run.task = asyncio.create_task(self._run_job(run))
+
+    async def _run_job(self, run: JobRun) -> None:
+        job, pool = run.job, self._pool()
+        beat = asyncio.create_task(self._heartbeat(run))
+        try:
+            if job.cancel_requested_at is not None:
+                raise CancelRequested("cancelled by an operator")
+            progress = await asyncio.to_thread(self._archive, run)
+        except StopRequested:
+            await self._finish_quietly(queue.release(pool, job.id, self.name))
+            log.info("job %s: handed back to the queue", job.id)
+        except CancelRequested:
+            await self._finish_quietly(queue.finish_cancelled(pool, job.id, self.name))
+            log.info("job %s: cancelled", job.id)
+        except LeaseLost as exc:
+            log.warning("job %s: %s; leaving it to its new holder", job.id, exc)
+        except Exception as exc:
+            if isinstance(run.interrupt, StopRequested):  # failed because we aborted it
+                await self._finish_quietly(queue.release(pool, job.id, self.name))
+                log.info("job %s: rolled back and handed back to the queue", job.id)
+            else:
+                log.error("job %s: attempt %d failed: %s", job.id, job.attempts, error_line(exc),
+                          exc_info=not isinstance(exc, ArchiverError))
+                status = await self._finish_quietly(queue.fail_attempt(pool, job, self.name, error_line(exc)))
+                log.info("job %s: now %s", job.id, status)
+        else:
+            if await self._finish_quietly(queue.complete(pool, job.id, self.name, progress.to_json())):
+                log.info("job %s: completed, %d rows in %d files", job.id, progress.rows, progress.files)
+        finally:
+            beat.cancel()
+            self.runs.pop(job.id, None)
+            self.wake.set()
+
+    async def _finish_quietly(self, write: object) -> object:
+        """A finishing write; if the database is away, the lease expiry settles the job."""
+        try:
+            return await write  # type: ignore[misc]
+        except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            log.error("could not record the job's outcome (%s); its lease will expire", error_line(exc))
+            return None
+
+    async def _heartbeat(self, run: JobRun) -> None:
+        pool = self._pool()
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+            try:
+                held = await queue.heartbeat(pool, run.job.id, self.name)
+            except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+                log.warning("job %s: heartbeat failed (%s)", run.job.id, error_line(exc))
+                continue
+            if held is None and run.interrupt is None:
+                run.interrupt = LeaseLost(f"job {run.job.id} is no longer held by {self.name}")
+            elif held and run.interrupt is None:
+                run.interrupt = CancelRequested("cancelled by an operator")
+
+    def _archive(self, run: JobRun) -> Progress:
+        """The job's bulk work, in a thread, on its own connections."""
+        job, settings = run.job, self.settings
+        request = ArchiveRequest.from_payload(job.payload)
+        with db.connect_bulk(settings.effective_source_url) as src, \
+                db.connect_bulk(settings.database_url) as qconn:
+            with src.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                run.source_pid = int(cur.fetchall()[0][0])
+            src.rollback()
+            ledger = queue.JobLedger(qconn, job.id, self.name)
+            for part, path, outcome in ledger.reconcile_pending(src):
+                log.warning("job %s: part %d was %s before a crash", job.id, part, outcome)
+                if outcome == "aborted":
+                    self.storage.delete(path)
+            progress = ledger.committed_progress(job.progress)
+            return archive_job(
+                src, str(job.id), request, progress, self.storage, ledger,
+                settings.same_database, self.workdir, lambda: run.interrupt,
+            )

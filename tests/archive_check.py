@@ -1,0 +1,61 @@
+"""Checks shared by the integration tests: what is in the table, what is in the files."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from azure.storage.blob import BlobServiceClient
+
+from tests.support import sql
+
+
+def normalize(row: dict[str, Any]) -> dict[str, Any]:
+    """Python values from asyncpg and from pyarrow side by side: JSON text parsed."""
+    out = dict(row)
+    for key in ("details",):
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(out[key])
+    return out
+
+
+def rows_in_db(url: str, query: str) -> dict[int, dict[str, Any]]:
+    return {r["id"]: normalize(dict(r)) for r in sql(url, query)}
+
+
+def blob_names(connection_string: str, container: str) -> list[str]:
+    service = BlobServiceClient.from_connection_string(connection_string)
+    return sorted(b.name for b in service.get_container_client(container).list_blobs())
+
+
+def rows_in_blobs(connection_string: str, container: str, names: list[str]) -> list[dict[str, Any]]:
+    """Every row of the named Parquet blobs, read back with pyarrow."""
+    service = BlobServiceClient.from_connection_string(connection_string)
+    client = service.get_container_client(container)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            local = Path(tmp) / "f.parquet"
+            local.write_bytes(client.get_blob_client(name).download_blob().readall())
+            rows.extend(normalize(r) for r in pq.read_table(local).to_pylist())
+    return rows
+
+
+def catalog_paths(url: str) -> list[str]:
+    return [r["path"] for r in sql(url, "SELECT path FROM archive_files ORDER BY job_id, part")]
+
+
+def assert_exactly_once(archived: list[dict[str, Any]], expected: dict[int, dict[str, Any]]) -> None:
+    """Every expected row archived once, with equal values; nothing else archived."""
+    ids = [r["id"] for r in archived]
+    dupes = len(ids) - len(set(ids))
+    assert dupes == 0, f"{dupes} rows archived twice"
+    missing = expected.keys() - set(ids)
+    extra = set(ids) - expected.keys()
+    assert not missing, f"{len(missing)} rows lost, e.g. {sorted(missing)[:5]}"
+    assert not extra, f"{len(extra)} rows archived that should not be, e.g. {sorted(extra)[:5]}"
+    for row in archived:
+        assert row == expected[row["id"]], f"values differ for id {row['id']}"

@@ -1,0 +1,65 @@
+"""Fixtures: a real PostgreSQL (one migrated template database per run, a fresh copy per
+test) and a real Azurite per run (a fresh container per test)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from archiver import db
+from tests.support import Azurite, sql, with_database
+
+ADMIN_URL = os.environ.get("ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def template_db() -> Iterator[str]:
+    import asyncio
+
+    name = f"archiver_tpl_{os.getpid()}"
+    sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}"')
+    sql(ADMIN_URL, f'CREATE DATABASE "{name}"')
+    asyncio.run(db.migrate(with_database(ADMIN_URL, name)))
+    yield name
+    sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for this test."""
+    name = f"archiver_t_{uuid.uuid4().hex[:12]}"
+    sql(ADMIN_URL, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield with_database(ADMIN_URL, name)
+    sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    server = Azurite(tmp_path_factory.mktemp("azurite"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def container() -> str:
+    return f"t{uuid.uuid4().hex[:20]}"
+
+
+@pytest.fixture
+def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a CLI or worker subprocess for this test."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ARCHIVER_", "AZURE_"))}
+    base.pop("DATABASE_URL", None)
+    return {
+        **base,
+        "ARCHIVER_DATABASE_URL": database_url,
+        "ARCHIVER_STORAGE_URL": f"az://{container}/archive",
+        "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
+        "ARCHIVER_POLL_INTERVAL": "0.5",
+        "TMPDIR": str(tmp_path),
+    }
