@@ -31,7 +31,9 @@ def parse_cutoff(text: str) -> str:
     try:
         value = dt.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise InputError(f"--before: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp") from None
+        raise InputError(
+            f"--before: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp"
+        ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     return value.isoformat()
@@ -75,9 +77,12 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     conn = await db.connect(settings.database_url)
     try:
         job_id, created = await queue.enqueue(
-            conn, request.payload(),
+            conn,
+            request.payload(),
             dedup_key=f"archive:{qualified}:{args.column}:{cutoff}:{args.mode}",
-            lock_key=f"table:{qualified}", priority=args.priority, max_attempts=args.max_attempts,
+            lock_key=f"table:{qualified}",
+            priority=args.priority,
+            max_attempts=args.max_attempts,
         )
     finally:
         await conn.close()
@@ -113,7 +118,9 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print("no jobs")
         return 0
     header = ("table", "status", "jobs", "rows", "bytes")
-    table = [tuple(str(r[k]) for k in ("source_table", "status", "jobs", "rows", "bytes")) for r in rows]
+    table = [
+        tuple(str(r[k]) for k in ("source_table", "status", "jobs", "rows", "bytes")) for r in rows
+    ]
     widths = [max(len(x) for x in col) for col in zip(header, *table, strict=True)]
     for line in (header, *table):
         print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
@@ -127,8 +134,11 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         status = await queue.cancel(conn, job_id)
     finally:
         await conn.close()
-    print(f"job {job_id} cancelled" if status == "cancelled"
-          else f"job {job_id} will stop at its next chunk boundary")
+    print(
+        f"job {job_id} cancelled"
+        if status == "cancelled"
+        else f"job {job_id} will stop at its next chunk boundary"
+    )
     return 0
 
 
@@ -154,9 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("enqueue", help="queue an archive job; prints its id")
     p.add_argument("--table", required=True, help="table or schema.table")
     p.add_argument("--before", required=True, help="archive rows older than this date/timestamp")
-    p.add_argument("--column", default="created_at", help="date/timestamp column (default created_at)")
+    p.add_argument(
+        "--column", default="created_at", help="date/timestamp column (default created_at)"
+    )
     p.add_argument("--mode", choices=("move", "copy"), default="move")
-    p.add_argument("--chunk-rows", type=positive_int, help="rows per chunk (default: ~160 MB of data)")
+    p.add_argument(
+        "--chunk-rows", type=positive_int, help="rows per chunk (default: ~160 MB of data)"
+    )
     p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
     p.add_argument("--max-attempts", type=positive_int, default=5)
     p.set_defaults(func=cmd_enqueue)
@@ -170,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("cancel", help="cancel a queued job, or stop a running one at its next chunk")
+    p = sub.add_parser(
+        "cancel", help="cancel a queued job, or stop a running one at its next chunk"
+    )
     p.add_argument("job_id")
     p.set_defaults(func=cmd_cancel)
 
@@ -185,7 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         setup_logging(settings.log_format, args.verbose)
-        return asyncio.run(args.func(args, settings))
+        command: Command = args.func
+        return asyncio.run(command(args, settings))
     except ArchiverError as exc:
         return _fail(str(exc), args.verbose)
     except asyncpg.UndefinedTableError as exc:

@@ -36,7 +36,9 @@ class StorageLocation:
             if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
                 raise ConfigError(f"{key}: expected file:///absolute/dir, got {url!r}")
             return cls("file", parts.path.rstrip("/") or "/", "")
-        raise ConfigError(f"{key}: expected az://<container>/<prefix> or file:///<dir>, got {url!r}")
+        raise ConfigError(
+            f"{key}: expected az://<container>/<prefix> or file:///<dir>, got {url!r}"
+        )
 
     def __str__(self) -> str:
         if self.scheme == "az":
@@ -72,7 +74,9 @@ class Settings:
 
     def storage_location(self) -> StorageLocation:
         if not self.storage_url:
-            raise ConfigError("ARCHIVER_STORAGE_URL is not set (az://<container>/<prefix> or file:///<dir>)")
+            raise ConfigError(
+                "ARCHIVER_STORAGE_URL is not set (az://<container>/<prefix> or file:///<dir>)"
+            )
         location = StorageLocation.parse(self.storage_url)
         if location.scheme == "az" and not (self.azure_connection_string or self.azure_account_url):
             raise ConfigError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,11 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
     """One asyncpg connection; an unreachable server is a DatabaseUnavailable naming it."""
     try:
         return await asyncpg.connect(url, timeout=timeout)
-    except (*CONNECTION_ERRORS, asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError) as exc:
+    except (
+        *CONNECTION_ERRORS,
+        asyncpg.InvalidCatalogNameError,
+        asyncpg.InvalidAuthorizationSpecificationError,
+    ) as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
 
 
@@ -45,7 +50,11 @@ async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.
         pool = await asyncpg.create_pool(
             url, min_size=1, max_size=size, timeout=timeout, command_timeout=300
         )
-    except (*CONNECTION_ERRORS, asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError) as exc:
+    except (
+        *CONNECTION_ERRORS,
+        asyncpg.InvalidCatalogNameError,
+        asyncpg.InvalidAuthorizationSpecificationError,
+    ) as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
     assert pool is not None
     return pool
@@ -60,17 +69,17 @@ def connect_bulk(url: str) -> Iterator[Any]:
     try:
         conn = adbc.connect(url)
     except adbc_driver_manager.Error as exc:
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {_first_line(exc)}") from None
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {redact(url)}: {_first_line(exc)}"
+        ) from None
     try:
         with conn.cursor() as cur:
             cur.execute("SET TIME ZONE 'UTC'")
         conn.commit()
         yield conn
     finally:
-        try:
+        with contextlib.suppress(adbc_driver_manager.Error):  # a terminated backend
             conn.close()
-        except adbc_driver_manager.Error:
-            pass  # a terminated backend; nothing left to release
 
 
 def _first_line(exc: BaseException) -> str:
@@ -103,14 +112,17 @@ async def migrate(url: str) -> list[str]:
                        name text NOT NULL,
                        applied_at timestamptz NOT NULL DEFAULT now())"""
             )
-            done = {r["version"] for r in await conn.fetch("SELECT version FROM archiver_migrations")}
+            done = {
+                r["version"] for r in await conn.fetch("SELECT version FROM archiver_migrations")
+            }
             for version, path in migration_files():
                 if version in done:
                     continue
                 await conn.execute(path.read_text())
                 await conn.execute(
                     "INSERT INTO archiver_migrations (version, name) VALUES ($1, $2)",
-                    version, path.name,
+                    version,
+                    path.name,
                 )
                 applied.append(path.name)
     finally:

@@ -37,7 +37,12 @@ def _interval_to_struct(array: pa.Array) -> pa.Array:
     """month_day_nano (Parquet cannot store it) as {months, days, microseconds}, kept apart."""
     values = array.to_pylist()
     return pa.array(
-        [None if v is None else {"months": v.months, "days": v.days, "microseconds": v.nanoseconds // 1000} for v in values],
+        [
+            None
+            if v is None
+            else {"months": v.months, "days": v.days, "microseconds": v.nanoseconds // 1000}
+            for v in values
+        ],
         INTERVAL_STRUCT,
     )
 
@@ -124,8 +129,14 @@ class ParquetFileWriter:
 
 
 def file_metadata(
-    source_table: str, columns: list[tuple[str, str]], key_columns: list[str],
-    cutoff_column: str, cutoff: str, job_id: str, part: int, mode: str,
+    source_table: str,
+    columns: list[tuple[str, str]],
+    key_columns: list[str],
+    cutoff_column: str,
+    cutoff: str,
+    job_id: str,
+    part: int,
+    mode: str,
 ) -> dict[str, str]:
     return {
         "source_table": source_table,
@@ -147,4 +158,4 @@ def read_metadata(path: Path) -> tuple[int, dict[str, str]]:
         for k, v in (meta.metadata or {}).items()
         if k.decode().startswith(METADATA_PREFIX)
     }
-    return meta.num_rows, {k[len(METADATA_PREFIX):]: v for k, v in kv.items()}
+    return meta.num_rows, {k[len(METADATA_PREFIX) :]: v for k, v in kv.items()}

@@ -45,14 +45,20 @@ class ArchiveRequest:
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> ArchiveRequest:
         return cls(
-            table=payload["table"], column=payload["column"], cutoff=payload["cutoff"],
-            mode=payload["mode"], chunk_rows=payload.get("chunk_rows"),
+            table=payload["table"],
+            column=payload["column"],
+            cutoff=payload["cutoff"],
+            mode=payload["mode"],
+            chunk_rows=payload.get("chunk_rows"),
         )
 
     def payload(self) -> dict[str, Any]:
         return {
-            "table": self.table, "column": self.column, "cutoff": self.cutoff,
-            "mode": self.mode, "chunk_rows": self.chunk_rows,
+            "table": self.table,
+            "column": self.column,
+            "cutoff": self.cutoff,
+            "mode": self.mode,
+            "chunk_rows": self.chunk_rows,
         }
 
 
@@ -91,24 +97,44 @@ class Progress:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Progress:
-        known = {k: data[k] for k in ("last_key", "rows", "bytes", "files", "chunk_rows",
-                                      "rows_estimated", "chunks_estimated") if k in data}
+        known = {
+            k: data[k]
+            for k in (
+                "last_key",
+                "rows",
+                "bytes",
+                "files",
+                "chunk_rows",
+                "rows_estimated",
+                "chunks_estimated",
+            )
+            if k in data
+        }
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **self.extra, "last_key": self.last_key, "rows": self.rows, "bytes": self.bytes,
-            "files": self.files, "chunk_rows": self.chunk_rows,
-            "rows_estimated": self.rows_estimated, "chunks_estimated": self.chunks_estimated,
+            **self.extra,
+            "last_key": self.last_key,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "files": self.files,
+            "chunk_rows": self.chunk_rows,
+            "rows_estimated": self.rows_estimated,
+            "chunks_estimated": self.chunks_estimated,
         }
 
     def after(self, f: ArchivedFile) -> Progress:
         return Progress(
-            last_key=f.max_key, rows=self.rows + f.row_count, bytes=self.bytes + f.byte_size,
-            files=self.files + 1, chunk_rows=self.chunk_rows,
+            last_key=f.max_key,
+            rows=self.rows + f.row_count,
+            bytes=self.bytes + f.byte_size,
+            files=self.files + 1,
+            chunk_rows=self.chunk_rows,
             rows_estimated=max(self.rows_estimated, self.rows + f.row_count),
-            chunks_estimated=max(self.chunks_estimated, self.files + 1), extra=self.extra,
+            chunks_estimated=max(self.chunks_estimated, self.files + 1),
+            extra=self.extra,
         )
 
 
@@ -141,8 +167,12 @@ class _ChunkStats:
         self.max_key = hi if self.max_key is None else max(self.max_key, hi)
         mm = pc.min_max(batch.column(cutoff)).as_py()
         if mm["min"] is not None:
-            self.min_cutoff = mm["min"] if self.min_cutoff is None else min(self.min_cutoff, mm["min"])
-            self.max_cutoff = mm["max"] if self.max_cutoff is None else max(self.max_cutoff, mm["max"])
+            self.min_cutoff = (
+                mm["min"] if self.min_cutoff is None else min(self.min_cutoff, mm["min"])
+            )
+            self.max_cutoff = (
+                mm["max"] if self.max_cutoff is None else max(self.max_cutoff, mm["max"])
+            )
 
 
 def _key_range(batch: pa.RecordBatch, keys: list[str]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -165,8 +195,8 @@ def _as_utc_text(value: Any) -> str | None:
     if not isinstance(value, dt.datetime):
         value = dt.datetime.combine(value, dt.time())
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return value.isoformat()
+        value = value.replace(tzinfo=dt.UTC)
+    return str(value.isoformat())
 
 
 def chunk_rows_for(conn: Any, table: source.TableInfo) -> tuple[int, int]:
@@ -181,8 +211,14 @@ class ChunkArchiver:
     """Archives one table for one job, chunk by chunk, on one source connection."""
 
     def __init__(
-        self, conn: Any, job_id: str, request: ArchiveRequest, storage: Storage,
-        ledger: Ledger, same_database: bool, workdir: Path,
+        self,
+        conn: Any,
+        job_id: str,
+        request: ArchiveRequest,
+        storage: Storage,
+        ledger: Ledger,
+        same_database: bool,
+        workdir: Path,
     ) -> None:
         self.conn, self.job_id, self.request = conn, job_id, request
         self.storage, self.ledger, self.same_database = storage, ledger, same_database
@@ -213,7 +249,11 @@ class ChunkArchiver:
                 # 1. take the chunk's rows (locked, or from the snapshot)
                 source.bind_chunk(cur, self.request.cutoff, progress.last_key, progress.chunk_rows)
                 after = progress.last_key is not None
-                cur.execute(self.queries.take(after_key=after) if move else self.queries.read(after_key=after))
+                cur.execute(
+                    self.queries.take(after_key=after)
+                    if move
+                    else self.queries.read(after_key=after)
+                )
                 # 2. stream them into a Parquet file
                 stats, rows_taken = self._write(cur.fetch_record_batch(), local, part)
                 if rows_taken == 0:
@@ -224,7 +264,9 @@ class ChunkArchiver:
                 md5 = file_md5(local)
                 stored = self.storage.put_file(name, local, md5)
                 # 4. verify what the service holds, and that the file holds every row taken
-                archived = self._verify(name, local, md5, stored.size, stored.md5, rows_taken, part, stats)
+                archived = self._verify(
+                    name, local, md5, stored.size, stored.md5, rows_taken, part, stats
+                )
                 new_progress = progress.after(archived)
                 # 5. record the file and the job's progress; 6. COMMIT
                 if not move:
@@ -244,15 +286,26 @@ class ChunkArchiver:
                 _rollback_quietly(self.conn)
             raise
         log.info(
-            "job %s: part %d, %d rows, %d bytes -> %s", self.job_id, part,
-            archived.row_count, archived.byte_size, name,
+            "job %s: part %d, %d rows, %d bytes -> %s",
+            self.job_id,
+            part,
+            archived.row_count,
+            archived.byte_size,
+            name,
         )
         return new_progress
 
-    def _write(self, reader: pa.RecordBatchReader, local: Path, part: int) -> tuple[_ChunkStats, int]:
+    def _write(
+        self, reader: pa.RecordBatchReader, local: Path, part: int
+    ) -> tuple[_ChunkStats, int]:
         metadata = file_metadata(
-            self.table.qualified, [(c.name, c.type_sql) for c in self.table.columns],
-            self.key_names, self.cutoff_column.name, self.request.cutoff, self.job_id, part,
+            self.table.qualified,
+            [(c.name, c.type_sql) for c in self.table.columns],
+            self.key_names,
+            self.cutoff_column.name,
+            self.request.cutoff,
+            self.job_id,
+            part,
             self.request.mode,
         )
         writer = ParquetFileWriter(local, reader.schema, metadata)
@@ -269,8 +322,15 @@ class ChunkArchiver:
         return stats, rows
 
     def _verify(
-        self, name: str, local: Path, md5: str, stored_size: int, stored_md5: str | None,
-        rows_taken: int, part: int, stats: _ChunkStats,
+        self,
+        name: str,
+        local: Path,
+        md5: str,
+        stored_size: int,
+        stored_md5: str | None,
+        rows_taken: int,
+        part: int,
+        stats: _ChunkStats,
     ) -> ArchivedFile:
         size = local.stat().st_size
         if stored_size != size or stored_md5 != md5:
@@ -283,9 +343,15 @@ class ChunkArchiver:
             raise VerificationError(f"{name}: file holds {file_rows} rows, {rows_taken} were taken")
         assert stats.min_key is not None and stats.max_key is not None
         return ArchivedFile(
-            job_id=self.job_id, part=part, source_table=self.table.qualified,
-            storage_url=str(self.storage.location), path=name, row_count=rows_taken,
-            byte_size=size, md5=md5, key_columns=self.key_names,
+            job_id=self.job_id,
+            part=part,
+            source_table=self.table.qualified,
+            storage_url=str(self.storage.location),
+            path=name,
+            row_count=rows_taken,
+            byte_size=size,
+            md5=md5,
+            key_columns=self.key_names,
             min_key=[source.key_text(v) for v in stats.min_key],
             max_key=[source.key_text(v) for v in stats.max_key],
             cutoff_column=self.cutoff_column.name,
@@ -305,8 +371,15 @@ Interrupt = Callable[[], BaseException | None]
 
 
 def archive_job(
-    conn: Any, job_id: str, request: ArchiveRequest, progress: Progress, storage: Storage,
-    ledger: Ledger, same_database: bool, workdir: Path, interrupt: Interrupt,
+    conn: Any,
+    job_id: str,
+    request: ArchiveRequest,
+    progress: Progress,
+    storage: Storage,
+    ledger: Ledger,
+    same_database: bool,
+    workdir: Path,
+    interrupt: Interrupt,
 ) -> Progress:
     """Archive chunks until none is left; `interrupt()` is asked between chunks and
     whatever it returns (stop, cancel, lease lost) is raised there."""

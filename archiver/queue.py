@@ -62,13 +62,22 @@ class Job:
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> Job:
         return cls(
-            id=row["id"], task_name=row["task_name"], payload=json.loads(row["payload"]),
-            status=row["status"], priority=row["priority"], attempts=row["attempts"],
-            max_attempts=row["max_attempts"], locked_by=row["locked_by"],
-            progress=json.loads(row["progress"]), last_error=row["last_error"],
-            errors=json.loads(row["errors"]), run_at=row["run_at"],
-            created_at=row["created_at"], started_at=row["started_at"],
-            finished_at=row["finished_at"], heartbeat_at=row["heartbeat_at"],
+            id=row["id"],
+            task_name=row["task_name"],
+            payload=json.loads(row["payload"]),
+            status=row["status"],
+            priority=row["priority"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            locked_by=row["locked_by"],
+            progress=json.loads(row["progress"]),
+            last_error=row["last_error"],
+            errors=json.loads(row["errors"]),
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            heartbeat_at=row["heartbeat_at"],
             cancel_requested_at=row["cancel_requested_at"],
         )
 
@@ -81,15 +90,27 @@ def parse_job_id(text: str) -> uuid.UUID:
 
 
 async def enqueue(
-    conn: asyncpg.Connection | asyncpg.Pool, payload: dict[str, Any], *, dedup_key: str,
-    lock_key: str | None, priority: int = 0, max_attempts: int = 5,
-    run_at: dt.datetime | None = None, task_name: str = ARCHIVE_TASK,
+    conn: asyncpg.Connection | asyncpg.Pool,
+    payload: dict[str, Any],
+    *,
+    dedup_key: str,
+    lock_key: str | None,
+    priority: int = 0,
+    max_attempts: int = 5,
+    run_at: dt.datetime | None = None,
+    task_name: str = ARCHIVE_TASK,
 ) -> tuple[uuid.UUID, bool]:
     """Queue a job; (id, True) if new, or (id of the queued/running twin, False)."""
     while True:
         job_id = await conn.fetchval(
-            query("enqueue"), task_name, json.dumps(payload), priority, max_attempts,
-            dedup_key, lock_key, run_at,
+            query("enqueue"),
+            task_name,
+            json.dumps(payload),
+            priority,
+            max_attempts,
+            dedup_key,
+            lock_key,
+            run_at,
         )
         if job_id is not None:
             return job_id, True
@@ -115,7 +136,9 @@ async def heartbeat(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool 
     return None if row is None else bool(row["cancel_requested"])
 
 
-async def complete(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str, progress: dict[str, Any]) -> bool:
+async def complete(
+    pool: asyncpg.Pool, job_id: uuid.UUID, worker: str, progress: dict[str, Any]
+) -> bool:
     return await pool.fetchval(query("complete"), job_id, worker, json.dumps(progress)) is not None
 
 
@@ -124,9 +147,7 @@ def backoff_seconds(attempt: int, base: float = 5.0, cap: float = 600.0) -> floa
     return random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
 
 
-async def fail_attempt(
-    pool: asyncpg.Pool, job: Job, worker: str, error: str
-) -> str | None:
+async def fail_attempt(pool: asyncpg.Pool, job: Job, worker: str, error: str) -> str | None:
     """Record a failed attempt: requeued after a backoff, or failed for good."""
     row = await pool.fetchrow(
         query("fail_attempt"), job.id, worker, error[:4000], backoff_seconds(job.attempts)
@@ -164,14 +185,18 @@ async def cancel(conn: asyncpg.Connection, job_id: uuid.UUID) -> str:
     status = await conn.fetchval(query("cancel"), job_id)
     if status is None:
         job = await get_job(conn, job_id)
-        raise JobStateError(f"job {job_id} is {job.status}; only queued or running jobs can be cancelled")
+        raise JobStateError(
+            f"job {job_id} is {job.status}; only queued or running jobs can be cancelled"
+        )
     return str(status)
 
 
 async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
     if await conn.fetchval(query("retry"), job_id) is None:
         job = await get_job(conn, job_id)
-        raise JobStateError(f"job {job_id} is {job.status}; only failed or cancelled jobs can be retried")
+        raise JobStateError(
+            f"job {job_id} is {job.status}; only failed or cancelled jobs can be retried"
+        )
 
 
 async def status_summary(conn: asyncpg.Connection) -> list[dict[str, Any]]:
@@ -197,14 +222,31 @@ class JobLedger:
 
     def _file_params(self, f: ArchivedFile, state: str, xid: str | None) -> tuple[Any, ...]:
         return (
-            f.job_id, f.part, f.source_table, f.storage_url, f.path, f.row_count, f.byte_size,
-            f.md5, json.dumps(f.key_columns), json.dumps(f.min_key), json.dumps(f.max_key),
-            f.cutoff_column, f.min_cutoff_value or "-infinity", f.max_cutoff_value or "infinity",
-            state, xid or "",
+            f.job_id,
+            f.part,
+            f.source_table,
+            f.storage_url,
+            f.path,
+            f.row_count,
+            f.byte_size,
+            f.md5,
+            json.dumps(f.key_columns),
+            json.dumps(f.min_key),
+            json.dumps(f.max_key),
+            f.cutoff_column,
+            f.min_cutoff_value or "-infinity",
+            f.max_cutoff_value or "infinity",
+            state,
+            xid or "",
         )
 
     def _checkpoint(self, cur: Any, progress: Progress) -> None:
-        if _one(cur, query("checkpoint"), (self.job_id, self.worker, json.dumps(progress.to_json()))) is None:
+        if (
+            _one(
+                cur, query("checkpoint"), (self.job_id, self.worker, json.dumps(progress.to_json()))
+            )
+            is None
+        ):
             raise LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
 
     def next_part(self) -> int:
@@ -273,7 +315,10 @@ class JobLedger:
                     f"{outcome or 'unknown'}; its file cannot be confirmed or dropped yet"
                 )
             with self.conn.cursor() as cur:
-                cur.execute(query("confirm_file" if outcome == "committed" else "forget_file"), (self.job_id, part))
+                cur.execute(
+                    query("confirm_file" if outcome == "committed" else "forget_file"),
+                    (self.job_id, part),
+                )
             self.conn.commit()
             settled.append((int(part), str(path), str(outcome)))
         return settled

@@ -97,7 +97,9 @@ def describe_table(conn: Any, table: TableName) -> TableInfo:
     key_rows = sorted((r[4], Column(r[0], r[1], r[2])) for r in rows if r[3])
     info = TableInfo(schema, name, columns, tuple(c for _, c in key_rows))
     if not info.key:
-        raise InputError(f"table {info.qualified} has no primary key; archiver walks tables by primary key")
+        raise InputError(
+            f"table {info.qualified} has no primary key; archiver walks tables by primary key"
+        )
     for column in info.key:
         if column.base_type not in KEY_TYPES:
             raise InputError(

@@ -8,6 +8,7 @@ connections, and is told between chunks when to stop (signal, cancel, lease lost
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -61,8 +62,14 @@ def error_line(exc: BaseException) -> str:
 
 class Worker:
     def __init__(
-        self, settings: Settings, storage: Storage, *, concurrency: int = 1, burst: bool = False,
-        name: str | None = None, workdir: Path | None = None,
+        self,
+        settings: Settings,
+        storage: Storage,
+        *,
+        concurrency: int = 1,
+        burst: bool = False,
+        name: str | None = None,
+        workdir: Path | None = None,
     ) -> None:
         self.settings, self.storage = settings, storage
         self.concurrency, self.burst = concurrency, burst
@@ -83,11 +90,16 @@ class Worker:
             log.warning("second stop signal: rolling back chunks in progress")
             self.hard_stop.set()
         else:
-            log.info("stopping: no new jobs; chunks in progress get %.0fs", self.settings.shutdown_deadline)
+            log.info(
+                "stopping: no new jobs; chunks in progress get %.0fs",
+                self.settings.shutdown_deadline,
+            )
             self.stopping = True
             for run in self.runs.values():
                 run.interrupt = StopRequested("worker stopping")
-            asyncio.get_running_loop().call_later(self.settings.shutdown_deadline, self.hard_stop.set)
+            asyncio.get_running_loop().call_later(
+                self.settings.shutdown_deadline, self.hard_stop.set
+            )
         self.wake.set()
 
     # -- main loop -------------------------------------------------------------------
@@ -123,10 +135,8 @@ class Worker:
                     break
                 if claimed and len(self.runs) < self.concurrency:
                     continue
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), self.settings.poll_interval)
-                except TimeoutError:
-                    pass
             await self._drain()
         finally:
             listener.cancel()
@@ -148,7 +158,7 @@ class Worker:
         await asyncio.wait([*tasks, hard], return_when=asyncio.FIRST_COMPLETED)
         if self.runs:
             await self._abort_chunks()
-            done, pending = await asyncio.wait(tasks, timeout=5)
+            await asyncio.wait(tasks, timeout=5)
             for run in list(self.runs.values()):  # threads stuck in I/O: hand back anyway
                 log.warning("job %s: chunk still busy at exit; handing the job back", run.job.id)
                 await self._finish_quietly(queue.release(self._pool(), run.job.id, self.name))
@@ -183,7 +193,7 @@ class Worker:
             try:
                 conn = await asyncpg.connect(self.settings.database_url, timeout=10)
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(JOBS_CHANNEL, self._on_job_notify)
                 await conn.add_listener(CANCEL_CHANNEL, self._on_cancel_notify)
                 delay = 0.5
@@ -196,7 +206,9 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("LISTEN connection lost (%s); reconnecting in %.1fs", error_line(exc), delay)
+                log.warning(
+                    "LISTEN connection lost (%s); reconnecting in %.1fs", error_line(exc), delay
+                )
             finally:
                 if conn is not None:
                     conn.terminate()
@@ -219,7 +231,13 @@ class Worker:
     def _start(self, job: queue.Job) -> None:
         run = JobRun(job)
         self.runs[job.id] = run
-        log.info("job %s: claimed (attempt %d of %d) %s", job.id, job.attempts, job.max_attempts, job.payload)
+        log.info(
+            "job %s: claimed (attempt %d of %d) %s",
+            job.id,
+            job.attempts,
+            job.max_attempts,
+            job.payload,
+        )
         run.task = asyncio.create_task(self._run_job(run))
 
     async def _run_job(self, run: JobRun) -> None:
@@ -242,13 +260,24 @@ class Worker:
                 await self._finish_quietly(queue.release(pool, job.id, self.name))
                 log.info("job %s: rolled back and handed back to the queue", job.id)
             else:
-                log.error("job %s: attempt %d failed: %s", job.id, job.attempts, error_line(exc),
-                          exc_info=not isinstance(exc, ArchiverError))
-                status = await self._finish_quietly(queue.fail_attempt(pool, job, self.name, error_line(exc)))
+                log.error(
+                    "job %s: attempt %d failed: %s",
+                    job.id,
+                    job.attempts,
+                    error_line(exc),
+                    exc_info=not isinstance(exc, ArchiverError),
+                )
+                status = await self._finish_quietly(
+                    queue.fail_attempt(pool, job, self.name, error_line(exc))
+                )
                 log.info("job %s: now %s", job.id, status)
         else:
-            if await self._finish_quietly(queue.complete(pool, job.id, self.name, progress.to_json())):
-                log.info("job %s: completed, %d rows in %d files", job.id, progress.rows, progress.files)
+            if await self._finish_quietly(
+                queue.complete(pool, job.id, self.name, progress.to_json())
+            ):
+                log.info(
+                    "job %s: completed, %d rows in %d files", job.id, progress.rows, progress.files
+                )
         finally:
             beat.cancel()
             self.runs.pop(job.id, None)
@@ -259,7 +288,9 @@ class Worker:
         try:
             return await write  # type: ignore[misc]
         except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
-            log.error("could not record the job's outcome (%s); its lease will expire", error_line(exc))
+            log.error(
+                "could not record the job's outcome (%s); its lease will expire", error_line(exc)
+            )
             return None
 
     async def _heartbeat(self, run: JobRun) -> None:
@@ -280,8 +311,10 @@ class Worker:
         """The job's bulk work, in a thread, on its own connections."""
         job, settings = run.job, self.settings
         request = ArchiveRequest.from_payload(job.payload)
-        with db.connect_bulk(settings.effective_source_url) as src, \
-                db.connect_bulk(settings.database_url) as qconn:
+        with (
+            db.connect_bulk(settings.effective_source_url) as src,
+            db.connect_bulk(settings.database_url) as qconn,
+        ):
             with src.cursor() as cur:
                 cur.execute("SELECT pg_backend_pid()")
                 run.source_pid = int(cur.fetchall()[0][0])
@@ -293,6 +326,13 @@ class Worker:
                     self.storage.delete(path)
             progress = ledger.committed_progress(job.progress)
             return archive_job(
-                src, str(job.id), request, progress, self.storage, ledger,
-                settings.same_database, self.workdir, lambda: run.interrupt,
+                src,
+                str(job.id),
+                request,
+                progress,
+                self.storage,
+                ledger,
+                settings.same_database,
+                self.workdir,
+                lambda: run.interrupt,
             )

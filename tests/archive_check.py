@@ -48,7 +48,9 @@ def catalog_paths(url: str) -> list[str]:
     return [r["path"] for r in sql(url, "SELECT path FROM archive_files ORDER BY job_id, part")]
 
 
-def assert_exactly_once(archived: list[dict[str, Any]], expected: dict[int, dict[str, Any]]) -> None:
+def assert_exactly_once(
+    archived: list[dict[str, Any]], expected: dict[int, dict[str, Any]]
+) -> None:
     """Every expected row archived once, with equal values; nothing else archived."""
     ids = [r["id"] for r in archived]
     dupes = len(ids) - len(set(ids))

@@ -13,7 +13,9 @@ import pytest
 from archiver import db
 from tests.support import Azurite, sql, with_database
 
-ADMIN_URL = os.environ.get("ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+ADMIN_URL = os.environ.get(
+    "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 
 
 @pytest.fixture(scope="session")

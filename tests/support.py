@@ -56,7 +56,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -91,10 +93,22 @@ class Azurite:
     def start(self) -> None:
         self.location.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-             "--location", str(self.location), "--skipApiVersionCheck", "--disableTelemetry",
-             "--silent", "--loose"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                str(AZURITE_BIN),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
+                "--location",
+                str(self.location),
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+                "--silent",
+                "--loose",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         wait_for_port(self.port, proc=self.proc)
 
@@ -113,7 +127,9 @@ def archiver_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "archiver", *args]
 
 
-def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         archiver_cmd(*args), env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
@@ -122,17 +138,27 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess
 def start_worker(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[str]:
     if log is None:
         return subprocess.Popen(
-            archiver_cmd("worker", *args), env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+            archiver_cmd("worker", *args),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
         )
     with log.open("a") as out:  # the child keeps its own descriptor
         return subprocess.Popen(
-            archiver_cmd("worker", *args), env=env, stdout=out, stderr=subprocess.STDOUT,
-            text=True, cwd=ROOT,
+            archiver_cmd("worker", *args),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
         )
 
 
-def wait_until(predicate: Any, timeout: float = 60.0, interval: float = 0.1, what: str = "condition") -> Any:
+def wait_until(
+    predicate: Any, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -149,45 +175,3 @@ def which_pg_bin(name: str) -> str:
     for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
         return str(candidate)
     raise RuntimeError(f"{name} not found (install PostgreSQL server binaries)")
-
-
-ORDERS_DDL = """
-CREATE TYPE order_status AS ENUM ('new', 'paid', 'shipped', 'cancelled');
-CREATE TABLE orders (
-    id          bigint PRIMARY KEY,
-    customer    uuid,
-    status      order_status,
-    total       numeric(12,2),
-    currency    char(3),
-    created_at  timestamptz NOT NULL,
-    updated_at  timestamptz,
-    details     jsonb,
-    tags        text[],
-    note        text
-);
-CREATE INDEX orders_created_at ON orders (created_at);
-"""
-
-# Row g: created g minutes before 2025-01-01 00:00 UTC, every 7th value NULL where nullable.
-ORDERS_FILL = """
-INSERT INTO orders
-SELECT g,
-       CASE WHEN g % 7 = 0 THEN NULL ELSE md5(g::text)::uuid END,
-       CASE WHEN g % 7 = 1 THEN NULL ELSE (ARRAY['new','paid','shipped','cancelled'])[1 + g % 4]::order_status END,
-       CASE WHEN g % 7 = 2 THEN NULL ELSE round((g % 100000) * 1.37, 2) END,
-       CASE WHEN g % 7 = 3 THEN NULL ELSE (ARRAY['EUR','USD','GBP'])[1 + g % 3] END,
-       timestamptz '2025-01-01 00:00:00+00' - make_interval(mins => g::int),
-       CASE WHEN g % 7 = 4 THEN NULL ELSE timestamptz '2025-01-01 00:00:00+00' - make_interval(secs => g::double precision) END,
-       CASE WHEN g % 7 = 5 THEN NULL ELSE jsonb_build_object('sku', 'A' || g, 'qty', g % 9, 'gift', g % 2 = 0) END,
-       CASE WHEN g % 7 = 6 THEN NULL ELSE ARRAY['t' || (g % 5), NULL, 'x'] END,
-       CASE WHEN g % 11 = 0 THEN NULL ELSE 'note ' || g END
-FROM generate_series($1::bigint, $2::bigint) g
-"""
-
-
-def seed_orders(url: str, rows: int, first: int = 1) -> None:
-    """The reference orders table with `rows` rows (ids first..first+rows-1)."""
-    if sql_value(url, "SELECT to_regclass('public.orders') IS NULL"):
-        sql(url, ORDERS_DDL)
-    sql(url, ORDERS_FILL, first, first + rows - 1)
-    sql(url, "ANALYZE orders")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from bench.reference import seed_orders
 from tests.archive_check import (
     assert_exactly_once,
     blob_names,
@@ -13,19 +14,23 @@ from tests.archive_check import (
     rows_in_blobs,
     rows_in_db,
 )
-from tests.support import archiver_cmd, run_cli, seed_orders, sql, sql_value, start_worker
+from tests.support import archiver_cmd, run_cli, sql, sql_value, start_worker
 
 CUTOFF = "2024-10-01"
 
 
-def test_move_200k_rows_with_two_workers(env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path) -> None:
+def test_move_200k_rows_with_two_workers(
+    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+) -> None:
     seed_orders(database_url, 200_000)
     old = f"SELECT * FROM orders WHERE created_at < '{CUTOFF}'::timestamptz"
     expected = rows_in_db(database_url, old)
     sql(database_url, f"CREATE TABLE kept AS SELECT * FROM orders WHERE created_at >= '{CUTOFF}'")
     assert 50_000 < len(expected) < 150_000
 
-    result = run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "25000")
+    result = run_cli(
+        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "25000"
+    )
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip()
 
@@ -35,9 +40,28 @@ def test_move_200k_rows_with_two_workers(env: dict[str, str], database_url: str,
         assert w.wait(timeout=240) == 0, log.read_text()
 
     # Nothing older than the cutoff is left; nothing newer was touched.
-    assert sql_value(database_url, "SELECT count(*) FROM orders WHERE created_at < $1::text::timestamptz", CUTOFF) == 0
-    assert sql_value(database_url, "SELECT count(*) FROM (SELECT * FROM orders EXCEPT ALL SELECT * FROM kept) d") == 0
-    assert sql_value(database_url, "SELECT count(*) FROM (SELECT * FROM kept EXCEPT ALL SELECT * FROM orders) d") == 0
+    assert (
+        sql_value(
+            database_url,
+            "SELECT count(*) FROM orders WHERE created_at < $1::text::timestamptz",
+            CUTOFF,
+        )
+        == 0
+    )
+    assert (
+        sql_value(
+            database_url,
+            "SELECT count(*) FROM (SELECT * FROM orders EXCEPT ALL SELECT * FROM kept) d",
+        )
+        == 0
+    )
+    assert (
+        sql_value(
+            database_url,
+            "SELECT count(*) FROM (SELECT * FROM kept EXCEPT ALL SELECT * FROM orders) d",
+        )
+        == 0
+    )
 
     # The files hold exactly the removed rows, once each, with equal values.
     names = blob_names(azurite.connection_string, container)
@@ -47,19 +71,33 @@ def test_move_200k_rows_with_two_workers(env: dict[str, str], database_url: str,
 
     # The catalog adds up; the job is completed with its progress.
     assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == len(expected)
-    job = sql(database_url, "SELECT status, progress, attempts FROM background_jobs WHERE id = $1::uuid", job_id)[0]
+    job = sql(
+        database_url,
+        "SELECT status, progress, attempts FROM background_jobs WHERE id = $1::uuid",
+        job_id,
+    )[0]
     assert job["status"] == "completed"
     assert job["attempts"] == 1
-    assert sql_value(database_url, "SELECT count(*) FROM archive_files WHERE state <> 'committed'") == 0
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM archive_files WHERE state <> 'committed'")
+        == 0
+    )
 
 
-def test_files_carry_types_and_metadata(env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path) -> None:
+def test_files_carry_types_and_metadata(
+    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+) -> None:
     seed_orders(database_url, 3_000)
-    assert run_cli(env, "enqueue", "--table", "public.orders", "--before", "2024-12-31").returncode == 0
+    assert (
+        run_cli(env, "enqueue", "--table", "public.orders", "--before", "2024-12-31").returncode
+        == 0
+    )
     assert start_worker(env, "--burst").wait(timeout=120) == 0
     from azure.storage.blob import BlobServiceClient
 
-    client = BlobServiceClient.from_connection_string(azurite.connection_string).get_container_client(container)
+    client = BlobServiceClient.from_connection_string(
+        azurite.connection_string
+    ).get_container_client(container)
     name = blob_names(azurite.connection_string, container)[0]
     local = tmp_path / "f.parquet"
     local.write_bytes(client.get_blob_client(name).download_blob().readall())
@@ -67,9 +105,16 @@ def test_files_carry_types_and_metadata(env: dict[str, str], database_url: str, 
     kv = {k.decode(): v.decode() for k, v in meta.metadata.items()}
     assert kv["archiver.source_table"] == "public.orders"
     assert kv["archiver.row_count"] == str(meta.num_rows)
-    assert '"numeric(12,2)"' in kv["archiver.columns"] and '"order_status"' in kv["archiver.columns"]
+    assert (
+        '"numeric(12,2)"' in kv["archiver.columns"] and '"order_status"' in kv["archiver.columns"]
+    )
     schema = str(pq.ParquetFile(local).schema)
-    for logical in ("(UUID)", "(JSON)", "(Decimal(precision=12, scale=2))", "(Timestamp(isAdjustedToUTC=true"):
+    for logical in (
+        "(UUID)",
+        "(JSON)",
+        "(Decimal(precision=12, scale=2))",
+        "(Timestamp(isAdjustedToUTC=true",
+    ):
         assert logical in schema, schema
     blob = client.get_blob_client(name).get_blob_properties()
     assert blob.content_settings.content_md5 is not None
@@ -77,12 +122,28 @@ def test_files_carry_types_and_metadata(env: dict[str, str], database_url: str, 
     assert row["byte_size"] == blob.size
 
 
-def test_copy_mode_keeps_rows(env: dict[str, str], database_url: str, azurite, container: str) -> None:
+def test_copy_mode_keeps_rows(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
     seed_orders(database_url, 20_000)
     cutoff = "2024-12-25"
     expected = rows_in_db(database_url, f"SELECT * FROM orders WHERE created_at < '{cutoff}'")
     before = sql_value(database_url, "SELECT count(*) FROM orders")
-    assert run_cli(env, "enqueue", "--table", "orders", "--before", cutoff, "--mode", "copy", "--chunk-rows", "3000").returncode == 0
+    assert (
+        run_cli(
+            env,
+            "enqueue",
+            "--table",
+            "orders",
+            "--before",
+            cutoff,
+            "--mode",
+            "copy",
+            "--chunk-rows",
+            "3000",
+        ).returncode
+        == 0
+    )
     assert start_worker(env, "--burst").wait(timeout=120) == 0
     assert sql_value(database_url, "SELECT count(*) FROM orders") == before
     names = blob_names(azurite.connection_string, container)
@@ -100,14 +161,18 @@ def test_enqueue_twice_gives_the_same_job(env: dict[str, str], database_url: str
     assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 1
 
 
-def test_locked_rows_are_skipped_not_waited_for(env: dict[str, str], database_url: str, azurite, container: str) -> None:
+def test_locked_rows_are_skipped_not_waited_for(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
     import asyncio
 
     import asyncpg
 
     seed_orders(database_url, 5_000)
     cutoff = "2024-12-30"
-    total_old = sql_value(database_url, f"SELECT count(*) FROM orders WHERE created_at < '{cutoff}'")
+    total_old = sql_value(
+        database_url, f"SELECT count(*) FROM orders WHERE created_at < '{cutoff}'"
+    )
 
     async def scenario() -> int:
         app = await asyncpg.connect(database_url)
@@ -125,6 +190,8 @@ def test_locked_rows_are_skipped_not_waited_for(env: dict[str, str], database_ur
         return int(locked)
 
     locked_id = asyncio.run(scenario())
-    left = [r["id"] for r in sql(database_url, f"SELECT id FROM orders WHERE created_at < '{cutoff}'")]
+    left = [
+        r["id"] for r in sql(database_url, f"SELECT id FROM orders WHERE created_at < '{cutoff}'")
+    ]
     assert left == [locked_id]
     assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == total_old - 1

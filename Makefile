@@ -1,0 +1,35 @@
+# The two commands a newcomer needs:  make demo   and   make test
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+AZURITE := dev/node_modules/.bin/azurite-blob
+
+.PHONY: install demo test lint bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+$(AZURITE): dev/package.json dev/package-lock.json
+	cd dev && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(STAMP) $(AZURITE)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check archiver tests bench
+	$(VENV)/bin/mypy
+
+# The whole suite: lint, then pytest against a real PostgreSQL and Azurite.
+test: install lint
+	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest
+
+# End to end: seed an orders table, archive its old rows to Azurite with two workers.
+demo: install
+	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" dev/demo.sh
+
+bench: install
+	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m bench.run $(BENCH_ARGS)

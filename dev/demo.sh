@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The main job end to end, on this machine: a database with 200,000 orders, Azurite,
+# an archive of everything older than 2024-10-01 moved by two workers, then the job's
+# status and the blobs written. Run it through `make demo` (which installs everything).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+admin=${ARCHIVER_TEST_ADMIN_URL:?run through make demo}
+py=.venv/bin/python
+db=archiver_demo
+work=$PWD/.cache/demo
+rm -rf "$work" && mkdir -p "$work"
+
+port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+dev/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$port" --location "$work/azurite" \
+  --skipApiVersionCheck --disableTelemetry --silent --loose &
+azurite=$!
+trap 'kill $azurite 2>/dev/null || true' EXIT
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+
+$py - "$admin" "$db" <<'PY'
+import asyncio, sys, asyncpg
+async def main(admin, db):
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    await conn.execute(f'CREATE DATABASE "{db}"')
+    await conn.close()
+asyncio.run(main(*sys.argv[1:]))
+PY
+export ARCHIVER_DATABASE_URL=${admin%/*}/$db
+export ARCHIVER_STORAGE_URL=az://archive/demo
+export AZURE_STORAGE_CONNECTION_STRING="DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:$port/devstoreaccount1;"
+archiver() { .venv/bin/archiver "$@"; }
+
+echo "== archiver migrate"; archiver migrate
+echo "== seeding 200,000 orders"; $py -m bench.reference "$ARCHIVER_DATABASE_URL" 200000
+echo "== archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000"
+archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000
+echo "== two workers (--burst: they exit when no job is left)"
+archiver worker --burst 2> "$work/worker-1.log" & w1=$!
+archiver worker --burst 2> "$work/worker-2.log" & w2=$!
+wait $w1 $w2
+echo "== archiver status"; archiver status
+echo "== blobs written"
+$py - <<'PY'
+import os
+from azure.storage.blob import BlobServiceClient
+c = BlobServiceClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"]).get_container_client("archive")
+for b in c.list_blobs():
+    print(f"{b.size:>10}  {b.name}")
+PY
+echo "== rows left older than the cutoff (SQL)"
+$py - <<'PY'
+import asyncio, os, asyncpg
+async def main():
+    c = await asyncpg.connect(os.environ["ARCHIVER_DATABASE_URL"])
+    print(await c.fetchval("SELECT count(*) FROM orders WHERE created_at < '2024-10-01'"), "old rows left,",
+          await c.fetchval("SELECT count(*) FROM orders"), "rows kept,",
+          await c.fetchval("SELECT sum(row_count) FROM archive_files"), "rows archived")
+    await c.close()
+asyncio.run(main())
+PY

@@ -1,0 +1,144 @@
+"""Bad input: one clear line on stderr naming the problem, a non-zero exit, nothing changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.reference import seed_orders
+from tests.support import free_port, run_cli, sql, sql_value
+
+
+@pytest.fixture
+def orders(database_url: str) -> str:
+    seed_orders(database_url, 2_000)
+    sql(database_url, "CREATE TABLE no_key (created_at timestamptz)")
+    sql(database_url, "CREATE TABLE x (id int PRIMARY KEY, created_at timestamptz)")
+    return database_url
+
+
+def assert_refused(result, *needles: str) -> None:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("archiver: error: ")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def assert_unchanged(url: str) -> None:
+    assert sql_value(url, "SELECT count(*) FROM background_jobs") == 0
+    assert sql_value(url, "SELECT count(*) FROM orders") == 2_000
+    assert sql_value(url, "SELECT count(*) FROM x") == 0  # the injection target is intact
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--table", "nosuch"], ["table 'nosuch' not found"]),
+        (["--table", "other.orders"], ["table 'other.orders' not found"]),
+        (
+            ["--table", "orders", "--column", "nosuch"],
+            ["column 'nosuch' not found", "public.orders"],
+        ),
+        (["--table", "orders", "--column", "note"], ["'note'", "text", "not a date, timestamp"]),
+        (["--table", "no_key"], ["no primary key"]),
+        (["--table", "orders", "--before", "2024-13-45"], ["--before", "'2024-13-45'"]),
+        (["--table", "orders", "--before", "yesterday"], ["--before", "'yesterday'"]),
+        (["--table", "orders; drop table x"], ["table 'orders; drop table x' not found"]),
+        (["--table", 'orders"; DROP TABLE x; --'], ["not found"]),
+        (["--table", "public."], ["invalid table name"]),
+    ],
+)
+def test_enqueue_refuses(
+    env: dict[str, str], orders: str, args: list[str], needles: list[str]
+) -> None:
+    full = (
+        ["enqueue", *args] if "--before" in args else ["enqueue", *args, "--before", "2024-10-01"]
+    )
+    assert_refused(run_cli(env, *full), *needles)
+    assert_unchanged(orders)
+
+
+def test_unreachable_database(env: dict[str, str], orders: str) -> None:
+    port = free_port()
+    bad = {**env, "ARCHIVER_DATABASE_URL": f"postgresql://app:s3cret@127.0.0.1:{port}/db"}
+    for args in (
+        ["migrate"],
+        ["status"],
+        ["enqueue", "--table", "orders", "--before", "2024-10-01"],
+    ):
+        result = run_cli(bad, *args)
+        assert_refused(result, "cannot connect to PostgreSQL", f"127.0.0.1:{port}")
+        assert "s3cret" not in result.stderr
+    assert_unchanged(orders)
+
+
+def test_unreachable_storage(env: dict[str, str], orders: str) -> None:
+    port = free_port()
+    conn = env["AZURE_STORAGE_CONNECTION_STRING"].rsplit("BlobEndpoint=", 1)[0]
+    bad = {
+        **env,
+        "AZURE_STORAGE_CONNECTION_STRING": f"{conn}BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;",
+    }
+    result = run_cli(bad, "enqueue", "--table", "orders", "--before", "2024-10-01")
+    assert_refused(result, "cannot reach az://")
+    assert "AccountKey=Eby8" not in result.stderr
+    assert_unchanged(orders)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "needle"),
+    [
+        ("ARCHIVER_STORAGE_URL", "", "ARCHIVER_STORAGE_URL is not set"),
+        ("ARCHIVER_STORAGE_URL", "s3://bucket/x", "ARCHIVER_STORAGE_URL: expected az://"),
+        ("ARCHIVER_STORAGE_URL", "az://Bad_Name/x", "not a valid Azure container name"),
+        (
+            "AZURE_STORAGE_CONNECTION_STRING",
+            "",
+            "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_URL",
+        ),
+        (
+            "ARCHIVER_DATABASE_URL",
+            "mysql://x",
+            "ARCHIVER_DATABASE_URL: expected a postgresql:// URL",
+        ),
+        ("ARCHIVER_POLL_INTERVAL", "soon", "ARCHIVER_POLL_INTERVAL: expected a float"),
+    ],
+)
+def test_bad_settings(env: dict[str, str], orders: str, var: str, value: str, needle: str) -> None:
+    result = run_cli({**env, var: value}, "enqueue", "--table", "orders", "--before", "2024-10-01")
+    assert_refused(result, needle)
+    assert_unchanged(orders)
+
+
+def test_missing_database_setting(env: dict[str, str]) -> None:
+    bad = {k: v for k, v in env.items() if k != "ARCHIVER_DATABASE_URL"}
+    assert_refused(run_cli(bad, "status"), "ARCHIVER_DATABASE_URL (or DATABASE_URL) is not set")
+
+
+def test_database_url_fallback(env: dict[str, str], database_url: str) -> None:
+    fallback = {k: v for k, v in env.items() if k != "ARCHIVER_DATABASE_URL"}
+    fallback["DATABASE_URL"] = database_url
+    assert run_cli(fallback, "status").returncode == 0
+
+
+def test_not_migrated(env: dict[str, str], database_url: str) -> None:
+    sql(database_url, "DROP TABLE background_jobs CASCADE")
+    assert_refused(run_cli(env, "status"), "archiver migrate")
+
+
+def test_migrate_twice_at_once(database_url: str, env: dict[str, str]) -> None:
+    import subprocess
+
+    from tests.support import archiver_cmd
+
+    sql(database_url, "DROP TABLE background_jobs, archive_files, archiver_migrations CASCADE")
+    sql(database_url, "DROP FUNCTION archiver_notify_job")
+    procs = [
+        subprocess.Popen(archiver_cmd("migrate"), env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum("applied" in o for o in outputs) == 1
+    assert run_cli(env, "migrate").stdout.strip() == "schema is up to date"
