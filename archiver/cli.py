@@ -8,13 +8,14 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import asyncpg
 
-from archiver import db, queue
+from archiver import db, failpoints, queue
 from archiver.config import Settings, redact
 from archiver.errors import ArchiverError, InputError
 from archiver.ident import TableName
@@ -102,6 +103,9 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     await asyncio.to_thread(storage.check)
     worker = Worker(settings, storage, concurrency=args.concurrency, burst=args.burst)
     await worker.run()
+    if worker.abandoned:  # a job thread is stuck in I/O; its job was handed back
+        logging.shutdown()
+        os._exit(0)
     return 0
 
 
@@ -201,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         setup_logging(settings.log_format, args.verbose)
+        failpoints.configure(settings.failpoints)
         command: Command = args.func
         return asyncio.run(command(args, settings))
     except ArchiverError as exc:

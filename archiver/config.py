@@ -61,7 +61,10 @@ class Settings:
     shutdown_deadline: float  # seconds a stopping worker gives its chunk in progress
     retention_days: float  # finished jobs older than this are pruned
     upload_concurrency: int
+    retry_base_seconds: float  # first retry's backoff; doubles each attempt, with jitter
+    retry_max_seconds: float
     log_format: str  # "text" or "json"
+    failpoints: str  # testing only: see archiver/failpoints.py
 
     @property
     def same_database(self) -> bool:
@@ -110,6 +113,9 @@ class Settings:
             shutdown_deadline=_number(env, "ARCHIVER_SHUTDOWN_DEADLINE", float, 30.0, minimum=0.0),
             retention_days=_number(env, "ARCHIVER_RETENTION_DAYS", float, 30.0, minimum=0.0),
             upload_concurrency=_number(env, "ARCHIVER_UPLOAD_CONCURRENCY", int, 4, minimum=1),
+            retry_base_seconds=_number(env, "ARCHIVER_RETRY_BASE_SECONDS", float, 5.0, minimum=0.0),
+            retry_max_seconds=_number(env, "ARCHIVER_RETRY_MAX_SECONDS", float, 600.0, minimum=0.0),
+            failpoints=env.get("ARCHIVER_FAILPOINTS", ""),
             log_format=_choice(env, "ARCHIVER_LOG_FORMAT", ("text", "json"), "text"),
         )
 

@@ -33,10 +33,15 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+APPLICATION_NAME = "archiver"  # shows in pg_stat_activity
+
+
 async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
     """One asyncpg connection; an unreachable server is a DatabaseUnavailable naming it."""
     try:
-        return await asyncpg.connect(url, timeout=timeout)
+        return await asyncpg.connect(
+            url, timeout=timeout, server_settings={"application_name": APPLICATION_NAME}
+        )
     except (
         *CONNECTION_ERRORS,
         asyncpg.InvalidCatalogNameError,
@@ -48,7 +53,12 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
 async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.Pool:
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=size, timeout=timeout, command_timeout=300
+            url,
+            min_size=1,
+            max_size=size,
+            timeout=timeout,
+            command_timeout=300,
+            server_settings={"application_name": APPLICATION_NAME},
         )
     except (
         *CONNECTION_ERRORS,
@@ -75,6 +85,7 @@ def connect_bulk(url: str) -> Iterator[Any]:
     try:
         with conn.cursor() as cur:
             cur.execute("SET TIME ZONE 'UTC'")
+            cur.execute(f"SET application_name = '{APPLICATION_NAME}'")
         conn.commit()
         yield conn
     finally:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from archiver import source
+from archiver import failpoints, source
 from archiver.errors import VerificationError
 from archiver.ident import TableName
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
@@ -262,6 +262,7 @@ class ChunkArchiver:
                     return None
                 # 3. upload under the deterministic name (a retry overwrites its own attempt)
                 md5 = file_md5(local)
+                failpoints.reach("before_upload")
                 stored = self.storage.put_file(name, local, md5)
                 # 4. verify what the service holds, and that the file holds every row taken
                 archived = self._verify(
@@ -274,13 +275,16 @@ class ChunkArchiver:
                     self.ledger.confirm(archived, new_progress)
                 elif self.same_database:
                     self.ledger.in_transaction(cur, archived, new_progress)
+                    failpoints.reach("before_commit")
                     self.conn.commit()
                 else:
                     cur.execute("SELECT pg_current_xact_id()::text")
                     xid = cur.fetchall()[0][0]
                     self.ledger.record_pending(archived, xid)
+                    failpoints.reach("before_commit")
                     self.conn.commit()
                     self.ledger.confirm(archived, new_progress)
+                failpoints.reach("after_commit")
         except BaseException:
             if move:
                 _rollback_quietly(self.conn)

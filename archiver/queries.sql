@@ -27,6 +27,11 @@ WHERE j.id = (
     FOR UPDATE SKIP LOCKED)
 RETURNING j.*
 
+-- name: seconds_to_next_run
+-- How long until the earliest queued job may run (a retry waiting out its backoff).
+SELECT GREATEST(EXTRACT(epoch FROM min(run_at) - now()), 0)::float8
+FROM background_jobs WHERE status = 'queued'
+
 -- name: heartbeat
 UPDATE background_jobs SET heartbeat_at = now()
 WHERE id = $1 AND status = 'running' AND locked_by = $2

@@ -130,6 +130,12 @@ async def claim_next_job(pool: asyncpg.Pool, worker: str) -> Job | None:
     return None
 
 
+async def seconds_to_next_run(pool: asyncpg.Pool) -> float | None:
+    """Seconds until the earliest queued job may run; None when nothing is queued."""
+    value = await pool.fetchval(query("seconds_to_next_run"))
+    return None if value is None else float(value)
+
+
 async def heartbeat(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool | None:
     """Renew the lease. None: the job is no longer ours; else whether a cancel was asked."""
     row = await pool.fetchrow(query("heartbeat"), job_id, worker)

@@ -10,14 +10,17 @@ import hashlib
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from archiver import failpoints
 from archiver.config import Settings, StorageLocation, redact
 from archiver.errors import StorageError
 
 _READ_BLOCK = 8 * 1024 * 1024
+BLOCK_SIZE = 8 * 1024 * 1024  # per staged Azure block
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,6 @@ class AzureStorage:
             "retry_policy": ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=3),
             "connection_timeout": 10,
             "read_timeout": 120,
-            "max_block_size": 8 * 1024 * 1024,
-            "max_single_put_size": 8 * 1024 * 1024,
         }
         try:
             if settings.azure_connection_string:
@@ -173,23 +174,34 @@ class AzureStorage:
         return _join(self.location.prefix, relative)
 
     def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
+        """Stage the file in blocks (at most `upload_concurrency` in flight, each checked
+        by the service against its MD5), then commit the block list with the whole
+        file's MD5. Memory: upload_concurrency x BLOCK_SIZE."""
         from azure.core.exceptions import AzureError
-        from azure.storage.blob import ContentSettings
+        from azure.storage.blob import BlobBlock, ContentSettings
 
         blob = self.container.get_blob_client(name)
-        try:
+        size = path.stat().st_size
+        count = max(1, -(-size // BLOCK_SIZE))
+        ids = [base64.b64encode(f"block-{i:08d}".encode()).decode() for i in range(count)]
+
+        def stage(i: int) -> None:
             with path.open("rb") as f:
-                blob.upload_blob(
-                    f,
-                    length=path.stat().st_size,
-                    overwrite=True,
-                    max_concurrency=self.max_concurrency,
-                    validate_content=True,  # the service checks each block's MD5
-                    content_settings=ContentSettings(
-                        content_type="application/vnd.apache.parquet",
-                        content_md5=bytearray(base64.b64decode(md5)),
-                    ),
-                )
+                f.seek(i * BLOCK_SIZE)
+                data = f.read(BLOCK_SIZE)
+            blob.stage_block(ids[i], data, length=len(data), validate_content=True)
+
+        try:
+            with ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="upload") as pool:
+                list(pool.map(stage, range(count)))
+            failpoints.reach("upload_staged")
+            blob.commit_block_list(
+                [BlobBlock(block_id=i) for i in ids],
+                content_settings=ContentSettings(
+                    content_type="application/vnd.apache.parquet",
+                    content_md5=bytearray(base64.b64decode(md5)),
+                ),
+            )
         except AzureError as exc:
             raise self._error("upload to", exc) from None
         stored = self.stat(name)

@@ -16,9 +16,11 @@ import socket
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import adbc_driver_manager
 import asyncpg
 
 from archiver import db, queue
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 
 JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
 PRUNE_EVERY = 300.0  # seconds between retention sweeps
+# Failures that need no traceback in the log: operator-facing and connection errors.
+EXPECTED_ERRORS = (ArchiverError, adbc_driver_manager.OperationalError, *db.CONNECTION_ERRORS)
 
 
 class StopRequested(ArchiverError):
@@ -80,6 +84,10 @@ class Worker:
         self.stopping = False
         self.hard_stop = asyncio.Event()
         self.pool: asyncpg.Pool | None = None
+        # Job threads. A thread stuck in network I/O cannot be interrupted: on a hard stop
+        # its job is handed back and the process exits without joining it (`abandoned`).
+        self.executor = ThreadPoolExecutor(concurrency, thread_name_prefix="job")
+        self.abandoned = False
 
     # -- signals ---------------------------------------------------------------------
 
@@ -116,6 +124,7 @@ class Worker:
             while not self.stopping:
                 self.wake.clear()
                 claimed = False
+                wait = self.settings.poll_interval
                 try:
                     await self._rescue()
                     if time.monotonic() - last_prune > PRUNE_EVERY:
@@ -129,6 +138,10 @@ class Worker:
                             break
                         claimed = True
                         self._start(job)
+                    # NOTIFY fires when a retry is queued, not when its backoff ends.
+                    next_run = await queue.seconds_to_next_run(self.pool)
+                    if next_run is not None:
+                        wait = min(wait, max(next_run, 0.05))
                 except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
                     log.warning("queue database unreachable (%s); retrying", error_line(exc))
                 if self.burst and not claimed and not self.runs:
@@ -136,12 +149,13 @@ class Worker:
                 if claimed and len(self.runs) < self.concurrency:
                     continue
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), self.settings.poll_interval)
+                    await asyncio.wait_for(self.wake.wait(), wait)
             await self._drain()
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
             await self.pool.close()
+            self.executor.shutdown(wait=not self.abandoned, cancel_futures=True)
         log.info("worker %s stopped", self.name)
 
     async def _rescue(self) -> None:
@@ -162,6 +176,7 @@ class Worker:
             for run in list(self.runs.values()):  # threads stuck in I/O: hand back anyway
                 log.warning("job %s: chunk still busy at exit; handing the job back", run.job.id)
                 await self._finish_quietly(queue.release(self._pool(), run.job.id, self.name))
+                self.abandoned = True
         hard.cancel()
 
     async def _abort_chunks(self) -> None:
@@ -191,7 +206,7 @@ class Worker:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self.settings.database_url, timeout=10)
+                conn = await db.connect(self.settings.database_url)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(JOBS_CHANNEL, self._on_job_notify)
@@ -203,6 +218,7 @@ class Worker:
                         await asyncio.wait_for(lost.wait(), 10)
                     except TimeoutError:
                         await conn.execute("SELECT 1")  # notice a dead connection early
+                log.warning("LISTEN connection lost (closed by the server); reconnecting")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -246,7 +262,8 @@ class Worker:
         try:
             if job.cancel_requested_at is not None:
                 raise CancelRequested("cancelled by an operator")
-            progress = await asyncio.to_thread(self._archive, run)
+            loop = asyncio.get_running_loop()
+            progress = await loop.run_in_executor(self.executor, self._archive, run)
         except StopRequested:
             await self._finish_quietly(queue.release(pool, job.id, self.name))
             log.info("job %s: handed back to the queue", job.id)

@@ -44,8 +44,14 @@ def rows_in_blobs(connection_string: str, container: str, names: list[str]) -> l
     return rows
 
 
-def catalog_paths(url: str) -> list[str]:
-    return [r["path"] for r in sql(url, "SELECT path FROM archive_files ORDER BY job_id, part")]
+def catalog_paths(url: str, table: str | None = None) -> list[str]:
+    """Paths of the catalogued files, of one table (schema.table) or of all."""
+    rows = sql(
+        url,
+        "SELECT path FROM archive_files WHERE $1::text IS NULL OR source_table = $1 ORDER BY job_id, part",
+        table,
+    )
+    return [r["path"] for r in rows]
 
 
 def assert_exactly_once(

@@ -65,3 +65,14 @@ def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> 
         "ARCHIVER_POLL_INTERVAL": "0.5",
         "TMPDIR": str(tmp_path),
     }
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """On failure, attach the logs of the test's worker/scheduler processes to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "tmp_path" in getattr(item, "funcargs", {}):
+        for log in sorted(Path(item.funcargs["tmp_path"]).glob("**/*.log")):
+            text = log.read_text(errors="replace")
+            report.sections.append((f"process log {log.name}", text[-20000:]))

@@ -175,3 +175,100 @@ def which_pg_bin(name: str) -> str:
     for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
         return str(candidate)
     raise RuntimeError(f"{name} not found (install PostgreSQL server binaries)")
+
+
+def wait_for_text(path: Path, text: str, timeout: float = 60.0) -> None:
+    """Wait until a process's log file contains `text`."""
+    wait_until(
+        lambda: path.exists() and text in path.read_text(), timeout, what=f"{text!r} in {path.name}"
+    )
+
+
+def job_row(url: str, job_id: str) -> Any:
+    return sql(url, "SELECT * FROM background_jobs WHERE id = $1::uuid", job_id)[0]
+
+
+def wait_for_status(url: str, job_id: str, status: str, timeout: float = 90.0) -> Any:
+    return wait_until(
+        lambda: (r := job_row(url, job_id))["status"] == status and r,
+        timeout,
+        what=f"job {job_id} {status}",
+    )
+
+
+class PrivateCluster:
+    """A PostgreSQL cluster of the test's own (initdb/pg_ctl on a free port), for tests
+    that restart the server. Runs as the `postgres` user when the tests run as root."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        # Not under pytest's tmp dir: that is private to root, and PostgreSQL refuses to
+        # run as root, so the server runs as `postgres` in a directory it owns.
+        self.root = Path(tempfile.mkdtemp(prefix="archiver-pg-"))
+        self.data = self.root / "pgdata"
+        self.port = free_port()
+        self.as_owner: list[str] = []
+        if os.geteuid() == 0:
+            self.as_owner = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(self.root, "postgres")
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            [
+                *self.as_owner,
+                which_pg_bin("pg_ctl"),
+                "-D",
+                str(self.data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(self.data.parent / "server.log"),
+                *args,
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def init(self) -> None:
+        subprocess.run(
+            [
+                *self.as_owner,
+                which_pg_bin("initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def start(self) -> None:
+        self._pg_ctl(
+            "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c fsync=off", "start"
+        )
+
+    def restart(self) -> None:
+        self._pg_ctl(
+            "-m",
+            "fast",
+            "-o",
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c fsync=off",
+            "restart",
+        )
+
+    def stop(self) -> None:
+        """Stop the server and delete its files."""
+        try:
+            self._pg_ctl("-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)

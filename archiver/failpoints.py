@@ -1,0 +1,52 @@
+"""Failpoints: named places in the data path where a test can stop a real worker.
+
+Disabled unless ARCHIVER_FAILPOINTS is set (a testing knob, like FoundationDB's and
+TiKV's): `name=pause` blocks the thread there until the process is killed;
+`name=sleep:S` sleeps S seconds each time. Reaching one logs `failpoint NAME reached`,
+which a test waits for before it kills or signals the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from archiver.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+NAMES = ("before_upload", "upload_staged", "before_commit", "after_commit")
+_active: dict[str, tuple[str, float]] = {}
+
+
+def configure(spec: str) -> None:
+    """Parse `name=pause,name=sleep:0.5`; an unknown name or action is a ConfigError."""
+    _active.clear()
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, action = item.partition("=")
+        kind, _, arg = action.partition(":")
+        if name not in NAMES or kind not in ("pause", "sleep"):
+            raise ConfigError(
+                f"ARCHIVER_FAILPOINTS: cannot parse {item!r} (names: {', '.join(NAMES)})"
+            )
+        try:
+            seconds = float(arg) if kind == "sleep" else 0.0
+        except ValueError:
+            raise ConfigError(f"ARCHIVER_FAILPOINTS: {item!r}: sleep takes seconds") from None
+        _active[name] = (kind, seconds)
+
+
+def reach(name: str) -> None:
+    """Mark a failpoint; does nothing unless a test enabled it."""
+    if not _active:
+        return
+    action = _active.get(name)
+    if action is None:
+        return
+    log.warning("failpoint %s reached", name)
+    kind, seconds = action
+    if kind == "sleep":
+        time.sleep(seconds)
+        return
+    while True:
+        time.sleep(3600)

@@ -1,0 +1,31 @@
+"""The invariant, checked by primary key over the table and every catalogued file."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tests.archive_check import blob_names, catalog_paths, rows_in_blobs
+from tests.support import sql
+
+
+def assert_exactly_once(
+    database_url: str,
+    connection_string: str,
+    container: str,
+    expected_ids: set[int],
+    table: str = "orders",
+) -> None:
+    """Each id that was older than the cutoff is now in exactly one place: still in the
+    table, or in exactly one row of exactly one catalogued file. No stray blobs."""
+    left = [r["id"] for r in sql(database_url, f'SELECT id FROM "{table}"')]
+    assert blob_names(connection_string, container) == sorted(catalog_paths(database_url)), (
+        "blobs and catalog differ"
+    )
+    paths = catalog_paths(database_url, f"public.{table}")
+    archived = [r["id"] for r in rows_in_blobs(connection_string, container, paths)]
+    seen = Counter(archived) + Counter(i for i in left if i in expected_ids)
+    twice = [i for i, n in seen.items() if n > 1]
+    lost = expected_ids - seen.keys()
+    assert not twice, f"{len(twice)} rows archived twice, e.g. {sorted(twice)[:5]}"
+    assert not lost, f"{len(lost)} rows lost, e.g. {sorted(lost)[:5]}"
+    assert set(archived) <= expected_ids, "archived rows newer than the cutoff"

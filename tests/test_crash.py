@@ -1,0 +1,399 @@
+"""Issue 3: workers killed, signalled, cut off; databases and storage restarted. Real
+processes, real PostgreSQL, real Azurite; the invariant checked by primary key."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.reference import seed_orders
+from tests.exactly_once import assert_exactly_once
+from tests.support import (
+    Azurite,
+    PrivateCluster,
+    job_row,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_for_status,
+    wait_for_text,
+    wait_until,
+    with_database,
+)
+
+CUTOFF = "2024-12-25"  # with 20,000 seeded rows: 9,920 rows older
+
+
+@pytest.fixture
+def fast(env: dict[str, str]) -> dict[str, str]:
+    """Short leases and backoffs so rescues happen within seconds."""
+    return {
+        **env,
+        "ARCHIVER_LEASE_SECONDS": "2",
+        "ARCHIVER_HEARTBEAT_SECONDS": "0.5",
+        "ARCHIVER_RETRY_BASE_SECONDS": "0.2",
+        "ARCHIVER_SHUTDOWN_DEADLINE": "10",
+        "ARCHIVER_POLL_INTERVAL": "0.3",
+    }
+
+
+def old_ids(url: str) -> set[int]:
+    return {r["id"] for r in sql(url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")}
+
+
+def enqueue(env: dict[str, str], *extra: str) -> str:
+    result = run_cli(
+        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000", *extra
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout)
+
+
+@pytest.mark.parametrize(
+    "point", ["before_upload", "upload_staged", "before_commit", "after_commit"]
+)
+def test_sigkill_at_each_point_of_a_chunk(
+    fast, database_url, azurite, container, tmp_path: Path, point: str
+) -> None:
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    job_id = enqueue(fast)
+    log_a = tmp_path / "a.log"
+    a = start_worker({**fast, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log=log_a)
+    wait_for_text(log_a, f"failpoint {point} reached")
+    a.kill()
+    a.wait(10)
+
+    log_b = tmp_path / "b.log"
+    b = start_worker(fast, log=log_b)
+    row = wait_for_status(database_url, job_id, "completed")
+    assert stop(b) == 0
+    assert "lease expired" in log_b.read_text()
+    assert row["attempts"] == 2
+    assert (
+        sql_value(database_url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
+    )
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
+    fast, database_url, azurite, container, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    job_id = enqueue(fast)
+    log_a = tmp_path / "a.log"
+    a = start_worker({**fast, "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.7"}, log=log_a)
+    wait_until(
+        lambda: (
+            job_row(database_url, job_id)["progress"]
+            and json.loads(job_row(database_url, job_id)["progress"]).get("files", 0) >= 2
+        ),
+        60,
+        what="two chunks",
+    )
+    t0 = time.monotonic()
+    assert stop(a, timeout=15) == 0
+    assert time.monotonic() - t0 < 10  # within the deadline
+    row = job_row(database_url, job_id)
+    assert row["status"] == "queued" and row["locked_by"] is None
+    files_before = sql_value(database_url, "SELECT count(*) FROM archive_files")
+    assert json.loads(row["progress"])["files"] == files_before >= 2
+
+    log_b = tmp_path / "b.log"
+    assert start_worker(fast, "--burst", log=log_b).wait(120) == 0
+    assert job_row(database_url, job_id)["status"] == "completed"
+    parts = [r["part"] for r in sql(database_url, "SELECT part FROM archive_files ORDER BY part")]
+    assert parts == list(range(1, len(parts) + 1))
+    # The new worker started after the committed chunks: its first file is the next part.
+    assert f"part {files_before + 1}," in log_b.read_text()
+    assert f"part {files_before}," not in log_b.read_text()
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_second_signal_rolls_back_at_once(
+    fast, database_url, azurite, container, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    job_id = enqueue(fast)
+    log_a = tmp_path / "a.log"
+    a = start_worker(
+        {**fast, "ARCHIVER_FAILPOINTS": "before_commit=pause", "ARCHIVER_SHUTDOWN_DEADLINE": "600"},
+        log=log_a,
+    )
+    wait_for_text(log_a, "failpoint before_commit reached")
+    a.send_signal(signal.SIGTERM)
+    wait_for_text(log_a, "stopping")
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+    row = job_row(database_url, job_id)
+    assert row["status"] == "queued"
+    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
+    assert old_ids(database_url) == expected  # the chunk was rolled back
+    assert start_worker(fast, "--burst").wait(120) == 0
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_backend_connections_killed(fast, database_url, azurite, container, tmp_path: Path) -> None:
+    seed_orders(database_url, 20_000)
+    sql(
+        database_url, "CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)"
+    )
+    sql(database_url, "INSERT INTO events SELECT g, '2020-01-01' FROM generate_series(1, 100) g")
+    expected = old_ids(database_url)
+    env = {**fast, "ARCHIVER_POLL_INTERVAL": "30", "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.3"}
+    job_id = enqueue(env)
+    log = tmp_path / "w.log"
+    w = start_worker(env, log=log)
+    wait_for_text(log, "failpoint after_commit reached")
+    dbname = database_url.rsplit("/", 1)[1]
+    killed_at = sql_value(database_url, "SELECT now()")
+    killed = sql_value(
+        database_url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = $1 AND application_name = 'archiver' AND pid <> pg_backend_pid()",
+        dbname,
+    )
+    assert killed >= 3  # pool, LISTEN, and the job's bulk connections
+    # LISTEN is back: a new connection started after the kill is listening.
+    wait_until(
+        lambda: (
+            sql_value(
+                database_url,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'archiver' AND backend_start > $2",
+                dbname,
+                killed_at,
+            )
+            >= 2
+        ),
+        30,
+        what="reconnect",
+    )
+    wait_for_status(database_url, job_id, "completed")
+    time.sleep(1.0)  # let the LISTEN reconnect settle before measuring the wake-up
+    result = run_cli(env, "enqueue", "--table", "events", "--before", "2021-01-01")
+    assert result.returncode == 0, result.stderr
+    second = wait_for_status(database_url, result.stdout.strip(), "completed", timeout=30)
+    # Woken by NOTIFY, not by the 30 s poll.
+    assert (second["started_at"] - second["created_at"]).total_seconds() < 1.0
+    assert stop(w) == 0
+    assert "LISTEN connection lost" in log.read_text()
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_postgres_restart_during_a_job(fast, azurite, container, tmp_path: Path) -> None:
+    cluster = PrivateCluster()
+    cluster.init()
+    cluster.start()
+    try:
+        sql(cluster.admin_url, "CREATE DATABASE app")
+        url = with_database(cluster.admin_url, "app")
+        env = {
+            **fast,
+            "ARCHIVER_DATABASE_URL": url,
+            "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.3",
+        }
+        assert run_cli(env, "migrate").returncode == 0
+        seed_orders(url, 20_000)
+        expected = old_ids(url)
+        job_id = enqueue(env, "--chunk-rows", "1000")
+        log = tmp_path / "w.log"
+        w = start_worker(env, log=log)
+        wait_until(
+            lambda: sql_value(url, "SELECT count(*) FROM archive_files") >= 2, 60, what="two chunks"
+        )
+        cluster.restart()
+        wait_for_status(url, job_id, "completed", timeout=120)
+        assert w.poll() is None  # the same worker process carried on
+        assert stop(w) == 0
+        assert_exactly_once(url, azurite.connection_string, container, expected)
+    finally:
+        cluster.stop()
+
+
+def test_azurite_down_during_an_upload(fast, database_url, container, tmp_path: Path) -> None:
+    storage = Azurite(tmp_path / "azurite")
+    storage.start()
+    try:
+        env = {
+            **fast,
+            "AZURE_STORAGE_CONNECTION_STRING": storage.connection_string,
+            "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1.5",
+            "ARCHIVER_RETRY_BASE_SECONDS": "1",
+        }
+        seed_orders(database_url, 20_000)
+        expected = old_ids(database_url)
+        job_id = enqueue(env, "--chunk-rows", "4000")
+        log = tmp_path / "w.log"
+        w = start_worker(env, log=log)
+        wait_until(
+            lambda: log.read_text().count("failpoint upload_staged reached") >= 2,
+            60,
+            what="second upload",
+        )
+        storage.stop()
+        wait_until(
+            lambda: job_row(database_url, job_id)["last_error"], 60, what="the failed attempt"
+        )
+        assert old_ids(database_url) - {
+            r["id"] for r in sql(database_url, "SELECT unnest(ARRAY[0])::bigint AS id")
+        }  # rows still there
+        storage.start()
+        wait_for_status(database_url, job_id, "completed", timeout=120)
+        assert stop(w) == 0
+        assert "StorageError" in (job_row(database_url, job_id)["last_error"] or "")
+        assert_exactly_once(database_url, storage.connection_string, container, expected)
+    finally:
+        storage.stop()
+
+
+def test_four_workers_two_hundred_jobs(
+    env, database_url, azurite, container, tmp_path: Path
+) -> None:
+    import asyncio
+
+    import asyncpg
+
+    from archiver import queue
+    from archiver.pipeline import ArchiveRequest
+
+    tables = 50
+    for t in range(tables):
+        sql(database_url, f"CREATE TABLE t{t} (id bigint PRIMARY KEY, created_at date NOT NULL)")
+        sql(
+            database_url,
+            f"INSERT INTO t{t} SELECT g, date '2020-01-01' + g FROM generate_series(1, 8) g",
+        )
+
+    async def enqueue_all() -> list[str]:
+        conn = await asyncpg.connect(database_url)
+        ids = []
+        for t in range(tables):
+            for day in (3, 5, 7, 9):  # four jobs per table, serialised by the table's lock
+                cutoff = f"2020-01-{day:02d}T00:00:00+00:00"
+                request = ArchiveRequest(f"public.t{t}", "created_at", cutoff, "move")
+                job_id, _ = await queue.enqueue(
+                    conn, request.payload(), dedup_key=f"t{t}:{day}", lock_key=f"table:public.t{t}"
+                )
+                ids.append(str(job_id))
+        await conn.close()
+        return ids
+
+    assert len(set(asyncio.run(enqueue_all()))) == 200
+    log = tmp_path / "w.log"
+    workers = [start_worker(env, "--burst", "--concurrency", "2", log=log) for _ in range(4)]
+    for w in workers:
+        assert w.wait(300) == 0
+    rows = sql(database_url, "SELECT status, attempts FROM background_jobs")
+    assert [r["status"] for r in rows] == ["completed"] * 200
+    assert all(r["attempts"] == 1 for r in rows)
+    claims = [line for line in log.read_text().splitlines() if ": claimed" in line]
+    assert len(claims) == 200 and len({c.split("job ")[1].split(":")[0] for c in claims}) == 200
+    # Rows dated before the last cutoff (2020-01-09) moved once each; the 8th row stays.
+    assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == tables * 7
+    assert sql_value(
+        database_url, "SELECT count(DISTINCT (source_table, min_key)) FROM archive_files"
+    ) == sql_value(database_url, "SELECT count(*) FROM archive_files")
+    for t in range(tables):
+        assert sql_value(database_url, f"SELECT count(*) FROM t{t}") == 1
+
+
+def test_cancel_at_chunk_boundary_then_retry(
+    fast, database_url, azurite, container, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    env = {**fast, "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.5", "ARCHIVER_POLL_INTERVAL": "30"}
+    job_id = enqueue(env)
+    log = tmp_path / "w.log"
+    w = start_worker(env, log=log)
+    wait_until(
+        lambda: sql_value(database_url, "SELECT count(*) FROM archive_files") >= 1,
+        60,
+        what="a chunk",
+    )
+    result = run_cli(env, "cancel", job_id)
+    assert result.returncode == 0 and "next chunk boundary" in result.stdout
+    row = wait_for_status(database_url, job_id, "cancelled", timeout=10)
+    files = sql_value(database_url, "SELECT count(*) FROM archive_files")
+    assert 1 <= files < 5 and json.loads(row["progress"])["files"] == files
+    # Chunks already committed stay archived; the rest stays in the table.
+    assert len(old_ids(database_url)) == len(expected) - sql_value(
+        database_url, "SELECT sum(row_count) FROM archive_files"
+    )
+    assert run_cli(env, "retry", job_id).returncode == 0
+    wait_for_status(database_url, job_id, "completed")
+    assert stop(w) == 0
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_failed_attempts_back_off_then_fail_keeping_errors(
+    fast, database_url, tmp_path: Path
+) -> None:
+    sql(database_url, "CREATE TABLE gone (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+    result = run_cli(
+        fast, "enqueue", "--table", "gone", "--before", "2024-01-01", "--max-attempts", "3"
+    )
+    job_id = result.stdout.strip()
+    sql(database_url, "DROP TABLE gone")
+    w = start_worker(fast)
+    row = wait_for_status(database_url, job_id, "failed", timeout=60)
+    assert stop(w) == 0
+    errors = json.loads(row["errors"])
+    assert row["attempts"] == 3 and len(errors) == 3
+    assert "not found" in row["last_error"]
+    assert [e["attempt"] for e in errors] == [1, 2, 3]
+    retried = run_cli(fast, "retry", job_id)
+    assert retried.returncode == 0 and job_row(database_url, job_id)["status"] == "queued"
+
+
+def test_retention_prunes_finished_jobs_and_keeps_files(
+    env, database_url, azurite, container
+) -> None:
+    seed_orders(database_url, 3_000)
+    job_id = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
+    assert start_worker(env, "--burst").wait(60) == 0
+    files = sql_value(database_url, "SELECT count(*) FROM archive_files")
+    sql(database_url, "UPDATE background_jobs SET finished_at = now() - interval '31 days'")
+    assert start_worker(env, "--burst").wait(60) == 0
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM background_jobs WHERE id = $1::uuid", job_id)
+        == 0
+    )
+    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == files > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["cancel", "not-a-uuid"], "is not a job id"),
+        (["retry", "00000000-0000-0000-0000-000000000000"], "no job 00000000"),
+        (["cancel", "00000000-0000-0000-0000-000000000000"], "no job 00000000"),
+    ],
+)
+def test_bad_job_ids(env, database_url, args: list[str], needle: str) -> None:
+    result = run_cli(env, *args)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and needle in result.stderr
+
+
+def test_job_state_refusals(env, database_url) -> None:
+    seed_orders(database_url, 3_000)
+    job_id = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
+    retried = run_cli(env, "retry", job_id)
+    assert retried.returncode == 1 and "is queued; only failed or cancelled" in retried.stderr
+    assert start_worker(env, "--burst").wait(60) == 0
+    cancelled = run_cli(env, "cancel", job_id)
+    assert cancelled.returncode == 1 and "is completed; only queued or running" in cancelled.stderr
+    assert job_row(database_url, job_id)["status"] == "completed"
