@@ -48,12 +48,19 @@ class Jobs:
     running: str
 
 
-def jobs_in_every_state(env: dict[str, str], url: str, log: Path) -> Jobs:
+def completing_and_failing_jobs(env: dict[str, str], url: str) -> tuple[str, str]:
+    """Two queued jobs: one archives `events` in two chunks, one will fail (its table is
+    dropped after enqueue checked it; one attempt allowed)."""
     make_events(url)
     make_events(url, "doomed")
     completed = enqueue(env, "events", "--chunk-rows", "100")
     failed = enqueue(env, "doomed", "--max-attempts", "1")
     sql(url, "DROP TABLE doomed")
+    return completed, failed
+
+
+def jobs_in_every_state(env: dict[str, str], url: str, log: Path) -> Jobs:
+    completed, failed = completing_and_failing_jobs(env, url)
     worker = start_worker(env, "--burst", log=log)
     assert worker.wait(timeout=120) == 0, log.read_text()
 

@@ -133,10 +133,7 @@ def test_wait_exits_zero_when_completed(
     ) == ("completed")
     lines = result.stderr.splitlines()  # not a terminal: a plain line per change
     assert any("rows/s" in line and "ETA" in line for line in lines)
-    assert (
-        lines[-1]
-        == f"job {job} completed: 200 of ~200 rows (100%), " + lines[-1].split("(100%), ")[1]
-    )
+    assert lines[-1].startswith(f"job {job} completed: 200 of ~"), lines[-1]
 
 
 def test_wait_exits_non_zero_when_the_job_fails(
