@@ -456,7 +456,8 @@ def archive_job(
                 raise reason
             started = time.monotonic()
             advanced = archiver.archive_chunk(progress)
-            if advanced is None:
+            if advanced is None:  # done: the estimates give way to what was counted
+                progress.rows_estimated, progress.chunks_estimated = progress.rows, progress.files
                 return progress
             if on_chunk is not None:
                 on_chunk(
