@@ -6,18 +6,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import asyncpg
 
-from archiver import db, failpoints, queue
+from archiver import console, db, failpoints, queue
 from archiver.config import Settings, redact
-from archiver.errors import ArchiverError, InputError
+from archiver.errors import ArchiverError, InputError, JobFailed
 from archiver.ident import TableName
 from archiver.logs import setup_logging
 from archiver.pipeline import ArchiveRequest
@@ -66,11 +66,25 @@ def _validate_archive(settings: Settings, table: TableName, column: str) -> str:
     return info.qualified
 
 
+def _plan_archive(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
+    from archiver.pipeline import plan_archive
+
+    with db.connect_bulk(settings.effective_source_url) as conn:
+        return plan_archive(conn, request).to_json()
+
+
 async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     from archiver.storage import open_storage
 
     cutoff = parse_cutoff(args.before)
     table = TableName.parse(args.table)
+    if args.dry_run:
+        if args.wait:
+            raise InputError("--dry-run and --wait exclude each other")
+        request = ArchiveRequest(str(table), args.column, cutoff, args.mode, args.chunk_rows)
+        plan = await asyncio.to_thread(_plan_archive, settings, request)
+        print(console.plan_report(plan, cutoff, args.mode))
+        return 0
     storage = open_storage(settings)
     qualified = await asyncio.to_thread(_validate_archive, settings, table, args.column)
     await asyncio.to_thread(storage.check)
@@ -90,9 +104,24 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if not created:
         print(f"{job_id}", file=sys.stdout)
         print(f"an identical archive is already queued or running: job {job_id}", file=sys.stderr)
-        return 0
-    print(job_id)
+    else:
+        print(job_id)
+    if args.wait:
+        sys.stdout.flush()
+        await _wait(settings, job_id)
     return 0
+
+
+async def _wait(settings: Settings, job_id: uuid.UUID) -> None:
+    """Draw the job's progress on stderr until it ends; a failed or cancelled job is an error."""
+    conn = await db.connect(settings.database_url)
+    try:
+        job = await console.wait_for_job(conn, job_id, sys.stderr)
+    finally:
+        await conn.close()
+    if job.status != "completed":
+        raise JobFailed(f"job {job_id} {job.status}: {job.last_error or 'no error recorded'}")
+    print(f"job {job_id} completed: {console.progress_text(job.progress)}", file=sys.stderr)
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -101,6 +130,10 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     storage = open_storage(settings)
     await asyncio.to_thread(storage.check)
+    if args.metrics_port is not None:
+        from archiver import metrics
+
+        metrics.serve(args.metrics_port, settings.database_url)
     worker = Worker(settings, storage, concurrency=args.concurrency, burst=args.burst)
     await worker.run()
     if worker.abandoned:  # a job thread is stuck in I/O; its job was handed back
@@ -112,22 +145,38 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     conn = await db.connect(settings.database_url)
     try:
-        rows = await queue.status_summary(conn)
+        report = await queue.ops_report(conn)
+    finally:
+        await conn.close()
+    print(console.dumps(report) if args.json else console.status_report(report))
+    return 0
+
+
+async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    conn = await db.connect(settings.database_url)
+    try:
+        rows = await queue.list_jobs(conn, args.status, args.table, args.limit)
     finally:
         await conn.close()
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print("no jobs")
-        return 0
-    header = ("table", "status", "jobs", "rows", "bytes")
-    table = [
-        tuple(str(r[k]) for k in ("source_table", "status", "jobs", "rows", "bytes")) for r in rows
-    ]
-    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=True)]
-    for line in (header, *table):
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
+        print(console.dumps(rows))
+    else:
+        print(console.table(rows, console.JOB_COLUMNS) if rows else "no jobs")
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = queue.parse_job_id(args.job_id)
+    conn = await db.connect(settings.database_url)
+    try:
+        job = await queue.get_job(conn, job_id)
+        files = await queue.job_files(conn, job_id)
+    finally:
+        await conn.close()
+    if args.json:
+        print(console.dumps({"job": job, "files": files}))
+    else:
+        print(console.job_report(job, files))
     return 0
 
 
@@ -177,16 +226,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
     p.add_argument("--max-attempts", type=positive_int, default=5)
+    p.add_argument(
+        "--wait", action="store_true", help="show progress until the job ends; non-zero if it fails"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print rows, Parquet size, chunks and index use (EXPLAIN); queue nothing",
+    )
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("worker", help="run jobs until SIGTERM")
     p.add_argument("--concurrency", type=positive_int, default=1, help="jobs at once")
     p.add_argument("--burst", action="store_true", help="exit when no job is left")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="P", help="serve Prometheus metrics on port P"
+    )
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("status", help="jobs by table and status")
+    p = sub.add_parser("status", help="jobs by table and status, running, failing, archived")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("jobs", help="list jobs, newest first")
+    p.add_argument("--status", choices=("queued", "running", "completed", "failed", "cancelled"))
+    p.add_argument("--table", help="table or schema.table")
+    p.add_argument("--limit", type=positive_int, default=20, help="at most N jobs (default 20)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("show", help="one job: payload, attempts, errors, progress, files")
+    p.add_argument("job_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser(
         "cancel", help="cancel a queued job, or stop a running one at its next chunk"

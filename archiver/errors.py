@@ -31,3 +31,7 @@ class JobStateError(ArchiverError):
 
 class LeaseLost(ArchiverError):
     """This worker no longer holds the job (it was rescued, cancelled or deleted)."""
+
+
+class JobFailed(ArchiverError):
+    """A job waited on (`enqueue --wait`) ended failed or cancelled."""

@@ -121,12 +121,42 @@ RETURNING id
 SELECT * FROM background_jobs WHERE id = $1
 
 -- name: status_summary
-SELECT payload->>'table' AS source_table, status, count(*) AS jobs,
-       COALESCE(sum((progress->>'rows')::bigint), 0) AS rows,
-       COALESCE(sum((progress->>'bytes')::bigint), 0) AS bytes
+-- The operator views (sql/003_ops_views.sql); intervals as seconds for scripts.
+SELECT source_table, status, jobs,
+       extract(epoch FROM oldest_queued_age)::float8 AS oldest_queued_seconds,
+       rows_archived, bytes_archived
+FROM archiver_job_summary ORDER BY 1, 2
+
+-- name: running_jobs
+SELECT id, source_table, worker, attempts, started_at,
+       extract(epoch FROM heartbeat_age)::float8 AS heartbeat_age_seconds,
+       rows_done, rows_estimated, chunks_done, chunks_estimated, bytes_done,
+       progress_pct::float8 AS progress_pct, rows_per_second::float8 AS rows_per_second,
+       extract(epoch FROM eta)::float8 AS eta_seconds, cancel_requested
+FROM archiver_running_jobs ORDER BY started_at
+
+-- name: failed_jobs
+SELECT id, source_table, status, attempts, max_attempts, last_error, next_retry, finished_at
+FROM archiver_failed_jobs ORDER BY COALESCE(finished_at, next_retry) DESC
+
+-- name: archive_summary
+SELECT source_table, files, rows, bytes, oldest_value, newest_value, pending_files
+FROM archiver_archive_files ORDER BY 1
+
+-- name: list_jobs
+-- Newest first; a table filter matches `orders` or `public.orders`.
+SELECT id, payload->>'table' AS source_table, status, attempts, max_attempts,
+       COALESCE((progress->>'rows')::bigint, 0) AS rows,
+       COALESCE((progress->>'bytes')::bigint, 0) AS bytes,
+       created_at, finished_at, last_error
 FROM background_jobs
-GROUP BY 1, 2
-ORDER BY 1, 2
+WHERE ($1::text IS NULL OR status = $1)
+  AND ($2::text IS NULL OR payload->>'table' = $2 OR payload->>'table' LIKE '%.' || $2)
+ORDER BY created_at DESC, id
+LIMIT $3
+
+-- name: jobs_by_status
+SELECT status, sum(jobs)::bigint FROM archiver_job_summary GROUP BY status
 
 -- name: job_files
 SELECT part, path, row_count, byte_size, md5, min_key, max_key, state, source_xid::text AS source_xid

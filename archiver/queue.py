@@ -153,10 +153,17 @@ def backoff_seconds(attempt: int, base: float = 5.0, cap: float = 600.0) -> floa
     return random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
 
 
-async def fail_attempt(pool: asyncpg.Pool, job: Job, worker: str, error: str) -> str | None:
-    """Record a failed attempt: requeued after a backoff, or failed for good."""
+async def fail_attempt(
+    pool: asyncpg.Pool, job: Job, worker: str, error: str, base: float = 5.0, cap: float = 600.0
+) -> str | None:
+    """Record a failed attempt: requeued after a backoff (base x 2^(attempt-1) seconds,
+    full jitter, capped), or failed for good after max_attempts."""
     row = await pool.fetchrow(
-        query("fail_attempt"), job.id, worker, error[:4000], backoff_seconds(job.attempts)
+        query("fail_attempt"),
+        job.id,
+        worker,
+        error[:4000],
+        backoff_seconds(job.attempts, base, cap),
     )
     return None if row is None else str(row["status"])
 
@@ -205,8 +212,30 @@ async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
         )
 
 
-async def status_summary(conn: asyncpg.Connection) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(query("status_summary"))]
+OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary")
+
+
+async def ops_report(conn: asyncpg.Connection) -> dict[str, list[dict[str, Any]]]:
+    """Every operator view (sql/003_ops_views.sql), read in one snapshot."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        return {name: [dict(r) for r in await conn.fetch(query(name))] for name in OPS_VIEWS}
+
+
+async def list_jobs(
+    conn: asyncpg.Connection, status: str | None, table: str | None, limit: int
+) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(query("list_jobs"), status, table, limit)]
+
+
+def count_jobs_by_status(conn: Any) -> dict[str, int]:
+    """Jobs per status, on a synchronous ADBC connection (the metrics collector's thread)."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query("jobs_by_status"))
+            rows = cur.fetchall()
+    finally:
+        conn.rollback()
+    return {str(status): int(count) for status, count in rows}
 
 
 async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[str, Any]]:

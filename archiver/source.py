@@ -9,6 +9,8 @@ single unbounded batch (measured here, adbc-driver-postgresql 1.13).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,14 +128,21 @@ class ChunkQueries:
     table: TableInfo
     cutoff_column: Column
 
+    def _older_than_cutoff(self) -> str:
+        return (
+            f"{quote_ident(self.cutoff_column.name)} < "
+            f"current_setting('archiver.cutoff')::{self.cutoff_column.base_type}"
+        )
+
+    def older_rows(self) -> str:
+        """Every row older than the cutoff; only ever EXPLAINed, for the planner's count."""
+        return f"SELECT 1 FROM {self.table.quoted} WHERE {self._older_than_cutoff()}"
+
     def _select(self, *, after_key: bool, lock: bool, keys_only: bool) -> str:
         t = self.table
         keys = ", ".join(quote_ident(c.name) for c in t.key)
         cols = keys if keys_only else ", ".join(quote_ident(c.name) for c in t.columns)
-        where = (
-            f"{quote_ident(self.cutoff_column.name)} < "
-            f"current_setting('archiver.cutoff')::{self.cutoff_column.base_type}"
-        )
+        where = self._older_than_cutoff()
         if after_key:
             bounds = ", ".join(
                 f"current_setting('archiver.key_{i}')::{c.base_type}" for i, c in enumerate(t.key)
@@ -193,6 +202,58 @@ def estimate_rows(conn: Any, table: TableInfo) -> tuple[int, int]:
     )
     conn.rollback()
     return int(rows[0][0]), int(rows[0][1])
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What EXPLAIN says of the rows older than the cutoff and of the first chunk's statement."""
+
+    rows_older: int  # the planner's estimate, from the table's statistics
+    indexes: tuple[str, ...]  # indexes the chunk statement reads
+    sequential_scan: bool  # the chunk statement scans the whole table
+
+
+_USE_COPY = "adbc.postgresql.use_copy"  # EXPLAIN cannot run inside COPY (...) TO STDOUT
+
+
+def explain_archive(
+    conn: Any, queries: ChunkQueries, cutoff: str, chunk_rows: int, move: bool
+) -> QueryPlan:
+    """EXPLAIN (never run) the count of rows older than the cutoff and the first chunk's
+    statement, with the chunk's values bound exactly as a real chunk binds them. The
+    planner folds current_setting() when it estimates, so the count uses the cutoff's
+    real selectivity. Nothing is written: the transaction is rolled back."""
+    try:
+        with conn.cursor() as cur:
+            cur.adbc_statement.set_options(**{_USE_COPY: "false"})
+            bind_chunk(cur, cutoff, None, chunk_rows)
+            count = _explain(cur, queries.older_rows())
+            chunk = _explain(
+                cur, queries.take(after_key=False) if move else queries.read(after_key=False)
+            )
+    finally:
+        conn.rollback()
+    nodes = list(_plan_nodes(chunk))
+    return QueryPlan(
+        rows_older=int(count.get("Plan Rows", 0)),
+        indexes=tuple(dict.fromkeys(str(n["Index Name"]) for n in nodes if "Index Name" in n)),
+        sequential_scan=any(
+            n.get("Node Type") == "Seq Scan" and n.get("Relation Name") == queries.table.name
+            for n in nodes
+        ),
+    )
+
+
+def _explain(cur: Any, sql: str) -> dict[str, Any]:
+    cur.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+    plan: dict[str, Any] = json.loads(cur.fetchall()[0][0])[0]["Plan"]
+    return plan
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _plan_nodes(child)
 
 
 def storage_view(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

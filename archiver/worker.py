@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ from pathlib import Path
 import adbc_driver_manager
 import asyncpg
 
-from archiver import db, queue
+from archiver import db, metrics, queue
 from archiver.config import Settings, redact
 from archiver.errors import ArchiverError, LeaseLost
 from archiver.pipeline import ArchiveRequest, Progress, archive_job
@@ -254,6 +255,7 @@ class Worker:
             job.max_attempts,
             job.payload,
         )
+        metrics.job_claimed(job)
         run.task = asyncio.create_task(self._run_job(run))
 
     async def _run_job(self, run: JobRun) -> None:
@@ -267,16 +269,21 @@ class Worker:
         except StopRequested:
             await self._finish_quietly(queue.release(pool, job.id, self.name))
             log.info("job %s: handed back to the queue", job.id)
+            metrics.job_finished("handed_back")
         except CancelRequested:
             await self._finish_quietly(queue.finish_cancelled(pool, job.id, self.name))
             log.info("job %s: cancelled", job.id)
+            metrics.job_finished("cancelled")
         except LeaseLost as exc:
             log.warning("job %s: %s; leaving it to its new holder", job.id, exc)
+            metrics.job_finished("lease_lost")
         except Exception as exc:
             if isinstance(run.interrupt, StopRequested):  # failed because we aborted it
                 await self._finish_quietly(queue.release(pool, job.id, self.name))
                 log.info("job %s: rolled back and handed back to the queue", job.id)
+                metrics.job_finished("handed_back")
             else:
+                metrics.job_error(exc)
                 log.error(
                     "job %s: attempt %d failed: %s",
                     job.id,
@@ -285,9 +292,17 @@ class Worker:
                     exc_info=not isinstance(exc, ArchiverError),
                 )
                 status = await self._finish_quietly(
-                    queue.fail_attempt(pool, job, self.name, error_line(exc))
+                    queue.fail_attempt(
+                        pool,
+                        job,
+                        self.name,
+                        error_line(exc),
+                        self.settings.retry_base_seconds,
+                        self.settings.retry_max_seconds,
+                    )
                 )
                 log.info("job %s: now %s", job.id, status)
+                metrics.job_finished("requeued" if status == "queued" else str(status or "unknown"))
         else:
             if await self._finish_quietly(
                 queue.complete(pool, job.id, self.name, progress.to_json())
@@ -295,6 +310,7 @@ class Worker:
                 log.info(
                     "job %s: completed, %d rows in %d files", job.id, progress.rows, progress.files
                 )
+                metrics.job_finished("completed")
         finally:
             beat.cancel()
             self.runs.pop(job.id, None)
@@ -352,4 +368,5 @@ class Worker:
                 settings.same_database,
                 self.workdir,
                 lambda: run.interrupt,
+                functools.partial(metrics.chunk_done, request.table),
             )

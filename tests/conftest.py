@@ -11,11 +11,17 @@ from pathlib import Path
 import pytest
 
 from archiver import db
-from tests.support import Azurite, sql, with_database
+from tests.support import Azurite, reap_started, sql, with_database
 
 ADMIN_URL = os.environ.get(
     "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
+
+
+@pytest.fixture(autouse=True)
+def _reap_processes() -> Iterator[None]:
+    yield
+    reap_started()
 
 
 @pytest.fixture(scope="session")

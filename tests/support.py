@@ -135,25 +135,37 @@ def run_cli(
     )
 
 
-def start_worker(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[str]:
+# Every process a test starts, so a failed test cannot leave one running (see conftest).
+STARTED: list[subprocess.Popen[str]] = []
+
+
+def start_process(
+    args: list[str], env: dict[str, str], log: Path | None = None
+) -> subprocess.Popen[str]:
     if log is None:
-        return subprocess.Popen(
-            archiver_cmd("worker", *args),
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            cwd=ROOT,
+        proc = subprocess.Popen(
+            args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
         )
-    with log.open("a") as out:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            archiver_cmd("worker", *args),
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-        )
+    else:
+        with log.open("a") as out:  # the child keeps its own descriptor
+            proc = subprocess.Popen(
+                args, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+            )
+    STARTED.append(proc)
+    return proc
+
+
+def start_worker(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[str]:
+    return start_process(archiver_cmd("worker", *args), env, log)
+
+
+def reap_started() -> None:
+    """Kill whatever a test started and left running."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def wait_until(

@@ -1,0 +1,191 @@
+"""The operator commands: status, jobs, show (their --json parsed), enqueue --dry-run
+(changes nothing) and enqueue --wait (non-zero when the job fails)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from archiver import console, queue
+from tests.ops_jobs import CUTOFF, OLD_ROWS, enqueue, jobs_in_every_state, make_events
+from tests.support import ROOT, archiver_cmd, run_cli, sql, sql_value, start_worker, wait_until
+
+
+def cli_json(env: dict[str, str], *args: str) -> object:
+    result = run_cli(env, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_status_jobs_show(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
+    jobs = jobs_in_every_state(env, database_url, tmp_path / "worker.log")
+
+    status = cli_json(env, "status")
+    summary = {(r["source_table"], r["status"]): r for r in status["status_summary"]}
+    assert summary[("public.events", "completed")]["rows_archived"] == OLD_ROWS
+    assert summary[("public.later", "queued")]["jobs"] == 2
+    assert [r["id"] for r in status["running_jobs"]] == [jobs.running]
+    assert status["running_jobs"][0]["progress_pct"] == 50.0
+    assert {r["id"] for r in status["failed_jobs"]} == {jobs.failed, jobs.retrying}
+    assert status["archive_summary"][0]["files"] == 2
+
+    text = run_cli(env, "status")
+    assert text.returncode == 0, text.stderr
+    for needle in ("jobs:", "running:", "failing:", "archived:", "public.events", "50.0"):
+        assert needle in text.stdout
+
+    listed = cli_json(env, "jobs", "--limit", "100")
+    assert {j["id"] for j in listed} == set(vars(jobs).values())
+    assert [j["id"] for j in cli_json(env, "jobs", "--status", "failed")] == [jobs.failed]
+    later = cli_json(env, "jobs", "--table", "later", "--limit", "2")
+    assert [j["source_table"] for j in later] == ["public.later"] * 2
+    assert [j["id"] for j in later] == [jobs.retrying, jobs.cancelled]  # newest first
+    assert cli_json(env, "jobs", "--table", "public.events")[0]["rows"] == OLD_ROWS
+
+    shown = cli_json(env, "show", jobs.completed)
+    assert (
+        shown["job"]["status"] == "completed"
+        and shown["job"]["payload"]["table"] == "public.events"
+    )
+    assert shown["job"]["progress"]["rows"] == OLD_ROWS
+    assert [f["part"] for f in shown["files"]] == [1, 2]
+    assert sum(f["row_count"] for f in shown["files"]) == OLD_ROWS
+    failed = cli_json(env, "show", jobs.failed)
+    assert failed["job"]["attempts"] == 1 and failed["job"]["errors"][0]["attempt"] == 1
+    assert "doomed" in failed["job"]["last_error"] and failed["files"] == []
+
+    text = run_cli(env, "show", jobs.completed)
+    assert text.returncode == 0, text.stderr
+    assert "200 of ~200 rows (100%)" in text.stdout and "part-00002.parquet" in text.stdout
+
+    missing = run_cli(env, "show", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "archiver: error: no job 00000000-0000-0000-0000-000000000000"
+
+
+def test_dry_run_changes_nothing(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
+    make_events(database_url)
+    before = sql_value(
+        database_url, "SELECT md5(string_agg(e::text, ',' ORDER BY id)) FROM events e"
+    )
+    result = run_cli(
+        env, "enqueue", "--table", "events", "--before", CUTOFF, "--chunk-rows", "50", "--dry-run"
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "nothing was queued" in out
+    # 300 rows, 200 older: the planner's estimate from ANALYZE's histogram, not 300
+    estimate = re.search(r"rows to move   ~([\d,]+) ", out)
+    assert estimate and abs(int(estimate[1].replace(",", "")) - OLD_ROWS) <= 10, out
+    assert "chunks         4 of up to 50 rows" in out
+    assert "uses an index  yes" in out and "parquet size   ~" in out
+
+    after = sql_value(
+        database_url, "SELECT md5(string_agg(e::text, ',' ORDER BY id)) FROM events e"
+    )
+    assert after == before
+    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 0
+    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(azurite.connection_string)
+    assert not service.get_container_client(container).exists()
+
+
+def test_job_progress_is_estimated_from_the_cutoff(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    make_events(database_url)
+    job = enqueue(env, "events", "--chunk-rows", "80")
+    log = tmp_path / "worker.log"
+    assert start_worker(env, "--burst", log=log).wait(timeout=120) == 0, log.read_text()
+    chunk_lines = [line for line in log.read_text().splitlines() if "chunk " in line]
+    assert len(chunk_lines) == 3 and all(job in line for line in chunk_lines)
+    # while running: the planner's estimate of rows older than the cutoff, not the
+    # table's 300 rows, and the chunk count from it
+    first = re.search(r"chunk 1 of ~(\d+), .*\(80 of ~(\d+) rows done\)", chunk_lines[0])
+    assert first and first[1] == "3" and abs(int(first[2]) - OLD_ROWS) <= 10, chunk_lines[0]
+    progress = cli_json(env, "show", job)["job"]["progress"]
+    assert (progress["rows"], progress["files"]) == (OLD_ROWS, 3)
+    # once done, the estimates are replaced by the counts
+    assert (progress["rows_estimated"], progress["chunks_estimated"]) == (OLD_ROWS, 3)
+
+
+def test_wait_exits_zero_when_completed(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    make_events(database_url)
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, log=log)
+    try:
+        result = run_cli(
+            env, "enqueue", "--table", "events", "--before", CUTOFF, "--chunk-rows", "50", "--wait"
+        )
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert result.returncode == 0, result.stderr + log.read_text()
+    job = result.stdout.strip()
+    assert sql_value(
+        database_url, "SELECT status FROM background_jobs WHERE id = $1::uuid", job
+    ) == ("completed")
+    lines = result.stderr.splitlines()  # not a terminal: a plain line per change
+    assert any("rows/s" in line and "ETA" in line for line in lines)
+    assert lines[-1].startswith(f"job {job} completed: 200 of ~"), lines[-1]
+
+
+def test_wait_exits_non_zero_when_the_job_fails(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    make_events(database_url, "doomed")
+    waiting = subprocess.Popen(
+        archiver_cmd(
+            "enqueue", "--table", "doomed", "--before", CUTOFF, "--max-attempts", "1", "--wait"
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    wait_until(
+        lambda: sql_value(database_url, "SELECT count(*) FROM background_jobs") == 1,
+        what="the job to be queued",
+    )
+    sql(database_url, "DROP TABLE doomed")  # after enqueue checked it: the job will fail
+    log = tmp_path / "worker.log"
+    assert start_worker(env, "--burst", log=log).wait(timeout=120) == 0, log.read_text()
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 1, err
+    job = out.strip()
+    assert err.splitlines()[-1].startswith(f"archiver: error: job {job} failed: ")
+    assert "doomed" in err.splitlines()[-1]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_redraws_one_line_on_a_terminal(database_url: str) -> None:
+    job = queue.Job.from_row(
+        sql(
+            database_url,
+            """INSERT INTO background_jobs (task_name, status, progress)
+               VALUES ('archive', 'running', '{"rows": 250, "rows_estimated": 1000, "bytes": 2500000}')
+               RETURNING *""",
+        )[0]
+    )
+    out = Terminal()
+    bar = console.ProgressBar(out)
+    bar.draw(job)
+    bar.draw(job)
+    bar.close()
+    text = out.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
+    assert "[######..................]  25%  250 rows  2.5 MB" in text
