@@ -21,16 +21,16 @@ BIN = Path(sys.executable).parent
 
 
 def supervisor_defaults() -> dict[str, str]:
-    """Every variable supervisor.conf expands, from deploy/archiver.env (which must set each)."""
+    """Every variable supervisor.conf expands, from deploy/supervisor.env (which sets each)."""
     settings = "\n".join(x for x in CONF.read_text().splitlines() if not x.startswith(";"))
     needed = set(re.findall(r"%\(ENV_(\w+)\)s", settings))
     values = dict(
         line.split("=", 1)
-        for line in (ROOT / "deploy" / "archiver.env").read_text().splitlines()
+        for line in (ROOT / "deploy" / "supervisor.env").read_text().splitlines()
         if line and not line.startswith("#")
     )
     missing = needed - values.keys()
-    assert not missing, f"deploy/archiver.env lacks {missing}"
+    assert not missing, f"deploy/supervisor.env lacks {missing}"
     return {k: values[k] for k in needed}
 
 
