@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -21,7 +21,9 @@ from archiver.errors import ArchiverError, ConfigError, InputError
 from archiver.ident import TableName
 from archiver.logs import setup_logging
 from archiver.pipeline import ArchiveRequest
-from archiver.policy import Policy, parse_policies
+
+if TYPE_CHECKING:
+    from archiver.policy import Policy
 
 log = logging.getLogger("archiver")
 
@@ -159,6 +161,7 @@ async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
 def _checked_policies(args: argparse.Namespace, settings: Settings) -> list[tuple[Policy, str]]:
     """The config file's policies, each with its table checked on the source database."""
     from archiver import source
+    from archiver.policy import parse_policies
 
     config: ConfigFile | None = args.config_file
     if config is None:

@@ -116,3 +116,16 @@ def test_missing_config_file(env: dict[str, str], orders: str, tmp_path: Path) -
     assert_refused(run_cli(env, "policies"), "no config file", "ARCHIVER_CONFIG")
     result = run_cli(env, "--config", str(tmp_path / "nope.toml"), "scheduler")
     assert_refused(result, "nope.toml")
+
+
+def test_scheduler_refuses_a_grace_longer_than_the_retention(
+    env: dict[str, str], orders: str, tmp_path: Path
+) -> None:
+    """A slot whose finished job was pruned must lie beyond the grace, or it could come back."""
+    config = tmp_path / "archiver.toml"
+    config.write_text("[settings]\nscheduler_grace = 7200\nretention_days = 0.05\n" + GOOD)
+    result = run_cli(env, "--config", str(config), "scheduler", timeout=60)
+    assert_refused(
+        result, "ARCHIVER_SCHEDULER_GRACE (7200s)", "ARCHIVER_RETENTION_DAYS (0.05 days)"
+    )
+    assert sql_value(orders, "SELECT count(*) FROM background_jobs") == 0
