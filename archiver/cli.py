@@ -11,16 +11,19 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from archiver import console, db, failpoints, queue
-from archiver.config import Settings, redact
-from archiver.errors import ArchiverError, InputError, JobFailed
+from archiver.config import ConfigFile, Settings, redact
+from archiver.errors import ArchiverError, ConfigError, InputError, JobFailed
 from archiver.ident import TableName
 from archiver.logs import setup_logging
 from archiver.pipeline import ArchiveRequest
+
+if TYPE_CHECKING:
+    from archiver.policy import Policy
 
 log = logging.getLogger("archiver")
 
@@ -89,13 +92,14 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     qualified = await asyncio.to_thread(_validate_archive, settings, table, args.column)
     await asyncio.to_thread(storage.check)
     request = ArchiveRequest(qualified, args.column, cutoff, args.mode, args.chunk_rows)
+    dedup_key, lock_key = queue.archive_keys(request)
     conn = await db.connect(settings.database_url)
     try:
         job_id, created = await queue.enqueue(
             conn,
             request.payload(),
-            dedup_key=f"archive:{qualified}:{args.column}:{cutoff}:{args.mode}",
-            lock_key=f"table:{qualified}",
+            dedup_key=dedup_key,
+            lock_key=lock_key,
             priority=args.priority,
             max_attempts=args.max_attempts,
         )
@@ -206,9 +210,59 @@ async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _checked_policies(args: argparse.Namespace, settings: Settings) -> list[tuple[Policy, str]]:
+    """The config file's policies, each with its table checked on the source database."""
+    from archiver import source
+    from archiver.policy import parse_policies
+
+    config: ConfigFile | None = args.config_file
+    if config is None:
+        raise ConfigError("no config file: pass --config FILE or set ARCHIVER_CONFIG")
+    policies = parse_policies(config.policies)
+    if not policies:
+        raise ConfigError(f"config file {config.path}: no [[policy]] defined")
+    checked = []
+    with db.connect_bulk(settings.effective_source_url) as conn:
+        for policy in policies:
+            try:
+                info = source.describe_table(conn, policy.table)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: table: {exc}") from None
+            try:
+                source.check_cutoff_column(info, policy.column)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: column: {exc}") from None
+            checked.append((policy, info.qualified))
+    return checked
+
+
+async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
+    checked = await asyncio.to_thread(_checked_policies, args, settings)
+    now = dt.datetime.now(dt.UTC)
+    for policy, table in checked:
+        print(
+            f"{policy.name}: {policy.mode} {table}.{policy.column} older than "
+            f"{policy.older_than.days} days, schedule {policy.schedule!r} ({policy.timezone.key})"
+        )
+        for at in policy.next_fire_times(now, args.count):
+            print(f"  next {at.isoformat()}  cutoff {policy.cutoff(at).isoformat()}")
+    return 0
+
+
+async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.scheduler import PolicyScheduler
+
+    checked = await asyncio.to_thread(_checked_policies, args, settings)
+    await PolicyScheduler(settings, checked).run()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="archiver", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
+    parser.add_argument(
+        "--config", help="archiver.toml: [settings] and [[policy]] (default: $ARCHIVER_CONFIG)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("migrate", help="create or upgrade the schema (safe to repeat)")
@@ -269,13 +323,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("retry", help="queue a failed or cancelled job again")
     p.add_argument("job_id")
     p.set_defaults(func=cmd_retry)
+
+    p = sub.add_parser("policies", help="check the config file's policies; list next fire times")
+    p.add_argument("--count", type=positive_int, default=3, help="fire times to list (default 3)")
+    p.set_defaults(func=cmd_policies)
+
+    p = sub.add_parser("scheduler", help="enqueue each policy's slots until SIGTERM")
+    p.set_defaults(func=cmd_scheduler)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        settings = Settings.from_env()
+        config_path = args.config or os.environ.get("ARCHIVER_CONFIG")
+        args.config_file = ConfigFile.read(config_path) if config_path else None
+        settings = (
+            args.config_file.settings_over(os.environ) if args.config_file else Settings.from_env()
+        )
         setup_logging(settings.log_format, args.verbose)
         failpoints.configure(settings.failpoints)
         command: Command = args.func

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from archiver.errors import ConfigError
@@ -65,6 +67,7 @@ class Settings:
     retry_max_seconds: float
     log_format: str  # "text" or "json"
     failpoints: str  # testing only: see archiver/failpoints.py
+    scheduler_grace: float = 3600.0  # seconds a missed policy slot is still enqueued
 
     @property
     def same_database(self) -> bool:
@@ -117,7 +120,90 @@ class Settings:
             retry_max_seconds=_number(env, "ARCHIVER_RETRY_MAX_SECONDS", float, 600.0, minimum=0.0),
             failpoints=env.get("ARCHIVER_FAILPOINTS", ""),
             log_format=_choice(env, "ARCHIVER_LOG_FORMAT", ("text", "json"), "text"),
+            scheduler_grace=_number(env, "ARCHIVER_SCHEDULER_GRACE", float, 3600.0, minimum=1.0),
         )
+
+
+# Every setting a config file's [settings] table may hold: the environment variable's name,
+# lower-cased, without its ARCHIVER_ prefix (AZURE_* keep theirs).
+SETTING_VARIABLES = (
+    "ARCHIVER_DATABASE_URL",
+    "ARCHIVER_SOURCE_URL",
+    "ARCHIVER_STORAGE_URL",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_URL",
+    "ARCHIVER_POLL_INTERVAL",
+    "ARCHIVER_LEASE_SECONDS",
+    "ARCHIVER_HEARTBEAT_SECONDS",
+    "ARCHIVER_SHUTDOWN_DEADLINE",
+    "ARCHIVER_RETENTION_DAYS",
+    "ARCHIVER_UPLOAD_CONCURRENCY",
+    "ARCHIVER_RETRY_BASE_SECONDS",
+    "ARCHIVER_RETRY_MAX_SECONDS",
+    "ARCHIVER_LOG_FORMAT",
+    "ARCHIVER_SCHEDULER_GRACE",
+)
+FILE_KEYS = {v.lower().removeprefix("archiver_"): v for v in SETTING_VARIABLES}
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """An archiver.toml: `[settings]` (same keys as the environment) and `[[policy]]`."""
+
+    path: Path
+    settings: dict[str, str] = field(default_factory=dict)  # by environment variable name
+    policies: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def read(cls, path: str) -> ConfigFile:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: invalid TOML: {exc}") from None
+        for key in data:
+            if key not in ("settings", "policy"):
+                raise ConfigError(
+                    f"config file {path}: unknown key {key!r} (expected [settings], [[policy]])"
+                )
+        raw = data.get("settings", {})
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {path}: settings must be a table ([settings])")
+        settings = {}
+        for key, value in raw.items():
+            if key not in FILE_KEYS:
+                raise ConfigError(
+                    f"config file {path}: [settings] has unknown key {key!r} "
+                    f"(known: {', '.join(sorted(FILE_KEYS))})"
+                )
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise ConfigError(
+                    f"config file {path}: [settings] {key}: expected a string or number"
+                )
+            settings[FILE_KEYS[key]] = str(value)
+        policies = data.get("policy", [])
+        if not isinstance(policies, list) or not all(isinstance(p, dict) for p in policies):
+            raise ConfigError(f"config file {path}: policies must be [[policy]] tables")
+        return cls(Path(path), settings, tuple(policies))
+
+    def settings_over(self, env: Mapping[str, str]) -> Settings:
+        """Settings from this file, each overridden by the environment when set there."""
+        merged = dict(self.settings)
+        if env.get("DATABASE_URL"):  # the environment's alias beats the file too
+            merged.pop("ARCHIVER_DATABASE_URL", None)
+        merged.update({k: v for k, v in env.items() if v != ""})
+        try:
+            return Settings.from_env(merged)
+        except ConfigError as exc:
+            for variable in self.settings:
+                if str(exc).startswith(f"{variable}:") and not env.get(variable):
+                    lower = variable.lower().removeprefix("archiver_")
+                    raise ConfigError(
+                        f"config file {self.path}: [settings] {lower}: {str(exc).split(': ', 1)[1]}"
+                    ) from None
+            raise
 
 
 def _check_postgres_url(key: str, url: str) -> None:

@@ -200,3 +200,17 @@ SELECT count(*), COALESCE(sum(row_count), 0), COALESCE(sum(byte_size), 0),
        (SELECT array_to_json(max_key)::text FROM archive_files
          WHERE job_id = $1::uuid AND state = 'committed' ORDER BY part DESC LIMIT 1)
 FROM archive_files WHERE job_id = $1::uuid AND state = 'committed'
+
+-- name: enqueue_policy_slot
+-- A policy's slot, unless any scheduler ever enqueued it (unique policy_name, slot_at).
+INSERT INTO background_jobs (task_name, payload, priority, max_attempts, lock_key,
+                             policy_name, slot_at)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: policy_slot_job
+SELECT id FROM background_jobs WHERE policy_name = $1 AND slot_at = $2
+
+-- name: last_policy_slot
+SELECT max(slot_at) FROM background_jobs WHERE policy_name = $1

@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 
 from archiver.errors import InputError, JobStateError, LeaseLost
-from archiver.pipeline import ArchivedFile, Progress
+from archiver.pipeline import ArchivedFile, ArchiveRequest, Progress
 
 ARCHIVE_TASK = "archive"
 
@@ -117,6 +117,57 @@ async def enqueue(
         twin = await conn.fetchrow(query("find_duplicate"), dedup_key)
         if twin is not None:  # else it finished in between: try again
             return twin["id"], False
+
+
+def archive_keys(request: ArchiveRequest) -> tuple[str, str]:
+    """(dedup_key, lock_key) of an archive: the same archive is never queued or running
+    twice, and two archives of one table never run at once."""
+    return (
+        f"archive:{request.table}:{request.column}:{request.cutoff}:{request.mode}",
+        f"table:{request.table}",
+    )
+
+
+async def enqueue_slot(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    request: ArchiveRequest,
+    *,
+    policy: str,
+    slot: dt.datetime,
+    priority: int = 0,
+    max_attempts: int = 5,
+) -> tuple[uuid.UUID, bool]:
+    """Queue a policy's slot unless the database has it: (id, True) if new, else the id of
+    the job any scheduler enqueued for this slot before, and False.
+
+    The (policy, slot) key is the slot's dedup key, kept for as long as the job row lives,
+    whatever its status; two slots' jobs on one table still never run at once (lock_key).
+    """
+    _, lock_key = archive_keys(request)
+    while True:
+        job_id = await conn.fetchval(
+            query("enqueue_policy_slot"),
+            ARCHIVE_TASK,
+            json.dumps(request.payload()),
+            priority,
+            max_attempts,
+            lock_key,
+            policy,
+            slot,
+        )
+        if job_id is not None:
+            return job_id, True
+        twin = await conn.fetchval(query("policy_slot_job"), policy, slot)
+        if twin is not None:  # else pruned in between: try again
+            return twin, False
+
+
+async def last_policy_slot(
+    conn: asyncpg.Connection | asyncpg.Pool, policy: str
+) -> dt.datetime | None:
+    """The newest slot of `policy` still on record (finished jobs are pruned eventually)."""
+    value: dt.datetime | None = await conn.fetchval(query("last_policy_slot"), policy)
+    return value
 
 
 async def claim_next_job(pool: asyncpg.Pool, worker: str) -> Job | None:

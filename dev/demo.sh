@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job end to end, on this machine: a database with 200,000 orders, Azurite,
-# an archive of everything older than 2024-10-01 moved by two workers, then the job's
-# status and the blobs written. Run it through `make demo` (which installs everything).
+# The main job end to end, on this machine: a database with 200,000 orders, Azurite, the
+# system under the repository's supervisor.conf (the scheduler and two workers), an archive
+# of everything older than 2024-10-01, then the job's status and the blobs written. Run it
+# through `make demo` (which installs everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 admin=${ARCHIVER_TEST_ADMIN_URL:?run through make demo}
@@ -14,7 +15,8 @@ port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(
 dev/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$port" --location "$work/azurite" \
   --skipApiVersionCheck --disableTelemetry --silent --loose &
 azurite=$!
-trap 'kill $azurite 2>/dev/null || true' EXIT
+ctl() { .venv/bin/supervisorctl -c supervisor.conf "$@"; }
+trap 'ctl shutdown >/dev/null 2>&1 || true; kill $azurite 2>/dev/null || true' EXIT
 for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 
 $py - "$admin" "$db" <<'PY'
@@ -33,12 +35,51 @@ archiver() { .venv/bin/archiver "$@"; }
 
 echo "== archiver migrate"; archiver migrate
 echo "== seeding 200,000 orders"; $py -m bench.reference "$ARCHIVER_DATABASE_URL" 200000
+
+# A nightly policy (its slot never falls inside the demo), so the scheduler has work to plan.
+cat > "$work/archiver.toml" <<'TOML'
+[settings]
+scheduler_grace = 60
+
+[[policy]]
+name = "orders-nightly"
+table = "public.orders"
+column = "created_at"
+older_than = "1000 days"
+schedule = "0 2 * * *"
+mode = "move"
+TOML
+export ARCHIVER_CONFIG=$work/archiver.toml
+echo "== archiver policies"; archiver policies
+
+# supervisor.conf's variables: the defaults, then this demo's directories and a short stop.
+set -a; . deploy/supervisor.env; set +a
+export ARCHIVER_RUN_DIR=$work/run ARCHIVER_LOG_DIR=$work/log ARCHIVER_WORKERS=2 \
+  ARCHIVER_STARTSECS=1 ARCHIVER_SHUTDOWN_DEADLINE=10 ARCHIVER_STOPWAITSECS=20
+mkdir -p "$ARCHIVER_RUN_DIR" "$ARCHIVER_LOG_DIR"
+echo "== supervisord -c supervisor.conf (scheduler + $ARCHIVER_WORKERS workers; logs in $ARCHIVER_LOG_DIR)"
+.venv/bin/supervisord -c supervisor.conf
+for _ in $(seq 150); do
+  [ "$(ctl status 2>/dev/null | grep -c ' RUNNING ')" = $((ARCHIVER_WORKERS + 1)) ] && break; sleep 0.2
+done
+ctl status
+
 echo "== archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000"
-archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000
-echo "== two workers (--burst: they exit when no job is left)"
-archiver worker --burst 2> "$work/worker-1.log" & w1=$!
-archiver worker --burst 2> "$work/worker-2.log" & w2=$!
-wait $w1 $w2
+job=$(archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000)
+echo "$job"
+echo "== waiting for job $job"
+$py - "$job" <<'PY'
+import asyncio, os, sys, asyncpg
+async def main(job):
+    c = await asyncpg.connect(os.environ["ARCHIVER_DATABASE_URL"])
+    while (s := await c.fetchval("SELECT status FROM background_jobs WHERE id = $1::uuid", job)) in ("queued", "running"):
+        await asyncio.sleep(0.5)
+    print("job", s)
+    await c.close()
+asyncio.run(main(sys.argv[1]))
+PY
+echo "== supervisorctl stop all"; ctl stop all
+ctl shutdown
 echo "== archiver status"; archiver status
 echo "== blobs written"
 $py - <<'PY'

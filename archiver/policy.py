@@ -1,0 +1,156 @@
+"""Policies: what to archive and when, as a config file's `[[policy]]` tables say it.
+
+Pure data and time arithmetic: parsing, fire times, cutoffs. Whether a policy's table and
+column exist is checked against the database by the CLI, like `archiver enqueue` does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
+
+from archiver.errors import ConfigError, InputError
+from archiver.ident import TableName
+from archiver.pipeline import ArchiveRequest
+
+REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
+OPTIONAL_KEYS = ("column", "timezone", "mode", "chunk_rows", "priority", "max_attempts")
+_OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
+_CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One `[[policy]]`: archive `table` rows older than `older_than` at every `schedule` slot."""
+
+    name: str
+    table: TableName
+    column: str
+    older_than: dt.timedelta
+    schedule: str
+    timezone: ZoneInfo
+    trigger: CronTrigger
+    mode: str
+    chunk_rows: int | None
+    priority: int
+    max_attempts: int
+
+    def cutoff(self, slot: dt.datetime) -> dt.datetime:
+        """Slot time minus older_than, truncated to the day, in the policy's time zone."""
+        local = slot.astimezone(self.timezone) - self.older_than
+        return local.replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def request(self, slot: dt.datetime, qualified_table: str) -> ArchiveRequest:
+        cutoff = self.cutoff(slot).isoformat()
+        return ArchiveRequest(qualified_table, self.column, cutoff, self.mode, self.chunk_rows)
+
+    def fire_times(self, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
+        """Every slot in (after, until], oldest first."""
+        slots = []
+        at = self.trigger.get_next_fire_time(None, after + dt.timedelta(microseconds=1))
+        while at is not None and at <= until:
+            slots.append(at)
+            at = self.trigger.get_next_fire_time(None, at + dt.timedelta(microseconds=1))
+        return slots
+
+    def next_fire_times(self, now: dt.datetime, count: int) -> list[dt.datetime]:
+        times: list[dt.datetime] = []
+        at = self.trigger.get_next_fire_time(None, now)
+        while at is not None and len(times) < count:
+            times.append(at)
+            at = self.trigger.get_next_fire_time(None, at + dt.timedelta(microseconds=1))
+        return times
+
+
+def parse_policies(tables: Sequence[dict[str, Any]]) -> list[Policy]:
+    """Every policy of a config file, validated; an error names the policy and the key."""
+    policies: list[Policy] = []
+    for number, raw in enumerate(tables, 1):
+        policy = parse_policy(raw, number)
+        if any(p.name == policy.name for p in policies):
+            raise ConfigError(f"policy {policy.name!r}: name: duplicate policy name")
+        policies.append(policy)
+    return policies
+
+
+def parse_policy(raw: dict[str, Any], number: int) -> Policy:
+    name = raw.get("name")
+    label = f"policy {name!r}" if isinstance(name, str) and name.strip() else f"policy #{number}"
+
+    def fail(key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{label}: {key}: {problem}")
+
+    for key in raw:
+        if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
+            raise fail(key, f"unknown key (known: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
+    for key in REQUIRED_KEYS:
+        if key not in raw:
+            raise fail(key, "missing")
+    for key in ("name", "table", "older_than", "schedule", "column", "timezone", "mode"):
+        if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
+            raise fail(key, "expected a non-empty string")
+    for key in ("chunk_rows", "priority", "max_attempts"):
+        if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], int)):
+            raise fail(key, "expected a whole number")
+
+    try:
+        table = TableName.parse(raw["table"])
+    except InputError as exc:
+        raise fail("table", str(exc)) from None
+    match = _OLDER_THAN.fullmatch(raw["older_than"])
+    if not match:
+        raise fail("older_than", f"expected '<n> days' or '<n> weeks', got {raw['older_than']!r}")
+    unit = dt.timedelta(weeks=1) if match.group(2).startswith("week") else dt.timedelta(days=1)
+    try:
+        timezone = ZoneInfo(raw.get("timezone", "UTC"))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise fail("timezone", f"unknown time zone {raw['timezone']!r}") from None
+    mode = raw.get("mode", "move")
+    if mode not in ("move", "copy"):
+        raise fail("mode", f"expected move or copy, got {mode!r}")
+    for key, minimum in (("chunk_rows", 1), ("max_attempts", 1)):
+        if key in raw and raw[key] < minimum:
+            raise fail(key, f"must be at least {minimum}, got {raw[key]}")
+    return Policy(
+        name=raw["name"].strip(),
+        table=table,
+        column=raw.get("column", "created_at"),
+        older_than=int(match.group(1)) * unit,
+        schedule=raw["schedule"],
+        timezone=timezone,
+        trigger=cron_trigger(raw["schedule"], timezone, label),
+        mode=mode,
+        chunk_rows=raw.get("chunk_rows"),
+        priority=raw.get("priority", 0),
+        max_attempts=raw.get("max_attempts", 5),
+    )
+
+
+def cron_trigger(expr: str, timezone: ZoneInfo, label: str = "schedule") -> CronTrigger:
+    """A crontab expression (5 fields; 6 with seconds first) as a CronTrigger.
+
+    APScheduler 3.x numbers weekdays from Monday = 0, crontab from Sunday = 0; rather than
+    silently shifting every weekday, numbered weekdays are refused: write mon..sun.
+    """
+    values = expr.split()
+    if len(values) not in (5, 6):
+        raise ConfigError(
+            f"{label}: schedule: expected 5 cron fields (6 with seconds first), got {expr!r}"
+        )
+    names = ("second", *_CRON_FIELDS) if len(values) == 6 else _CRON_FIELDS
+    fields = dict(zip(names, values, strict=True))
+    if re.search(r"(^|[,\-])\d", fields["day_of_week"]):
+        raise ConfigError(
+            f"{label}: schedule: weekday numbers are ambiguous in {expr!r} "
+            "(APScheduler counts from Monday, cron from Sunday); use names: mon-fri, sun"
+        )
+    try:
+        return CronTrigger(timezone=timezone, **fields)
+    except ValueError as exc:
+        raise ConfigError(f"{label}: schedule: {expr!r}: {exc}") from None

@@ -1,0 +1,138 @@
+"""The repository's supervisor.conf, run by a real supervisord in temp dirs: the scheduler
+and N workers RUNNING, a SIGKILLed worker restarted while a job still completes, and a
+graceful stop (every process exits 0 on SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.reference import seed_orders
+from tests.support import ROOT, run_cli, sql_value, wait_until
+
+CONF = ROOT / "supervisor.conf"
+BIN = Path(sys.executable).parent
+
+
+def supervisor_defaults() -> dict[str, str]:
+    """Every variable supervisor.conf expands, from deploy/supervisor.env (which sets each)."""
+    settings = "\n".join(x for x in CONF.read_text().splitlines() if not x.startswith(";"))
+    needed = set(re.findall(r"%\(ENV_(\w+)\)s", settings))
+    values = dict(
+        line.split("=", 1)
+        for line in (ROOT / "deploy" / "supervisor.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    missing = needed - values.keys()
+    assert not missing, f"deploy/supervisor.env lacks {missing}"
+    return {k: values[k] for k in needed}
+
+
+def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "supervisorctl"), "-c", str(CONF), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def running(env: dict[str, str]) -> list[str]:
+    lines = ctl(env, "status").stdout.splitlines()
+    return sorted(line.split()[0] for line in lines if " RUNNING " in line)
+
+
+@pytest.fixture
+def supervised(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        '[settings]\nscheduler_grace = 60\n\n[[policy]]\nname = "nightly"\ntable = "orders"\n'
+        'older_than = "3650 days"\nschedule = "0 2 * * *"\n'
+    )
+    for name in ("run", "log"):
+        (tmp_path / name).mkdir()
+    return {
+        **env,
+        **supervisor_defaults(),
+        "ARCHIVER_RUN_DIR": str(tmp_path / "run"),
+        "ARCHIVER_LOG_DIR": str(tmp_path / "log"),
+        "ARCHIVER_WORKERS": "2",
+        "ARCHIVER_STARTSECS": "1",
+        "ARCHIVER_STOPWAITSECS": "20",
+        "ARCHIVER_SHUTDOWN_DEADLINE": "3",
+        "ARCHIVER_CONFIG": str(config),
+    }
+
+
+def test_supervisor_runs_restarts_and_stops_the_system(
+    supervised: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    env = supervised
+    seed_orders(database_url, 2_000)
+    log_dir = tmp_path / "log"
+    daemon = subprocess.Popen(
+        [str(BIN / "supervisord"), "-n", "-c", str(CONF)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    everyone = ["archiver:scheduler", "archiver:worker-00", "archiver:worker-01"]
+    try:
+        wait_until(lambda: running(env) == everyone, timeout=60, what="all RUNNING")
+        assert ctl(env, "status").returncode == 0
+
+        killed = int(ctl(env, "pid", "archiver:worker-00").stdout)
+        os.kill(killed, signal.SIGKILL)
+        result = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31")
+        assert result.returncode == 0, result.stderr
+        job_id = result.stdout.strip()
+
+        def restarted() -> bool:
+            pid = ctl(env, "pid", "archiver:worker-00").stdout.strip()
+            return pid.isdigit() and int(pid) not in (0, killed) and running(env) == everyone
+
+        wait_until(restarted, timeout=60, what="worker-00 restarted")
+        wait_until(
+            lambda: (
+                sql_value(
+                    database_url, "SELECT status FROM background_jobs WHERE id = $1::uuid", job_id
+                )
+                == "completed"
+            ),
+            timeout=120,
+            what="the job to complete",
+        )
+        assert (
+            sql_value(
+                database_url,
+                "SELECT count(*) FROM orders WHERE created_at < '2024-12-31'::timestamptz",
+            )
+            == 0
+        )
+
+        stopped = ctl(env, "stop", "all")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert running(env) == []
+    finally:
+        ctl(env, "shutdown")
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+
+    events = (log_dir / "supervisord.log").read_text()
+    assert "exited: worker-00 (terminated by SIGKILL; not expected)" in events
+    # Graceful: every process exited 0 on SIGTERM, none had to be killed.
+    for name in ("scheduler", "worker-00", "worker-01"):
+        assert f"stopped: {name} (exit status 0)" in events, events
+    for name in ("worker-00", "worker-01"):
+        assert "stopped" in (log_dir / f"{name}.log").read_text().splitlines()[-1]
