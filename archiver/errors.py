@@ -31,3 +31,7 @@ class JobStateError(ArchiverError):
 
 class LeaseLost(ArchiverError):
     """This worker no longer holds the job (it was rescued, cancelled or deleted)."""
+
+
+class RestoreFailed(ArchiverError):
+    """A restore was rolled back (a cast, a constraint, the connection); nothing changed."""
