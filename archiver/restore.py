@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from archiver import pgtypes, source
+from archiver.db import _first_line
 from archiver.errors import InputError, RestoreFailed
 from archiver.ident import TableName, quote_ident
 from archiver.parquet import INTERVAL_STRUCT, read_metadata
@@ -205,8 +206,9 @@ def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, repor
             conn.commit()
     except adbc_driver_manager.Error as exc:
         conn.rollback()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RestoreFailed(f"restore into {target or source_table} failed, nothing changed: {first}") from exc
+        raise RestoreFailed(
+            f"restore into {target or source_table} failed, nothing changed: {_first_line(exc)}"
+        ) from exc
     except BaseException:
         conn.rollback()
         raise
