@@ -17,7 +17,7 @@ import asyncpg
 
 from archiver import console, db, failpoints, queue
 from archiver.config import ConfigFile, Settings, redact
-from archiver.errors import ArchiverError, ConfigError, InputError, JobFailed
+from archiver.errors import ArchiverError, ConfigError, InputError, JobFailed, VerificationError
 from archiver.ident import TableName
 from archiver.logs import setup_logging
 from archiver.pipeline import ArchiveRequest
@@ -30,13 +30,13 @@ log = logging.getLogger("archiver")
 Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
-def parse_cutoff(text: str) -> str:
+def parse_cutoff(text: str, option: str = "--before") -> str:
     """A date or ISO timestamp; naive ones are UTC. Returned as ISO 8601 with offset."""
     try:
         value = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise InputError(
-            f"--before: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp"
+            f"{option}: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp"
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
@@ -257,8 +257,106 @@ async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _restore_in_thread(settings: Settings, storage: Any, plan: Any, report: Any) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from archiver.restore import restore
+
+    with db.connect_bulk(settings.effective_source_url) as conn:
+        return restore(conn, storage, plan, Path(tempfile.gettempdir()), report)
+
+
+async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.restore import RestorePlan
+    from archiver.storage import open_storage
+
+    if (args.job is None) == (args.table is None):
+        raise InputError("restore: give either --job ID or --table T")
+    if args.job and (args.cutoff_from or args.cutoff_to):
+        raise InputError("restore: --from/--to go with --table, not --job")
+    job_id = queue.parse_job_id(args.job) if args.job else None
+    lo = parse_cutoff(args.cutoff_from, "--from") if args.cutoff_from else None
+    hi = parse_cutoff(args.cutoff_to, "--to") if args.cutoff_to else None
+    if args.into is not None:
+        TableName.parse(args.into)
+    conn = await db.connect(settings.database_url)
+    try:
+        files = await queue.archived_files(
+            conn,
+            job_id=job_id,
+            table=args.table,
+            cutoff_from=dt.datetime.fromisoformat(lo) if lo else None,
+            cutoff_to=dt.datetime.fromisoformat(hi) if hi else None,
+            state="committed",
+        )
+    finally:
+        await conn.close()
+    if not files:
+        raise InputError("no archived files match")
+    storage = open_storage(settings)
+    plan = RestorePlan(files, args.into, args.on_conflict == "skip", lo, hi, args.dry_run)
+    out = sys.stdout if args.dry_run else sys.stderr
+    rows = await asyncio.to_thread(
+        _restore_in_thread, settings, storage, plan, lambda line: print(line, file=out, flush=True)
+    )
+    target = args.into or files[0]["source_table"]
+    verb = "would restore" if args.dry_run else "restored"
+    print(f"{verb} {rows} rows from {len(files)} files into {target}")
+    return 0
+
+
+def _verify_in_thread(storage: Any, files: list[dict[str, Any]]) -> list[str]:
+    import tempfile
+    from pathlib import Path
+
+    from archiver.restore import verify_file
+
+    here = [f for f in files if f["storage_url"] == str(storage.location)]
+    problems: list[str] = []
+    for f in here:
+        problems += verify_file(storage, f, Path(tempfile.gettempdir()))
+    return problems
+
+
+async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.storage import open_storage
+
+    if args.job and args.table:
+        raise InputError("verify: give --job ID or --table T, not both")
+    job_id = queue.parse_job_id(args.job) if args.job else None
+    conn = await db.connect(settings.database_url)
+    try:
+        files = await queue.archived_files(conn, job_id=job_id, table=args.table)
+        known = await queue.archived_files(conn)
+    finally:
+        await conn.close()
+    storage = open_storage(settings)
+    if args.table and not files and "." not in args.table:
+        raise InputError(f"no archived files of table {args.table!r}; give schema.table")
+    # Unknown objects are looked for where the selected files live.
+    prefix = storage.object_name("")
+    if args.table or args.job:
+        table = files[0]["source_table"] if files else args.table
+        prefix = storage.object_name(f"{table}/" + (f"job-{job_id}-" if job_id else ""))
+    problems = await asyncio.to_thread(_verify_in_thread, storage, files)
+    paths = {f["path"] for f in known if f["storage_url"] == str(storage.location)}
+    listed = await asyncio.to_thread(lambda: [o.name for o in storage.list(prefix)])
+    problems += [f"{name}: not in the catalog" for name in listed if name not in paths]
+    for line in problems:
+        print(line)
+    print(f"verified {len(files)} files: {len(problems)} problems", file=sys.stderr)
+    if problems:
+        raise VerificationError(f"verify found {len(problems)} problems (listed above)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="archiver", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="archiver",
+        description="Move old PostgreSQL rows into Parquet on Azure Blob Storage: "
+        "no row lost, none archived twice.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
     parser.add_argument(
         "--config", help="archiver.toml: [settings] and [[policy]] (default: $ARCHIVER_CONFIG)"
@@ -330,6 +428,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("scheduler", help="enqueue each policy's slots until SIGTERM")
     p.set_defaults(func=cmd_scheduler)
+
+    p = sub.add_parser("restore", help="bring archived rows back (one transaction, COPY)")
+    p.add_argument("--job", help="restore the files of this job")
+    p.add_argument("--table", help="restore this table's files (schema.table or table)")
+    p.add_argument("--from", dest="cutoff_from", help="with --table: cutoff column >= this")
+    p.add_argument("--to", dest="cutoff_to", help="with --table: cutoff column < this")
+    p.add_argument("--into", help="another table (created from the archived types if missing)")
+    p.add_argument(
+        "--on-conflict",
+        choices=("refuse", "skip"),
+        default="refuse",
+        help="rows whose key exists: refuse the restore (default) or skip those rows",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="say which files and rows; change nothing"
+    )
+    p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser("verify", help="check archived files against the catalog")
+    p.add_argument("--job", help="only this job's files")
+    p.add_argument("--table", help="only this table's files")
+    p.set_defaults(func=cmd_verify)
     return parser
 
 

@@ -35,3 +35,7 @@ class LeaseLost(ArchiverError):
 
 class JobFailed(ArchiverError):
     """A job waited on (`enqueue --wait`) ended failed or cancelled."""
+
+
+class RestoreFailed(ArchiverError):
+    """A restore was rolled back (a cast, a constraint, the connection); nothing changed."""

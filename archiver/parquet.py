@@ -34,16 +34,20 @@ def _field_meta(field: pa.Field, key: str) -> str | None:
 
 
 def _interval_to_struct(array: pa.Array) -> pa.Array:
-    """month_day_nano (Parquet cannot store it) as {months, days, microseconds}, kept apart."""
-    values = array.to_pylist()
-    return pa.array(
-        [
-            None
-            if v is None
-            else {"months": v.months, "days": v.days, "microseconds": v.nanoseconds // 1000}
-            for v in values
-        ],
-        INTERVAL_STRUCT,
+    """month_day_nano (Parquet cannot store it) as {months, days, microseconds}, kept
+    apart. Vectorized: the 16-byte values are read as int32/int32/int64 views of the
+    same buffer (PostgreSQL intervals hold whole microseconds)."""
+    n, offset = len(array), array.offset
+    data = array.buffers()[1]
+    as_int32 = pa.Array.from_buffers(pa.int32(), 4 * (n + offset), [None, data])
+    as_int64 = pa.Array.from_buffers(pa.int64(), 2 * (n + offset), [None, data])
+    starts = pa.array(range(offset, offset + n), pa.int64())
+    months = pc.take(as_int32, pc.multiply(starts, 4))
+    days = pc.take(as_int32, pc.add(pc.multiply(starts, 4), 1))
+    nanos = pc.take(as_int64, pc.add(pc.multiply(starts, 2), 1))
+    micros = pc.divide(nanos, 1000)
+    return pa.StructArray.from_arrays(
+        [months, days, micros], fields=list(INTERVAL_STRUCT), mask=array.is_null()
     )
 
 

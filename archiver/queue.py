@@ -293,6 +293,20 @@ async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[st
     return [dict(r) for r in await conn.fetch(query("job_files"), job_id)]
 
 
+async def archived_files(
+    conn: asyncpg.Connection,
+    *,
+    job_id: uuid.UUID | None = None,
+    table: str | None = None,
+    cutoff_from: dt.datetime | None = None,
+    cutoff_to: dt.datetime | None = None,
+    state: str | None = None,
+) -> list[dict[str, Any]]:
+    """Catalogued files for restore and verify, in archive order."""
+    rows = await conn.fetch(query("archived_files"), job_id, table, cutoff_from, cutoff_to, state)
+    return [dict(r) for r in rows]
+
+
 def _one(cur: Any, sql: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
     cur.execute(sql, params)
     rows = cur.fetchall()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from archiver import pgtypes
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 
@@ -38,10 +39,17 @@ SELECT a.attname::text,
        format_type(a.atttypid, a.atttypmod),
        COALESCE(base.typname, t.typname)::text,
        a.attnum = ANY (COALESCE(i.indkey::int2[], '{}')) AS in_key,
-       array_position(i.indkey::int2[], a.attnum) AS key_pos
+       array_position(i.indkey::int2[], a.attnum) AS key_pos,
+       COALESCE(base.typcategory, t.typcategory)::text,
+       COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod),
+       COALESCE(elem_base.typname, elem.typname, '')::text,
+       COALESCE(elem_base.typcategory, elem.typcategory, '')::text
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type base ON t.typtype = 'd' AND base.oid = t.typbasetype
+LEFT JOIN pg_type elem ON elem.oid = COALESCE(base.typelem, t.typelem) AND elem.oid <> 0
+  AND COALESCE(base.typcategory, t.typcategory) = 'A'
+LEFT JOIN pg_type elem_base ON elem.typtype = 'd' AND elem_base.oid = elem.typbasetype
 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = $1::bigint::oid AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
@@ -53,6 +61,10 @@ class Column:
     name: str
     type_sql: str  # format_type(): exact, e.g. numeric(12,2), "my schema".mood[]
     base_type: str  # pg_type name of the type, or of a domain's base type
+    category: str = ""  # pg_type.typcategory of the (base) type: A array, E enum, ...
+    typmod: int = -1
+    element: str = ""  # arrays: the element's (base) type name
+    element_category: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,8 +107,8 @@ def describe_table(conn: Any, table: TableName) -> TableInfo:
     schema, name, oid = found[0]
     rows = _fetch(conn, _COLUMNS, (oid,))
     conn.rollback()
-    columns = tuple(Column(r[0], r[1], r[2]) for r in rows)
-    key_rows = sorted((r[4], Column(r[0], r[1], r[2])) for r in rows if r[3])
+    columns = tuple(Column(r[0], r[1], r[2], *r[5:]) for r in rows)
+    key_rows = sorted((r[4], c) for r, c in zip(rows, columns, strict=True) if r[3])
     info = TableInfo(schema, name, columns, tuple(c for _, c in key_rows))
     if not info.key:
         raise InputError(
@@ -141,7 +153,7 @@ class ChunkQueries:
     def _select(self, *, after_key: bool, lock: bool, keys_only: bool) -> str:
         t = self.table
         keys = ", ".join(quote_ident(c.name) for c in t.key)
-        cols = keys if keys_only else ", ".join(quote_ident(c.name) for c in t.columns)
+        cols = keys if keys_only else self.select_list
         where = self._older_than_cutoff()
         if after_key:
             bounds = ", ".join(
@@ -154,15 +166,19 @@ class ChunkQueries:
         )
         return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
 
+    @property
+    def select_list(self) -> str:
+        """Each column as the type table says (pgtypes), companions last."""
+        return pgtypes.select_list(pgtypes.plan_table(self.table.columns, self.table.key))
+
     def take(self, *, after_key: bool) -> str:
         """Move mode: delete the chunk's rows, skipping rows others hold locked, and
         return them. No ORDER BY on the result: sorting costs ~1 s per 500k rows and the
         key range is computed from the Arrow batches instead."""
         t = self.table
         keys = ", ".join(quote_ident(c.name) for c in t.key)
-        cols = ", ".join(quote_ident(c.name) for c in t.columns)
         inner = self._select(after_key=after_key, lock=True, keys_only=True)
-        return f"DELETE FROM {t.quoted} WHERE ({keys}) IN ({inner}) RETURNING {cols}"
+        return f"DELETE FROM {t.quoted} WHERE ({keys}) IN ({inner}) RETURNING {self.select_list}"
 
     def read(self, *, after_key: bool) -> str:
         """Copy mode: read the chunk's rows in key order from the job's snapshot."""

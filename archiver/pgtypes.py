@@ -1,0 +1,180 @@
+"""PostgreSQL type -> Parquet representation: the one table of per-type decisions.
+
+Archive side: the SQL expression each column is selected as (so the ADBC driver hands
+back an exact Arrow value) and, for types whose standard Parquet type cannot hold every
+value (infinite dates, 24:00:00, NaN in numeric(p,s), multi-dimensional arrays), a
+companion text column `<name>__pg_text` holding PostgreSQL's own text form of exactly
+those values (NULL in every other row; the standard column is NULL in those rows).
+Restore side: the SQL expression that turns a staged column back into the exact type.
+
+Why text for some types: the ADBC driver returns inet, cidr, macaddr, bit, varbit,
+timetz, ranges, xml and geometric types as opaque PostgreSQL binary, money as an
+unscaled int64, flattens multi-dimensional arrays, overflows +-infinity timestamps into
+wrong finite values, and caches enum types per connection (adbc-driver-postgresql 1.13).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from archiver.ident import quote_ident
+
+if TYPE_CHECKING:
+    from archiver.source import Column
+
+PG_TEXT_SUFFIX = "__pg_text"
+
+# Base type -> (Parquet representation, predicate for values it cannot hold, or None).
+# {c} is the quoted column. Everything not listed here is stored as its exact text.
+_STANDARD: dict[str, tuple[str, str | None]] = {
+    "int2": ("INT32 (INT16)", None),
+    "int4": ("INT32", None),
+    "int8": ("INT64", None),
+    "float4": ("FLOAT (NaN, +-Infinity kept)", None),
+    "float8": ("DOUBLE (NaN, +-Infinity kept)", None),
+    "bool": ("BOOLEAN", None),
+    "text": ("STRING", None),
+    "varchar": ("STRING", None),
+    "bpchar": ("STRING (blank-padded, as PostgreSQL returns it)", None),
+    "bytea": ("BYTE_ARRAY", None),
+    "uuid": ("UUID", None),
+    "json": ("JSON (text as stored)", None),
+    "jsonb": ("JSON (PostgreSQL's normalised text)", None),
+    "date": ("DATE", "NOT isfinite({c})"),
+    "timestamp": (
+        "TIMESTAMP(MICROS, isAdjustedToUTC=false)",
+        "(NOT isfinite({c}) OR {c} >= '294000-01-01')",
+    ),
+    "timestamptz": (
+        "TIMESTAMP(MICROS, isAdjustedToUTC=true)",
+        "(NOT isfinite({c}) OR {c} >= '294000-01-01 00:00:00+00')",
+    ),
+    "time": ("TIME(MICROS)", "{c} = '24:00:00'"),
+    # The driver converts the time part to nanoseconds: beyond +-2^63 ns it refuses.
+    "interval": (
+        "STRUCT<months INT32, days INT32, microseconds INT64>",
+        "abs(extract(hour FROM {c})) >= 2562047",
+    ),
+}
+# Element types whose one-dimensional arrays become Parquet LIST (of the same mapping).
+_LIST_ELEMENTS = frozenset(
+    (
+        "int2",
+        "int4",
+        "int8",
+        "float4",
+        "float8",
+        "bool",
+        "text",
+        "varchar",
+        "bpchar",
+        "bytea",
+        "uuid",
+        "date",
+        "timestamp",
+        "timestamptz",
+    )
+)
+_NOT_PLAIN_ARRAY = "(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)"
+MAX_DECIMAL_PRECISION = 76  # decimal256
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How one column travels: selected as `expression`, stored as `parquet`."""
+
+    column: Column
+    expression: str  # SQL for the standard column, before `AS name`
+    special: str | None  # predicate: these values go to the __pg_text column instead
+    parquet: str
+
+    @property
+    def name(self) -> str:
+        return self.column.name
+
+
+def _decimal(column: Column) -> tuple[int, int] | None:
+    if column.typmod < 4:
+        return None
+    precision, scale = ((column.typmod - 4) >> 16) & 0xFFFF, (column.typmod - 4) & 0xFFFF
+    if scale > precision or precision > MAX_DECIMAL_PRECISION:
+        return None
+    return precision, scale
+
+
+def plan_column(column: Column) -> ColumnPlan:
+    """The representation of one column (the README's type table, in code)."""
+    c = quote_ident(column.name)
+    base = column.base_type
+    if base in _STANDARD:
+        parquet, special = _STANDARD[base]
+        return ColumnPlan(column, c, special.format(c=c) if special else None, parquet)
+    if base == "numeric" and (ps := _decimal(column)):
+        p, s = ps
+        return ColumnPlan(column, f"{c}::numeric({p},{s})", f"{c} = 'NaN'", f"DECIMAL({p},{s})")
+    if column.category == "E":
+        return ColumnPlan(column, f"{c}::text", None, "STRING (enum label)")
+    if column.category == "A" and column.element_category == "E":
+        return ColumnPlan(
+            column, f"{c}::text[]", _NOT_PLAIN_ARRAY.format(c=c), "LIST<STRING> (enum labels)"
+        )
+    if column.category == "A" and column.element in _LIST_ELEMENTS:
+        special = _NOT_PLAIN_ARRAY
+        element_special = _STANDARD[column.element][1]
+        if element_special:
+            special += (
+                f" OR EXISTS (SELECT FROM unnest({{c}}) e WHERE {element_special.format(c='e')})"
+            )
+        element = _STANDARD[column.element][0].split(" (")[0]
+        return ColumnPlan(column, c, special.format(c=c), f"LIST<{element}>")
+    if base == "money":  # ::text depends on lc_monetary; numeric is exact
+        return ColumnPlan(column, f"{c}::numeric::text", None, "STRING (numeric text)")
+    return ColumnPlan(column, f"{c}::text", None, "STRING (PostgreSQL text form)")
+
+
+def plan_table(columns: tuple[Column, ...], key: tuple[Column, ...]) -> list[ColumnPlan]:
+    """Plans for every column. Key columns are taken as they are: their types are
+    checked by source.describe_table and resuming needs their real values."""
+    names = {c.name for c in columns}
+    plans = []
+    for column in columns:
+        plan = plan_column(column)
+        if column in key:
+            plan = ColumnPlan(column, quote_ident(column.name), None, plan.parquet)
+        if plan.special and column.name + PG_TEXT_SUFFIX in names:
+            plan = ColumnPlan(column, plan.expression, None, plan.parquet)
+        plans.append(plan)
+    return plans
+
+
+def select_list(plans: list[ColumnPlan]) -> str:
+    """The columns of a chunk's SELECT/RETURNING: every column in table order, then the
+    __pg_text companions of the columns that have one."""
+    exprs = []
+    for p in plans:
+        value = p.expression
+        if p.special:
+            value = f"CASE WHEN {p.special} THEN NULL ELSE {p.expression} END"
+            if p.expression != quote_ident(p.name):
+                value = f"({value})::{p.expression.rsplit('::', 1)[1]}"  # keep the typmod
+        exprs.append(f"{value} AS {quote_ident(p.name)}")
+    for p in plans:
+        if p.special:
+            column = quote_ident(p.name)
+            exprs.append(
+                f"CASE WHEN {p.special} THEN {column}::text END "
+                f"AS {quote_ident(p.name + PG_TEXT_SUFFIX)}"
+            )
+    return ", ".join(exprs)
+
+
+def restore_expression(name: str, type_sql: str, has_pg_text: bool, table: str) -> str:
+    """SQL turning the staged column `name` of `table` (an alias), and its __pg_text
+    companion, back into `type_sql`, the exact type format_type() gave at archive time."""
+    c = f"{table}.{quote_ident(name)}"
+    value = f"{c}::{type_sql}"
+    if has_pg_text:
+        text = f"{table}.{quote_ident(name + PG_TEXT_SUFFIX)}"
+        value = f"CASE WHEN {text} IS NOT NULL THEN {text}::{type_sql} ELSE {value} END"
+    return value

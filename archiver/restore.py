@@ -1,0 +1,248 @@
+"""Archived rows back into PostgreSQL, and the files checked against the catalog.
+
+Restore is ONE transaction over all its files: each file is downloaded, bulk-loaded
+with COPY BINARY (ADBC ingest) into a temporary staging table, and inserted into the
+target with casts to the exact archived types (pgtypes.restore_expression). Any failure
+-- a conflict, a cast, a lost connection -- rolls everything back; a dry run is the same
+work, rolled back at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_manager
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from archiver import pgtypes, source
+from archiver.db import _first_line
+from archiver.errors import InputError, RestoreFailed
+from archiver.ident import TableName, quote_ident
+from archiver.parquet import INTERVAL_STRUCT, read_metadata
+from archiver.pipeline import _key_range
+from archiver.storage import Storage, file_md5
+
+log = logging.getLogger(__name__)
+
+STAGE = "archiver_restore_stage"
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """Which catalogued files to restore, where, and how."""
+
+    files: list[dict[str, Any]]  # rows of queue.archived_files
+    into: str | None  # table name; None: the archived table
+    skip_conflicts: bool
+    cutoff_from: str | None  # ISO 8601, inclusive
+    cutoff_to: str | None  # ISO 8601, exclusive
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class ArchivedColumns:
+    """What a file's metadata says of its columns."""
+
+    types: dict[str, str]  # name -> exact PostgreSQL type, in table order
+    key: list[str]
+    cutoff: str
+
+    @classmethod
+    def of(cls, path: Path) -> ArchivedColumns:
+        _, meta = read_metadata(path)
+        try:
+            columns = json.loads(meta["columns"])
+            return cls(
+                {c["name"]: c["type"] for c in columns},
+                list(json.loads(meta["key_columns"])),
+                meta["cutoff_column"],
+            )
+        except (KeyError, ValueError, TypeError):
+            raise InputError(f"{path.name} lacks archiver's column metadata") from None
+
+
+def _execute(cur: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if params:
+        cur.execute(sql, params)
+    else:
+        cur.execute(sql)
+    if cur.description is None:  # no result set (DDL)
+        return []
+    rows: list[tuple[Any, ...]] = cur.fetchall()
+    return rows
+
+
+def _check_types(cur: Any, columns: ArchivedColumns) -> None:
+    """Type names come from a file: each must parse as one type name (no SQL)."""
+    for name, type_sql in columns.types.items():
+        try:
+            ok = _execute(cur, "SELECT to_regtype($1) IS NOT NULL", (type_sql,))[0][0]
+        except Exception:
+            ok = False
+        if not ok:
+            raise InputError(f"column {name!r}: archived type {type_sql!r} does not exist here")
+
+
+def _target(cur: Any, plan: RestorePlan, source_table: str, columns: ArchivedColumns) -> str:
+    """The quoted target table; --into is created from the archived types when missing."""
+    name = TableName.parse(plan.into or source_table)
+    quoted = (
+        f"{quote_ident(name.schema)}.{quote_ident(name.name)}"
+        if name.schema
+        else quote_ident(name.name)
+    )
+    if _execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
+        return quoted
+    if plan.into is None:
+        raise InputError(f"table {source_table} does not exist; restore --into a new table")
+    defs = [f"{quote_ident(n)} {t}" for n, t in columns.types.items()]
+    defs.append(f"PRIMARY KEY ({', '.join(quote_ident(k) for k in columns.key)})")
+    _execute(cur, f"CREATE TABLE {quoted} ({', '.join(defs)})")
+    return quoted
+
+
+def staging_table(table: pa.Table) -> pa.Table:
+    """What ADBC ingest can load: every interval struct as PostgreSQL interval text."""
+    for i, field in enumerate(table.schema):
+        if field.type == INTERVAL_STRUCT:
+            col = table.column(i).combine_chunks()
+            text = pc.binary_join_element_wise(
+                pc.cast(col.field("months"), pa.string()),
+                " mons ",
+                pc.cast(col.field("days"), pa.string()),
+                " days ",
+                pc.cast(col.field("microseconds"), pa.string()),
+                " microseconds",
+                "",
+            )
+            text = pc.if_else(col.is_valid(), text, pa.scalar(None, pa.string()))
+            table = table.set_column(i, pa.field(field.name, pa.string()), text)
+    return table
+
+
+def _restore_file(
+    cur: Any, local: Path, target: str, plan: RestorePlan, columns: ArchivedColumns
+) -> int:
+    """Stage one file and insert its rows (in range) into target; returns rows inserted."""
+    data = staging_table(pq.read_table(local))
+    present = set(data.column_names)
+    cur.adbc_ingest(STAGE, data, mode="create", temporary=True)
+    values = {
+        name: pgtypes.restore_expression(
+            name, type_sql, name + pgtypes.PG_TEXT_SUFFIX in present, "s"
+        )
+        for name, type_sql in columns.types.items()
+    }
+    cutoff = values[columns.cutoff]
+    where = (
+        f"($1::text IS NULL OR {cutoff} >= $1::timestamptz) "
+        f"AND ($2::text IS NULL OR {cutoff} < $2::timestamptz)"
+    )
+    params = (plan.cutoff_from, plan.cutoff_to)
+    stage = f"{quote_ident(STAGE)} s"
+    if not plan.skip_conflicts:
+        match = " AND ".join(f"t.{quote_ident(k)} = {values[k]}" for k in columns.key)
+        taken = _execute(
+            cur,
+            f"SELECT count(*) FROM {stage} WHERE {where} "
+            f"AND EXISTS (SELECT FROM {target} t WHERE {match})",
+            params,
+        )[0][0]
+        if taken:
+            raise InputError(
+                f"{taken} archived rows of {local.name} have keys already in {target}; "
+                "nothing restored (--on-conflict skip restores the others)"
+            )
+    names = ", ".join(quote_ident(n) for n in columns.types)
+    exprs = ", ".join(values.values())
+    conflict = " ON CONFLICT DO NOTHING" if plan.skip_conflicts else ""
+    inserted = _execute(
+        cur,
+        f"WITH ins AS (INSERT INTO {target} ({names}) OVERRIDING SYSTEM VALUE "
+        f"SELECT {exprs} FROM {stage} WHERE {where}{conflict} RETURNING 1) "
+        "SELECT count(*) FROM ins",
+        params,
+    )[0][0]
+    _execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
+    return int(inserted)
+
+
+def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, report: Report) -> int:
+    """Restore the plan's files in one transaction; returns the rows restored (or, in a
+    dry run, that would be)."""
+    tables = {f["source_table"] for f in plan.files}
+    if len(tables) != 1:
+        raise InputError(f"files of several tables match: {', '.join(sorted(tables))}")
+    source_table = tables.pop()
+    total = 0
+    target = ""
+    try:
+        with conn.cursor() as cur, tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            for i, f in enumerate(plan.files, 1):
+                local = Path(tmp) / "restore.parquet"
+                storage.download(f["path"], local)
+                columns = ArchivedColumns.of(local)
+                if not target:
+                    _check_types(cur, columns)
+                    target = _target(cur, plan, source_table, columns)
+                rows = _restore_file(cur, local, target, plan, columns)
+                total += rows
+                report(
+                    f"{f['path']}: {rows} of {f['row_count']} rows "
+                    f"{'would be ' if plan.dry_run else ''}restored ({i}/{len(plan.files)} files)"
+                )
+        if plan.dry_run:
+            conn.rollback()
+        else:
+            conn.commit()
+    except adbc_driver_manager.Error as exc:
+        conn.rollback()
+        raise RestoreFailed(
+            f"restore into {target or source_table} failed, nothing changed: {_first_line(exc)}"
+        ) from exc
+    except BaseException:
+        conn.rollback()
+        raise
+    return total
+
+
+def verify_file(storage: Storage, f: dict[str, Any], workdir: Path) -> list[str]:
+    """Problems with one catalogued file: missing, size, MD5, rows, key range."""
+    name = f["path"]
+    stored = storage.stat(name)
+    if stored is None:
+        return [f"{name}: missing"]
+    problems = []
+    if stored.size != f["byte_size"]:
+        problems.append(f"{name}: size {stored.size}, catalog says {f['byte_size']}")
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        local = Path(tmp) / "verify.parquet"
+        storage.download(name, local)
+        md5 = file_md5(local)
+        if md5 != f["md5"]:
+            problems.append(f"{name}: md5 {md5}, catalog says {f['md5']}")
+        try:
+            parquet = pq.ParquetFile(local)
+            rows = parquet.metadata.num_rows
+            keys = parquet.read(columns=list(f["key_columns"]))
+        except (pa.ArrowException, OSError) as exc:
+            return [*problems, f"{name}: unreadable Parquet ({exc})"]
+    if rows != f["row_count"]:
+        problems.append(f"{name}: {rows} rows, catalog says {f['row_count']}")
+    elif rows:
+        lo, hi = _key_range(keys, list(f["key_columns"]))
+        found = ([source.key_text(v) for v in lo], [source.key_text(v) for v in hi])
+        if found != (list(f["min_key"]), list(f["max_key"])):
+            problems.append(
+                f"{name}: keys {found[0]}..{found[1]}, catalog says {f['min_key']}..{f['max_key']}"
+            )
+    return problems
