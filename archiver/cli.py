@@ -93,8 +93,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     await asyncio.to_thread(storage.check)
     request = ArchiveRequest(qualified, args.column, cutoff, args.mode, args.chunk_rows)
     dedup_key, lock_key = queue.archive_keys(request)
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         job_id, created = await queue.enqueue(
             conn,
             request.payload(),
@@ -103,8 +102,6 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
             priority=args.priority,
             max_attempts=args.max_attempts,
         )
-    finally:
-        await conn.close()
     if not created:
         print(f"{job_id}", file=sys.stdout)
         print(f"an identical archive is already queued or running: job {job_id}", file=sys.stderr)
@@ -118,11 +115,8 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _wait(settings: Settings, job_id: uuid.UUID) -> None:
     """Draw the job's progress on stderr until it ends; a failed or cancelled job is an error."""
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         job = await console.wait_for_job(conn, job_id, sys.stderr)
-    finally:
-        await conn.close()
     if job.status != "completed":
         raise JobFailed(f"job {job_id} {job.status}: {job.last_error or 'no error recorded'}")
     print(f"job {job_id} completed: {console.progress_text(job.progress)}", file=sys.stderr)
@@ -147,21 +141,15 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         report = await queue.ops_report(conn)
-    finally:
-        await conn.close()
     print(console.dumps(report) if args.json else console.status_report(report))
     return 0
 
 
 async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         rows = await queue.list_jobs(conn, args.status, args.table, args.limit)
-    finally:
-        await conn.close()
     if args.json:
         print(console.dumps(rows))
     else:
@@ -171,12 +159,9 @@ async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     job_id = queue.parse_job_id(args.job_id)
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         job = await queue.get_job(conn, job_id)
         files = await queue.job_files(conn, job_id)
-    finally:
-        await conn.close()
     if args.json:
         print(console.dumps({"job": job, "files": files}))
     else:
@@ -186,11 +171,8 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     job_id = queue.parse_job_id(args.job_id)
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         status = await queue.cancel(conn, job_id)
-    finally:
-        await conn.close()
     print(
         f"job {job_id} cancelled"
         if status == "cancelled"
@@ -201,11 +183,8 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     job_id = queue.parse_job_id(args.job_id)
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         await queue.retry(conn, job_id)
-    finally:
-        await conn.close()
     print(f"job {job_id} queued again")
     return 0
 
@@ -280,8 +259,7 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     hi = parse_cutoff(args.cutoff_to, "--to") if args.cutoff_to else None
     if args.into is not None:
         TableName.parse(args.into)
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         files = await queue.archived_files(
             conn,
             job_id=job_id,
@@ -290,8 +268,6 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
             cutoff_to=dt.datetime.fromisoformat(hi) if hi else None,
             state="committed",
         )
-    finally:
-        await conn.close()
     if not files:
         raise InputError("no archived files match")
     storage = open_storage(settings)
@@ -325,12 +301,9 @@ async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     if args.job and args.table:
         raise InputError("verify: give --job ID or --table T, not both")
     job_id = queue.parse_job_id(args.job) if args.job else None
-    conn = await db.connect(settings.database_url)
-    try:
+    async with db.connection(settings.database_url) as conn:
         files = await queue.archived_files(conn, job_id=job_id, table=args.table)
         known = await queue.archived_files(conn)
-    finally:
-        await conn.close()
     storage = open_storage(settings)
     if args.table and not files and "." not in args.table:
         raise InputError(f"no archived files of table {args.table!r}; give schema.table")

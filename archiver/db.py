@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
     asyncpg.AdminShutdownError,
     asyncpg.ConnectionFailureError,
+    # A pooled connection whose backend was terminated mid-operation can be left in a
+    # corrupted protocol state ("cannot switch to state 12; another operation (2) is in
+    # progress": asyncpg issue #1069, seen here after pg_terminate_backend).
+    asyncpg.InternalClientError,
 )
 
 
@@ -48,6 +52,16 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
         asyncpg.InvalidAuthorizationSpecificationError,
     ) as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
+
+
+@asynccontextmanager
+async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
+    """`async with connection(url) as conn:` -- connect (or DatabaseUnavailable), close after."""
+    conn = await connect(url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.Pool:

@@ -145,6 +145,10 @@ class Worker:
                         wait = min(wait, max(next_run, 0.05))
                 except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
                     log.warning("queue database unreachable (%s); retrying", error_line(exc))
+                    self.pool.expire_connections()  # none of them is to be trusted now
+                except Exception:  # never let the claim loop die: log it, retry after a wait
+                    log.exception("unexpected error in the claim loop; retrying")
+                    self.pool.expire_connections()
                 if self.burst and not claimed and not self.runs:
                     break
                 if claimed and len(self.runs) < self.concurrency:
@@ -186,11 +190,8 @@ class Worker:
         if not pids:
             return
         try:
-            conn = await db.connect(self.settings.effective_source_url)
-            try:
+            async with db.connection(self.settings.effective_source_url) as conn:
                 await conn.execute("SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids)
-            finally:
-                await conn.close()
         except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
             log.error("could not roll back chunks in progress: %s", error_line(exc))
 
@@ -289,7 +290,7 @@ class Worker:
                     job.id,
                     job.attempts,
                     error_line(exc),
-                    exc_info=not isinstance(exc, ArchiverError),
+                    exc_info=not isinstance(exc, EXPECTED_ERRORS),
                 )
                 status = await self._finish_quietly(
                     queue.fail_attempt(
