@@ -15,7 +15,7 @@ from archiver.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-NAMES = ("before_upload", "upload_staged", "before_commit", "after_commit")
+NAMES = ("before_upload", "upload_staged", "before_commit", "source_committed", "after_commit")
 _active: dict[str, tuple[str, float]] = {}
 
 

@@ -335,6 +335,7 @@ class ChunkArchiver:
                     self.ledger.record_pending(archived, xid)
                     failpoints.reach("before_commit")
                     self.conn.commit()
+                    failpoints.reach("source_committed")  # the window confirm() closes
                     self.ledger.confirm(archived, new_progress)
                 failpoints.reach("after_commit")
         except BaseException:

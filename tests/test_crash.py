@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -410,3 +411,76 @@ def test_job_state_refusals(env, database_url) -> None:
     cancelled = run_cli(env, "cancel", job_id)
     assert cancelled.returncode == 1 and "is completed; only queued or running" in cancelled.stderr
     assert job_row(database_url, job_id)["status"] == "completed"
+
+
+@pytest.fixture
+def source_url(database_url: str) -> Iterator[str]:
+    """The application's tables in a database of their own (ARCHIVER_SOURCE_URL)."""
+    import uuid
+
+    from tests.conftest import ADMIN_URL
+
+    name = f"archiver_src_{uuid.uuid4().hex[:12]}"
+    sql(ADMIN_URL, f'CREATE DATABASE "{name}"')
+    yield with_database(ADMIN_URL, name)
+    sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize(
+    ("point", "outcome"), [("before_commit", "aborted"), ("source_committed", "committed")]
+)
+def test_separate_source_database_crash_around_its_commit(
+    fast, database_url, source_url, azurite, container, tmp_path: Path, point: str, outcome: str
+) -> None:
+    """Catalog and source in different databases: the file is recorded pending (with the
+    source transaction id) before the source COMMIT. Killed on either side of that
+    COMMIT, the next attempt asks the source whether it committed, and confirms the file
+    or forgets it (and its blob)."""
+    env = {**fast, "ARCHIVER_SOURCE_URL": source_url}
+    seed_orders(source_url, 20_000)
+    expected = old_ids(source_url)
+    job_id = enqueue(env)
+    log_a = tmp_path / "a.log"
+    a = start_worker({**env, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log=log_a)
+    wait_for_text(log_a, f"failpoint {point} reached")
+    a.kill()
+    a.wait(10)
+    pending = sql(database_url, "SELECT part, state, source_xid FROM archive_files")
+    assert [(r["part"], r["state"]) for r in pending] == [(1, "pending")]
+    assert pending[0]["source_xid"] is not None
+
+    log_b = tmp_path / "b.log"
+    b = start_worker(env, log=log_b)
+    wait_for_status(database_url, job_id, "completed")
+    assert stop(b) == 0
+    assert f"part 1 was {outcome} before a crash" in log_b.read_text()
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM archive_files WHERE state <> 'committed'")
+        == 0
+    )
+    assert sql_value(source_url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
+    left = {r["id"] for r in sql(source_url, "SELECT id FROM orders")}
+    assert not left & expected
+    assert_exactly_once(
+        source_url_catalog(database_url, source_url), azurite.connection_string, container, expected
+    )
+
+
+def source_url_catalog(catalog_url: str, source_url: str) -> str:
+    """assert_exactly_once reads the catalog and the table from one URL; with separate
+    databases, copy the catalog next to the table."""
+    rows = sql(catalog_url, "SELECT path, source_table, job_id, part FROM archive_files")
+    sql(
+        source_url,
+        "CREATE TABLE archive_files (path text, source_table text, job_id uuid, part int)",
+    )
+    for r in rows:
+        sql(
+            source_url,
+            "INSERT INTO archive_files VALUES ($1, $2, $3, $4)",
+            r["path"],
+            r["source_table"],
+            r["job_id"],
+            r["part"],
+        )
+    return source_url
