@@ -20,6 +20,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import adbc_driver_manager
 import asyncpg
@@ -174,7 +175,10 @@ class Worker:
             return
         tasks = [r.task for r in self.runs.values() if r.task]
         hard = asyncio.create_task(self.hard_stop.wait())
-        await asyncio.wait([*tasks, hard], return_when=asyncio.FIRST_COMPLETED)
+        # All jobs finishing, or the deadline: one early finisher must not cut the others short.
+        every_job = asyncio.gather(*tasks, return_exceptions=True)
+        either: list[asyncio.Future[Any]] = [every_job, hard]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if self.runs:
             await self._abort_chunks()
             await asyncio.wait(tasks, timeout=5)
