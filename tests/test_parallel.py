@@ -13,7 +13,7 @@ from bench.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
 from tests.support import archiver_cmd, run_cli, sql, sql_value, start_process, start_worker
 
-CUTOFF = "2024-12-01"
+CUTOFF = "2024-12-20"
 
 
 def test_parallel_ranges_move_each_row_exactly_once(
