@@ -92,6 +92,8 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     qualified = await asyncio.to_thread(_validate_archive, settings, table, args.column)
     await asyncio.to_thread(storage.check)
     request = ArchiveRequest(qualified, args.column, cutoff, args.mode, args.chunk_rows)
+    if args.parallel > 1:
+        return await _enqueue_split(args, settings, request)
     dedup_key, lock_key = queue.archive_keys(request)
     async with db.connection(settings.database_url) as conn:
         job_id, created = await queue.enqueue(
@@ -110,6 +112,53 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.wait:
         sys.stdout.flush()
         await _wait(settings, job_id)
+    return 0
+
+
+def _split_archive(settings: Settings, request: ArchiveRequest, parts: int) -> list[Any]:
+    from archiver import source
+
+    with db.connect_bulk(settings.effective_source_url) as conn:
+        info = source.describe_table(conn, TableName.parse(request.table))
+        queries = source.ChunkQueries(info, source.check_cutoff_column(info, request.column))
+        return queries.split(conn, request.cutoff, parts)
+
+
+async def _enqueue_split(
+    args: argparse.Namespace, settings: Settings, request: ArchiveRequest
+) -> int:
+    """enqueue --parallel N: one job per key range, sharing a group id; prints each id."""
+    import dataclasses
+
+    ranges = await asyncio.to_thread(_split_archive, settings, request, args.parallel)
+    group = str(uuid.uuid4())
+    conn = await db.connect(settings.database_url)
+    ids = []
+    try:
+        async with conn.transaction():  # all parts queued, or none
+            for i, key_range in enumerate(ranges):
+                part = dataclasses.replace(request, key_range=key_range, group=group)
+                dedup_key, lock_key = queue.range_keys(part, i, len(ranges))
+                job_id, created = await queue.enqueue(
+                    conn,
+                    part.payload(),
+                    dedup_key=dedup_key,
+                    lock_key=lock_key,
+                    priority=args.priority,
+                    max_attempts=args.max_attempts,
+                )
+                if not created:
+                    print(f"part {i} is already queued or running: job {job_id}", file=sys.stderr)
+                ids.append(job_id)
+    finally:
+        await conn.close()
+    for job_id in ids:
+        print(job_id)
+    print(f"group {group}: {len(ids)} key ranges", file=sys.stderr)
+    if args.wait:
+        sys.stdout.flush()
+        for job_id in ids:
+            await _wait(settings, job_id)
     return 0
 
 
@@ -351,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
     p.add_argument("--max-attempts", type=positive_int, default=5)
+    p.add_argument(
+        "--parallel",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="split into N key ranges that N workers take at once (one job each)",
+    )
     p.add_argument(
         "--wait", action="store_true", help="show progress until the job ends; non-zero if it fails"
     )

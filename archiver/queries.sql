@@ -11,26 +11,41 @@ RETURNING id
 SELECT id, status FROM background_jobs
 WHERE dedup_key = $1 AND status IN ('queued', 'running')
 
--- name: claim_next_job
--- The oldest most urgent queued job whose lock_key no running job holds. The unique
--- index on running lock_keys is the backstop when two claims race for one table.
-UPDATE background_jobs j
-SET status = 'running', locked_by = $1, attempts = j.attempts + 1,
-    started_at = COALESCE(j.started_at, now()), heartbeat_at = now(), finished_at = NULL
-WHERE j.id = (
-    SELECT q.id FROM background_jobs q
+-- name: claim_jobs
+-- Up to $2 of the oldest most urgent queued jobs, at most one per lock_key, and none
+-- whose lock_key a running job holds. The unique index on running lock_keys is the
+-- backstop when two claims race for one table.
+WITH candidates AS (
+    SELECT q.id, q.lock_key, q.priority, q.run_at, q.created_at FROM background_jobs q
     WHERE q.status = 'queued' AND q.run_at <= now()
       AND (q.lock_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM background_jobs r WHERE r.status = 'running' AND r.lock_key = q.lock_key))
     ORDER BY q.priority DESC, q.run_at, q.created_at
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED)
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED),
+picked AS (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY COALESCE(lock_key, id::text)
+                                      ORDER BY priority DESC, run_at, created_at) AS n
+        FROM candidates) c
+    WHERE n = 1)
+UPDATE background_jobs j
+SET status = 'running', locked_by = $1, attempts = j.attempts + 1,
+    started_at = COALESCE(j.started_at, now()), heartbeat_at = now(), finished_at = NULL
+FROM picked WHERE j.id = picked.id
 RETURNING j.*
 
 -- name: seconds_to_next_run
 -- How long until the earliest queued job may run (a retry waiting out its backoff).
 SELECT GREATEST(EXTRACT(epoch FROM min(run_at) - now()), 0)::float8
 FROM background_jobs WHERE status = 'queued'
+
+-- name: complete_many
+-- Finish several jobs of this worker in one round trip (no-op jobs).
+UPDATE background_jobs
+SET status = 'completed', finished_at = now(), locked_by = NULL, heartbeat_at = NULL
+WHERE id = ANY($1::uuid[]) AND status = 'running' AND locked_by = $2
+RETURNING id
 
 -- name: heartbeat
 UPDATE background_jobs SET heartbeat_at = now()

@@ -23,6 +23,9 @@ from archiver.errors import InputError, JobStateError, LeaseLost
 from archiver.pipeline import ArchivedFile, ArchiveRequest, Progress
 
 ARCHIVE_TASK = "archive"
+# Does nothing: for benchmarks and health checks of the queue itself. Workers finish
+# claimed no-op jobs in the claiming loop, in batches, without a thread.
+NOOP_TASK = "noop"
 
 
 @cache
@@ -128,6 +131,13 @@ def archive_keys(request: ArchiveRequest) -> tuple[str, str]:
     )
 
 
+def range_keys(request: ArchiveRequest, index: int, parts: int) -> tuple[str, str]:
+    """(dedup_key, lock_key) of part `index` of a split archive: the parts of one table
+    run in parallel, each part never twice at once."""
+    dedup_key, lock_key = archive_keys(request)
+    return f"{dedup_key}:range:{index}/{parts}", f"{lock_key}:range:{index}"
+
+
 async def enqueue_slot(
     conn: asyncpg.Connection | asyncpg.Pool,
     request: ArchiveRequest,
@@ -172,13 +182,26 @@ async def last_policy_slot(
 
 async def claim_next_job(pool: asyncpg.Pool, worker: str) -> Job | None:
     """Take the next runnable job for `worker`, or None."""
+    jobs = await claim_jobs(pool, worker, 1)
+    return jobs[0] if jobs else None
+
+
+async def claim_jobs(pool: asyncpg.Pool, worker: str, limit: int) -> list[Job]:
+    """Take up to `limit` runnable jobs for `worker` in one round trip (at most one per
+    lock_key), most urgent first."""
     for _ in range(3):
         try:
-            row = await pool.fetchrow(query("claim_next_job"), worker)
+            rows = await pool.fetch(query("claim_jobs"), worker, limit)
         except asyncpg.UniqueViolationError:
             continue  # another worker took a job on the same table first
-        return Job.from_row(row) if row else None
-    return None
+        jobs = [Job.from_row(r) for r in rows]
+        return sorted(jobs, key=lambda j: (-j.priority, j.run_at, j.created_at))
+    return []
+
+
+async def complete_many(pool: asyncpg.Pool, job_ids: list[uuid.UUID], worker: str) -> int:
+    """Complete several of `worker`'s running jobs at once; how many were still its own."""
+    return len(await pool.fetch(query("complete_many"), job_ids, worker))
 
 
 async def seconds_to_next_run(pool: asyncpg.Pool) -> float | None:

@@ -135,11 +135,20 @@ class Worker:
                         if pruned:
                             log.info("pruned %d finished jobs", pruned)
                     while len(self.runs) < self.concurrency and not self.stopping:
-                        job = await queue.claim_next_job(self.pool, self.name)
-                        if job is None:
+                        free = self.concurrency - len(self.runs)
+                        jobs = await queue.claim_jobs(self.pool, self.name, free)
+                        if not jobs:
                             break
                         claimed = True
-                        self._start(job)
+                        noops = [j.id for j in jobs if j.task_name == queue.NOOP_TASK]
+                        for job in jobs:
+                            if job.task_name != queue.NOOP_TASK:
+                                self._start(job)
+                        if noops:
+                            await queue.complete_many(self.pool, noops, self.name)
+                            log.debug("completed %d no-op jobs", len(noops))
+                        if len(jobs) < free:
+                            break
                     # NOTIFY fires when a retry is queued, not when its backoff ends.
                     next_run = await queue.seconds_to_next_run(self.pool)
                     if next_run is not None:

@@ -1,0 +1,364 @@
+"""The benchmark: archiver against what PostgreSQL itself streams out, in one table.
+
+    make bench                                      # 1M rows; 3M for memory and scale
+    make bench BENCH_ARGS="--rows 200000 --repeat 1"
+    python -m bench.run --rows 2000 --quick         # what the test suite runs
+
+Each figure is a ratio to a baseline taken in the same run (these machines are noisy),
+best of --repeat runs. The floor is psql's `\\copy (SELECT * FROM orders WHERE created_at
+< cutoff) TO '/dev/null' (FORMAT binary)`. An archive's time is its job's own time, from
+claim to completion as the queue records them (server clock; process start-up excluded).
+Peak RSS is the worker process's ru_maxrss (wait4), i.e. its whole life.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from archiver import db
+from bench.reference import seed_orders
+from tests.support import Azurite, with_database
+
+CUTOFF = "2025-01-01 00:00:00+00"  # every reference row is older
+FLOOR_SQL = (
+    "\\copy (SELECT * FROM orders WHERE created_at < '{cutoff}') TO '/dev/null' (FORMAT binary)"
+)
+DELETE_SQL = "DELETE FROM orders WHERE created_at < '{cutoff}'"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Row:
+    figure: str
+    value: float
+    baseline: float | None
+    unit: str
+    target: str
+    ok: bool | None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.value / self.baseline if self.baseline else None
+
+
+def _sql(url: str, query: str, *args: object) -> list[asyncpg.Record]:
+    async def run() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(url)
+        try:
+            return list(await conn.fetch(query, *args))
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def _psql_seconds(url: str, command: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", command],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - started
+
+
+class Databases:
+    """Template databases holding the reference table, and throw-away copies of them."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin = admin_url
+        self.tag = f"archiver_bench_{os.getpid()}"
+        self.made: list[str] = []
+
+    def template(self, rows: int) -> str:
+        name = f"{self.tag}_tpl_{rows}"
+        if name not in self.made:
+            _sql(self.admin, f'CREATE DATABASE "{name}"')
+            self.made.append(name)
+            url = with_database(self.admin, name)
+            asyncio.run(db.migrate(url))
+            seed_orders(url, rows)
+            _sql(url, "VACUUM (ANALYZE) orders")  # hint bits and visibility: reads stay reads
+        return name
+
+    def copy(self, rows: int) -> str:
+        template = self.template(rows)
+        name = f"{self.tag}_{uuid.uuid4().hex[:8]}"
+        _sql(self.admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+        self.made.append(name)
+        return with_database(self.admin, name)
+
+    def drop(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        _sql(self.admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.made.remove(name)
+
+    def drop_all(self) -> None:
+        for name in reversed(self.made):
+            _sql(self.admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.made.clear()
+
+
+def _env(url: str, storage_url: str, azurite: Azurite | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ARCHIVER_", "AZURE_"))}
+    env.update(ARCHIVER_DATABASE_URL=url, ARCHIVER_STORAGE_URL=storage_url, **extra)
+    if azurite is not None:
+        env["AZURE_STORAGE_CONNECTION_STRING"] = azurite.connection_string
+    return env
+
+
+def _archiver(*args: str) -> list[str]:
+    return [sys.executable, "-m", "archiver", *args]
+
+
+def _enqueue(env: dict[str, str], mode: str, *extra: str) -> None:
+    subprocess.run(
+        _archiver("enqueue", "--table", "orders", "--before", CUTOFF, "--mode", mode, *extra),
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+
+
+def _run_workers(env: dict[str, str], count: int, *args: str) -> list[int]:
+    """Run `count` burst workers to the end; their peak RSS in bytes."""
+    procs = [
+        subprocess.Popen(_archiver("worker", "--burst", *args), env=env, cwd=ROOT)
+        for _ in range(count)
+    ]
+    peaks = []
+    for proc in procs:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker exited with {proc.returncode}")
+        peaks.append(usage.ru_maxrss * 1024)
+    return peaks
+
+
+def _job_seconds(url: str) -> float:
+    """From the first claim to the last completion of the jobs not yet measured."""
+    rows = _sql(
+        url,
+        "SELECT count(*) FILTER (WHERE status <> 'completed'), "
+        "extract(epoch FROM max(finished_at) - min(started_at))::float8 "
+        "FROM background_jobs WHERE NOT coalesce((progress->>'bench_seen')::bool, false)",
+    )
+    if rows[0][0]:
+        raise RuntimeError(f"{rows[0][0]} jobs did not complete")
+    _sql(url, "UPDATE background_jobs SET progress = progress || '{\"bench_seen\": true}'")
+    return float(rows[0][1])
+
+
+def best(runs: int, measure: Callable[[], float]) -> float:
+    return min(measure() for _ in range(runs))
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.dbs = Databases(args.admin_url)
+        self.rows: list[Row] = []
+        self.tmp = Path(tempfile.mkdtemp(prefix="archiver-bench-"))
+        self.azurite = Azurite(self.tmp / "azurite")
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        self.azurite.start()
+        try:
+            yield
+        finally:
+            self.azurite.stop()
+            self.dbs.drop_all()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def add(self, figure: str, value: float, baseline: float | None, unit: str, target: str,
+            ok: bool | None) -> None:  # fmt: skip
+        self.rows.append(Row(figure, value, baseline, unit, target, ok))
+        print(f"  {figure}: {value:.3f} {unit}", file=sys.stderr, flush=True)
+
+    def storage(self, kind: str) -> str:
+        if kind == "file":
+            return f"file://{self.tmp}/files-{uuid.uuid4().hex[:6]}"
+        return f"az://c{uuid.uuid4().hex[:12]}/archive"
+
+    def archive_copy(self, url: str, kind: str) -> tuple[float, int]:
+        env = _env(url, self.storage(kind), self.azurite)
+        _enqueue(env, "copy")
+        peak = _run_workers(env, 1)[0]
+        return _job_seconds(url), peak
+
+    def archive_move(self, rows: int, workers: int, parallel: int) -> float:
+        url = self.dbs.copy(rows)
+        try:
+            env = _env(url, self.storage("az"), self.azurite)
+            _enqueue(env, "move", *(["--parallel", str(parallel)] if parallel > 1 else []))
+            _run_workers(env, workers)
+            return _job_seconds(url)
+        finally:
+            self.dbs.drop(url)
+
+    def raw_delete(self, rows: int) -> float:
+        url = self.dbs.copy(rows)
+        try:
+            return _psql_seconds(url, DELETE_SQL.format(cutoff=CUTOFF))
+        finally:
+            self.dbs.drop(url)
+
+    def data_path(self) -> None:
+        n, repeat = self.args.rows, self.args.repeat
+        url = self.dbs.copy(n)
+        floor = best(repeat, lambda: _psql_seconds(url, FLOOR_SQL.format(cutoff=CUTOFF)))
+        self.add(f"floor: psql \\copy binary, {n:,} rows", floor, None, "s", "", None)
+        file_runs = [self.archive_copy(url, "file") for _ in range(repeat)]
+        copy_file = min(s for s, _ in file_runs)
+        self.add("copy mode -> file://", copy_file, floor, "s", "<= 1.25x", copy_file <= 1.25 * floor)
+        copy_az = min(self.archive_copy(url, "az")[0] for _ in range(repeat))
+        self.add("copy mode -> Azurite", copy_az, floor, "s", "<= 1.6x", copy_az <= 1.6 * floor)
+        self.dbs.drop(url)
+        delete = best(repeat, lambda: self.raw_delete(n))
+        self.add("raw DELETE of the same rows", delete, None, "s", "", None)
+        move = best(repeat, lambda: self.archive_move(n, 1, 1))
+        self.add("move mode -> Azurite", move, floor + delete, "s", "<= 1.6x (floor+DELETE)",
+                 move <= 1.6 * (floor + delete))  # fmt: skip
+        self.peak_small = max(p for _, p in file_runs)
+
+    def memory(self) -> None:
+        n, big = self.args.rows, self.args.big_rows
+        url = self.dbs.copy(big)
+        peak_big = max(self.archive_copy(url, "file")[1] for _ in range(self.args.repeat))
+        self.dbs.drop(url)
+        mb = 1024 * 1024
+        self.add(f"worker peak RSS, {n:,} rows", self.peak_small / mb, None, "MB", "", None)
+        self.add(f"worker peak RSS, {big:,} rows", peak_big / mb, self.peak_small / mb, "MB",
+                 "<= 400 MB, <= 1.15x", peak_big <= 400 * mb and peak_big <= 1.15 * self.peak_small)  # fmt: skip
+
+    def queue(self) -> None:
+        url = self.dbs.copy(self.args.queue_template_rows)
+        env = _env(url, self.storage("file"), None, ARCHIVER_POLL_INTERVAL="30")
+        latencies = asyncio.run(_claim_latencies(env, self.args.latency_jobs))
+        p50 = statistics.median(latencies)
+        p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
+        self.add("enqueue -> claimed p50 (idle workers)", p50 * 1000, None, "ms", "<= 10 ms", p50 <= 0.010)
+        self.add("enqueue -> claimed p99 (idle workers)", p99 * 1000, None, "ms", "<= 50 ms", p99 <= 0.050)
+        jobs = self.args.noop_jobs
+        _sql(url, "INSERT INTO background_jobs (task_name, payload) "
+                  "SELECT 'noop', '{}' FROM generate_series(1, $1::int)", jobs)  # fmt: skip
+        _run_workers(env, 4, "--concurrency", "64")
+        rate = jobs / _job_seconds(url)
+        self.add("no-op jobs claimed+completed, 4 workers", rate, None, "jobs/s", ">= 2000", rate >= 2000)
+        self.dbs.drop(url)
+
+    def scale(self) -> None:
+        big = self.args.big_rows
+        one = best(self.args.repeat, lambda: self.archive_move(big, 1, 2))
+        self.add(f"move {big:,} rows, --parallel 2, 1 worker", one, None, "s", "", None)
+        two = best(self.args.repeat, lambda: self.archive_move(big, 2, 2))
+        self.add(f"move {big:,} rows, --parallel 2, 2 workers", two, one, "s", "speed-up reported",
+                 None)  # fmt: skip
+
+    def table(self) -> str:
+        lines = [
+            f"archiver bench: {os.cpu_count()} cores, best of {self.args.repeat}",
+            "",
+            "| figure | measured | baseline | ratio | target | met |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            base = f"{r.baseline:.3f} {r.unit}" if r.baseline is not None else ""
+            ratio = f"{r.ratio:.2f}x" if r.ratio is not None else ""
+            met = "" if r.ok is None else ("yes" if r.ok else "NO")
+            lines.append(f"| {r.figure} | {r.value:.3f} {r.unit} | {base} | {ratio} | {r.target} | {met} |")  # fmt: skip
+        return "\n".join(lines)
+
+
+async def _claim_latencies(env: dict[str, str], jobs: int) -> list[float]:
+    """Enqueue no-op jobs one by one to two idle workers (LISTEN/NOTIFY, a 30 s poll
+    interval so polling cannot help); claim time minus enqueue time, server clock."""
+    url = env["ARCHIVER_DATABASE_URL"]
+    procs = [subprocess.Popen(_archiver("worker"), env=env, cwd=ROOT) for _ in range(2)]
+    conn = await asyncpg.connect(url)
+    try:
+        while await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query ILIKE 'LISTEN%'"
+        ) < 2:  # fmt: skip
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        for _ in range(jobs):
+            await conn.execute("INSERT INTO background_jobs (task_name, payload) VALUES ('noop', '{}')")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        rows = await conn.fetch(
+            "SELECT extract(epoch FROM started_at - created_at)::float8 FROM background_jobs "
+            "WHERE task_name = 'noop'"
+        )
+        if len(rows) != jobs or any(r[0] is None for r in rows):
+            raise RuntimeError("not every no-op job was claimed")
+        await conn.execute("UPDATE background_jobs SET progress = '{\"bench_seen\": true}'")
+        return [float(r[0]) for r in rows]
+    finally:
+        await conn.close()
+        for proc in procs:
+            proc.terminate()
+            proc.wait(30)
+
+
+SECTIONS = ("data", "memory", "queue", "scale")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000, help="reference rows (default 1M)")
+    p.add_argument("--big-rows", type=int, help="rows for memory and scale (default 3x --rows)")
+    p.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
+    p.add_argument("--quick", action="store_true", help="tiny: one run each, few queue jobs")
+    p.add_argument("--skip", action="append", default=[], choices=SECTIONS)
+    p.add_argument(
+        "--admin-url",
+        default=os.environ.get(
+            "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    args = p.parse_args(argv)
+    args.big_rows = args.big_rows or 3 * args.rows
+    args.latency_jobs, args.noop_jobs, args.queue_template_rows = 200, 10_000, 1
+    if args.quick:
+        args.repeat, args.latency_jobs, args.noop_jobs = 1, 5, 200
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+    with bench.running():
+        if "data" not in args.skip:
+            bench.data_path()
+            if "memory" not in args.skip:
+                bench.memory()
+        if "queue" not in args.skip:
+            bench.queue()
+        if "scale" not in args.skip:
+            bench.scale()
+    print(bench.table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The benchmark cannot rot: a tiny run prints every figure (times are not asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ADMIN_URL
+from tests.support import ROOT
+
+
+def test_tiny_bench_prints_the_whole_table() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--rows", "2000", "--quick", "--admin-url", ADMIN_URL],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("archiver bench: ") and "cores" in lines[0]
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| figure")]
+    figures = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    for expected in (
+        "floor: psql",
+        "copy mode -> file://",
+        "copy mode -> Azurite",
+        "raw DELETE",
+        "move mode -> Azurite",
+        "worker peak RSS, 2,000 rows",
+        "worker peak RSS, 6,000 rows",
+        "enqueue -> claimed p50",
+        "enqueue -> claimed p99",
+        "no-op jobs claimed+completed",
+        "--parallel 2, 1 worker",
+        "--parallel 2, 2 workers",
+    ):
+        assert any(expected in f for f in figures), (expected, figures)
+    assert all(len(r.split(" | ")) == 6 for r in rows)

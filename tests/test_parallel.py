@@ -1,0 +1,106 @@
+"""Issue 6: an archive split into key ranges taken by several workers, the no-op task,
+and claims of several jobs per round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+
+from archiver import queue
+from bench.reference import seed_orders
+from tests.exactly_once import assert_exactly_once
+from tests.support import archiver_cmd, run_cli, sql, sql_value, start_process, start_worker
+
+CUTOFF = "2024-12-20"
+
+
+def test_parallel_ranges_move_each_row_exactly_once(
+    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 30_000)
+    expected = {
+        r["id"] for r in sql(database_url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")
+    }
+    result = run_cli(
+        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--parallel", "3",
+        "--chunk-rows", "4000",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ids = result.stdout.split()
+    assert len(ids) == 3 and "3 key ranges" in result.stderr
+    jobs = sql(database_url, "SELECT payload, lock_key FROM background_jobs ORDER BY lock_key")
+    assert len({j["lock_key"] for j in jobs}) == 3  # the parts may run at once
+    assert len({j["payload"] for j in jobs}) == 3
+
+    log = tmp_path / "workers.log"
+    workers = [start_worker(env, "--burst", "--concurrency", "2", log=log) for _ in range(2)]
+    for w in workers:
+        assert w.wait(timeout=240) == 0, log.read_text()
+
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM background_jobs WHERE status <> 'completed'")
+        == 0
+    )
+    ranged = sql_value(
+        database_url,
+        "SELECT count(DISTINCT payload->>'group') FROM background_jobs WHERE payload ? 'key_range'",
+    )
+    assert ranged == 1
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+    assert (
+        sql_value(database_url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
+    )
+
+
+def test_parallel_refuses_a_multi_column_key(env: dict[str, str], database_url: str) -> None:
+    sql(
+        database_url,
+        "CREATE TABLE pairs (a int, b int, created_at date NOT NULL, PRIMARY KEY (a, b))",
+    )
+    result = run_cli(env, "enqueue", "--table", "pairs", "--before", CUTOFF, "--parallel", "2")
+    assert result.returncode != 0
+    assert result.stderr.startswith("archiver: error: ") and "one-column key" in result.stderr
+    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 0
+
+
+def test_noop_jobs_complete_in_batches(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    sql(
+        database_url,
+        "INSERT INTO background_jobs (task_name, payload) "
+        "SELECT 'noop', '{}' FROM generate_series(1, 300)",
+    )
+    env = {**env, "ARCHIVER_STORAGE_URL": f"file://{tmp_path}/files"}
+    log = tmp_path / "worker.log"
+    worker = start_process(
+        archiver_cmd("-v", "worker", "--burst", "--concurrency", "50"), env, log=log
+    )
+    assert worker.wait(timeout=120) == 0, log.read_text()
+    rows = sql(database_url, "SELECT status, attempts, locked_by FROM background_jobs")
+    assert {(r["status"], r["attempts"], r["locked_by"]) for r in rows} == {("completed", 1, None)}
+    assert "completed 50 no-op jobs" in log.read_text()
+
+
+def test_claim_takes_several_jobs_but_one_per_lock_key(database_url: str) -> None:
+    async def scenario() -> tuple[list[queue.Job], list[queue.Job], int]:
+        pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+        try:
+            for i in range(3):
+                await queue.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")
+            for i in range(3):
+                await queue.enqueue(pool, {"n": i}, dedup_key=f"b{i}", lock_key=None)
+            first = await queue.claim_jobs(pool, "w1", 10)
+            second = await queue.claim_jobs(pool, "w2", 10)
+            done = await queue.complete_many(pool, [j.id for j in first], "w2")  # not w2's
+            return first, second, done
+        finally:
+            await pool.close()
+
+    first, second, wrong_owner = asyncio.run(scenario())
+    assert len(first) == 4  # three without a lock key, one of the three sharing table:t
+    assert {j.locked_by for j in first} == {"w1"}
+    assert second == []  # table:t is running: its other jobs wait
+    assert wrong_owner == 0  # a finishing write only touches the claimer's own jobs
