@@ -195,3 +195,39 @@ def test_locked_rows_are_skipped_not_waited_for(
     ]
     assert left == [locked_id]
     assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == total_old - 1
+
+
+def test_move_partitioned_table(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
+    """Partitions repeat ctids, so a partitioned table is moved by key: rows with equal
+    ctids in different partitions must not be taken for one another."""
+    sql(
+        database_url,
+        """CREATE TABLE events (id bigint, at timestamptz NOT NULL, body text,
+                                PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+           CREATE TABLE events_2023 PARTITION OF events FOR VALUES FROM ('2023-01-01') TO ('2024-01-01');
+           CREATE TABLE events_2024 PARTITION OF events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+           INSERT INTO events SELECT g, timestamptz '2023-01-01' + make_interval(hours => g::int), 'e' || g
+           FROM generate_series(1, 12000) g;""",
+    )
+    expected = rows_in_db(database_url, "SELECT * FROM events WHERE at < '2023-12-01'")
+    kept = sql_value(database_url, "SELECT count(*) FROM events WHERE at >= '2023-12-01'")
+    result = run_cli(
+        env,
+        "enqueue",
+        "--table",
+        "events",
+        "--column",
+        "at",
+        "--before",
+        "2023-12-01",
+        "--chunk-rows",
+        "1500",
+    )
+    assert result.returncode == 0, result.stderr
+    assert start_worker(env, "--burst").wait(timeout=120) == 0
+    assert sql_value(database_url, "SELECT count(*) FROM events WHERE at < '2023-12-01'") == 0
+    assert sql_value(database_url, "SELECT count(*) FROM events") == kept
+    names = blob_names(azurite.connection_string, container)
+    assert_exactly_once(rows_in_blobs(azurite.connection_string, container, names), expected)
