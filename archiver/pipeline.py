@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from archiver import failpoints, source
+from archiver import failpoints, pgtypes, source
 from archiver.errors import VerificationError
 from archiver.ident import TableName
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
@@ -198,7 +198,7 @@ def _key_range(batch: pa.RecordBatch, keys: list[str]) -> tuple[tuple[Any, ...],
     if len(columns) == 1:
         mm = pc.min_max(source.storage_view(columns[0]))
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if isinstance(columns[0].type, pa.ExtensionType):  # uuid: back from bytes
+        if isinstance(columns[0].type, pa.BaseExtensionType):  # uuid: back from bytes
             lo, hi = uuid.UUID(bytes=lo), uuid.UUID(bytes=hi)
         return (lo,), (hi,)
     view = pa.table({str(i): source.storage_view(c) for i, c in enumerate(columns)})
@@ -385,12 +385,19 @@ class ChunkArchiver:
             part,
             self.request.mode,
         )
-        writer = ParquetFileWriter(local, reader.schema, metadata)
+        plans = self.queries.plans
+        writer = ParquetFileWriter(
+            local,
+            reader.schema,
+            metadata,
+            companions=pgtypes.companions(plans),
+            arrow_checked=pgtypes.arrow_checked(plans),
+        )
         stats = _ChunkStats()
 
         def encode(batch: pa.RecordBatch) -> None:
-            stats.observe(batch, self.key_names, self.cutoff_column.name)
-            writer.write(batch)
+            # Statistics of the batch as written: a -infinity cutoff value is NULL there.
+            stats.observe(writer.write(batch), self.key_names, self.cutoff_column.name)
 
         try:
             _overlapped(reader, encode)

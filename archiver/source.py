@@ -13,6 +13,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -190,10 +191,15 @@ class ChunkQueries:
         )
         return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
 
+    @cached_property
+    def plans(self) -> list[pgtypes.ColumnPlan]:
+        """How each column travels (pgtypes), the one place that decides it."""
+        return pgtypes.plan_table(self.table.columns, self.table.key)
+
     @property
     def select_list(self) -> str:
-        """Each column as the type table says (pgtypes), companions last."""
-        return pgtypes.select_list(pgtypes.plan_table(self.table.columns, self.table.key))
+        """Each column as the type table says (pgtypes), SQL-filled companions last."""
+        return pgtypes.select_list(self.plans)
 
     def take(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
         """Move mode: delete the chunk's rows, skipping rows others hold locked, and
@@ -218,9 +224,7 @@ class ChunkQueries:
 
     def read(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
         """Copy mode: read the chunk's rows in key order from the job's snapshot."""
-        return self._select(
-            self.select_list, after_key=after_key, lock=False, key_range=key_range
-        )
+        return self._select(self.select_list, after_key=after_key, lock=False, key_range=key_range)
 
     def split(self, conn: Any, cutoff: str, parts: int) -> list[KeyRange]:
         """`parts` key ranges holding about as many rows older than the cutoff each, from
@@ -347,7 +351,7 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def storage_view(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """An extension-typed array's storage (uuid -> 16 bytes), which sorts like PostgreSQL."""
-    if isinstance(array.type, pa.ExtensionType):
+    if isinstance(array.type, pa.BaseExtensionType):
         if isinstance(array, pa.ChunkedArray):
             return pa.chunked_array([c.storage for c in array.chunks], array.type.storage_type)
         return array.storage

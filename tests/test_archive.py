@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -231,3 +232,46 @@ def test_move_partitioned_table(
     assert sql_value(database_url, "SELECT count(*) FROM events") == kept
     names = blob_names(azurite.connection_string, container)
     assert_exactly_once(rows_in_blobs(azurite.connection_string, container, names), expected)
+
+
+def test_move_table_with_uuid_key(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
+    """uuid keys resume in byte order, which is PostgreSQL's uuid order."""
+    sql(
+        database_url,
+        """CREATE TABLE sessions (id uuid PRIMARY KEY, started timestamptz NOT NULL, who text);
+           INSERT INTO sessions SELECT md5(g::text)::uuid, timestamptz '2024-01-01' + make_interval(mins => g::int), 'u' || g
+           FROM generate_series(1, 9000) g;""",
+    )
+    expected = {
+        str(r["id"]): dict(r)
+        for r in sql(database_url, "SELECT * FROM sessions WHERE started < '2024-01-05'")
+    }
+    result = run_cli(
+        env,
+        "enqueue",
+        "--table",
+        "sessions",
+        "--column",
+        "started",
+        "--before",
+        "2024-01-05",
+        "--chunk-rows",
+        "700",
+    )
+    assert result.returncode == 0, result.stderr
+    assert start_worker(env, "--burst").wait(timeout=120) == 0
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM sessions WHERE started < '2024-01-05'") == 0
+    )
+    names = blob_names(azurite.connection_string, container)
+    assert len(names) == -(-len(expected) // 700)
+    archived = rows_in_blobs(azurite.connection_string, container, names)
+    assert sorted(str(r["id"]) for r in archived) == sorted(expected)
+    assert all(r == expected[str(r["id"])] for r in archived)
+    ranges = sql(
+        database_url,
+        "SELECT min_key[1]::uuid AS lo, max_key[1]::uuid AS hi FROM archive_files ORDER BY part",
+    )
+    assert all(a["hi"] < b["lo"] for a, b in itertools.pairwise(ranges))  # parts in key order
