@@ -9,6 +9,7 @@ import base64
 import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,9 +80,10 @@ class LocalStorage:
     def check(self) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / ".archiver-write-check"
-            probe.write_bytes(b"")
-            probe.unlink()
+            # A probe of this process's own: workers starting together share the directory.
+            fd, probe = tempfile.mkstemp(dir=self.root, prefix=".archiver-write-check-")
+            os.close(fd)
+            os.unlink(probe)
         except OSError as exc:
             raise StorageError(f"cannot write to {self.location}: {exc.strerror}") from None
 

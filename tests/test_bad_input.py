@@ -142,3 +142,16 @@ def test_migrate_twice_at_once(database_url: str, env: dict[str, str]) -> None:
     assert all(p.returncode == 0 for p in procs)
     assert sum("applied" in o for o in outputs) == 1
     assert run_cli(env, "migrate").stdout.strip() == "schema is up to date"
+
+
+def test_local_storage_check_is_safe_for_workers_starting_together(tmp_path) -> None:
+    """Workers started at once (supervisor numprocs) all probe the same directory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from archiver.config import StorageLocation
+    from archiver.storage import LocalStorage
+
+    storage = LocalStorage(StorageLocation.parse(f"file://{tmp_path}/archive"))
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: [storage.check() for _ in range(200)], range(8)))
+    assert list((tmp_path / "archive").iterdir()) == []
