@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 
 from archiver import db
-from tests.support import Azurite, reap_started, sql, with_database
-
-ADMIN_URL = os.environ.get(
-    "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
+from tests.support import ADMIN_URL, Azurite, fresh_database, reap_started, sql, with_database
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +35,8 @@ def template_db() -> Iterator[str]:
 @pytest.fixture
 def database_url(template_db: str) -> Iterator[str]:
     """A fresh, migrated database for this test."""
-    name = f"archiver_t_{uuid.uuid4().hex[:12]}"
-    sql(ADMIN_URL, f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield with_database(ADMIN_URL, name)
-    sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database("archiver_t", template_db) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

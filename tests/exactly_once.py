@@ -14,10 +14,12 @@ def assert_exactly_once(
     container: str,
     expected_ids: set[int],
     table: str = "orders",
+    source_url: str | None = None,
 ) -> None:
     """Each id that was older than the cutoff is now in exactly one place: still in the
-    table, or in exactly one row of exactly one catalogued file. No stray blobs."""
-    left = [r["id"] for r in sql(database_url, f'SELECT id FROM "{table}"')]
+    table, or in exactly one row of exactly one catalogued file. No stray blobs.
+    `database_url` holds the catalog; the table is there too unless `source_url` says."""
+    left = [r["id"] for r in sql(source_url or database_url, f'SELECT id FROM "{table}"')]
     assert blob_names(connection_string, container) == sorted(catalog_paths(database_url)), (
         "blobs and catalog differ"
     )

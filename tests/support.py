@@ -11,6 +11,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,6 +30,22 @@ AZURITE_KEY = (
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
+
+
+ADMIN_URL = os.environ.get(
+    "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@contextmanager
+def fresh_database(prefix: str, template: str | None = None) -> Iterator[str]:
+    """A database of the test's own (a copy of `template`, if given), dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    sql(ADMIN_URL, f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    try:
+        yield with_database(ADMIN_URL, name)
+    finally:
+        sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import ADMIN_URL
-from tests.support import ROOT
+from tests.support import ADMIN_URL, ROOT
 
 
 def test_tiny_bench_prints_the_whole_table() -> None:

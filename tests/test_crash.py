@@ -17,6 +17,7 @@ from tests.exactly_once import assert_exactly_once
 from tests.support import (
     Azurite,
     PrivateCluster,
+    fresh_database,
     job_row,
     run_cli,
     sql,
@@ -417,14 +418,8 @@ def test_job_state_refusals(env, database_url) -> None:
 @pytest.fixture
 def source_url(database_url: str) -> Iterator[str]:
     """The application's tables in a database of their own (ARCHIVER_SOURCE_URL)."""
-    import uuid
-
-    from tests.conftest import ADMIN_URL
-
-    name = f"archiver_src_{uuid.uuid4().hex[:12]}"
-    sql(ADMIN_URL, f'CREATE DATABASE "{name}"')
-    yield with_database(ADMIN_URL, name)
-    sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database("archiver_src") as url:
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -463,25 +458,5 @@ def test_separate_source_database_crash_around_its_commit(
     left = {r["id"] for r in sql(source_url, "SELECT id FROM orders")}
     assert not left & expected
     assert_exactly_once(
-        source_url_catalog(database_url, source_url), azurite.connection_string, container, expected
+        database_url, azurite.connection_string, container, expected, source_url=source_url
     )
-
-
-def source_url_catalog(catalog_url: str, source_url: str) -> str:
-    """assert_exactly_once reads the catalog and the table from one URL; with separate
-    databases, copy the catalog next to the table."""
-    rows = sql(catalog_url, "SELECT path, source_table, job_id, part FROM archive_files")
-    sql(
-        source_url,
-        "CREATE TABLE archive_files (path text, source_table text, job_id uuid, part int)",
-    )
-    for r in rows:
-        sql(
-            source_url,
-            "INSERT INTO archive_files VALUES ($1, $2, $3, $4)",
-            r["path"],
-            r["source_table"],
-            r["job_id"],
-            r["part"],
-        )
-    return source_url
