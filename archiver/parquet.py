@@ -122,6 +122,25 @@ def _date_text(raw: int) -> str:
     return "infinity" if _wrapped(raw, 32, 10_957) > 0 else "-infinity"
 
 
+_PY_MIN_DATE_DAYS, _PY_MAX_DATE_DAYS = -719_162, 2_932_896  # 0001-01-01, 9999-12-31
+_PY_MIN_US = _PY_MIN_DATE_DAYS * _DAY_US
+_PY_MAX_US = (_PY_MAX_DATE_DAYS + 1) * _DAY_US - 1
+
+
+def within_python_range(array: pa.Array) -> pa.Array | None:
+    """For a date or timestamp column: True where the value lies in years 1-9999 (what
+    Python, and so the catalog's key and range text, can represent) or is NULL. None for
+    any other type (nothing to check)."""
+    if pa.types.is_date32(array.type):
+        raw, lo, hi = array.view(pa.int32()), _PY_MIN_DATE_DAYS, _PY_MAX_DATE_DAYS
+    elif pa.types.is_timestamp(array.type):
+        raw, lo, hi = array.view(pa.int64()), _PY_MIN_US, _PY_MAX_US
+    else:
+        return None
+    inside = pc.and_(pc.greater_equal(raw, lo), pc.less_equal(raw, hi))
+    return pc.fill_null(inside, True)
+
+
 def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
     """(the column with PostgreSQL-only values set NULL, their exact text or NULL)."""
     n = len(array)

@@ -23,9 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from archiver import failpoints, pgtypes, source
-from archiver.errors import VerificationError
+from archiver.errors import InputError, VerificationError
 from archiver.ident import TableName
-from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
+from archiver.parquet import (
+    ParquetFileWriter,
+    file_metadata,
+    read_metadata,
+    within_python_range,
+)
 from archiver.storage import Storage, file_md5
 
 log = logging.getLogger(__name__)
@@ -176,14 +181,33 @@ class Ledger(Protocol):
 class _ChunkStats:
     min_key: tuple[Any, ...] | None = None
     max_key: tuple[Any, ...] | None = None
-    min_cutoff: Any = None
+    min_cutoff: Any = None  # None with cutoff_unbounded_low: catalogued as -infinity
     max_cutoff: Any = None
+    cutoff_unbounded_low: bool = False
+    cutoff_unbounded_high: bool = False
 
     def observe(self, batch: pa.RecordBatch, keys: list[str], cutoff: str) -> None:
+        """Key and cutoff ranges of a batch as written (special values already NULL in
+        their columns and spelled out in the __pg_text companions)."""
+        for name in keys:
+            inside = within_python_range(batch.column(name))
+            if inside is not None and not pc.all(inside).as_py():
+                raise InputError(
+                    f"primary key column {name!r} holds a value archiver cannot archive "
+                    "exactly (+-infinity, or a year outside 1-9999); nothing was moved"
+                )
         lo, hi = _key_range(batch, keys)
         self.min_key = lo if self.min_key is None else min(self.min_key, lo)
         self.max_key = hi if self.max_key is None else max(self.max_key, hi)
-        mm = pc.min_max(batch.column(cutoff)).as_py()
+        column = batch.column(cutoff)
+        companion = cutoff + pgtypes.PG_TEXT_SUFFIX
+        if companion in batch.schema.names and batch.column(companion).null_count < batch.num_rows:
+            self.cutoff_unbounded_low = True  # -infinity: the one special older than a cutoff
+        inside = within_python_range(column)
+        if inside is not None and not pc.all(inside).as_py():  # BC, or past 9999
+            self.cutoff_unbounded_low = True
+            column = pc.filter(column, inside)
+        mm = pc.min_max(column).as_py()
         if mm["min"] is not None:
             self.min_cutoff = (
                 mm["min"] if self.min_cutoff is None else min(self.min_cutoff, mm["min"])
@@ -441,8 +465,10 @@ class ChunkArchiver:
             min_key=[source.key_text(v) for v in stats.min_key],
             max_key=[source.key_text(v) for v in stats.max_key],
             cutoff_column=self.cutoff_column.name,
-            min_cutoff_value=_as_utc_text(stats.min_cutoff),
-            max_cutoff_value=_as_utc_text(stats.max_cutoff),
+            min_cutoff_value=None if stats.cutoff_unbounded_low else _as_utc_text(stats.min_cutoff),
+            max_cutoff_value=None
+            if stats.cutoff_unbounded_high
+            else _as_utc_text(stats.max_cutoff),
         )
 
 

@@ -196,7 +196,10 @@ WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
 RETURNING id
 
 -- name: still_held
+-- Locks the job row until the pending file is committed: a rescue (SKIP LOCKED) cannot
+-- slip in between this check and the insert.
 SELECT id FROM background_jobs WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
+FOR NO KEY UPDATE
 
 -- name: confirm_file
 UPDATE archive_files SET state = 'committed', source_xid = NULL

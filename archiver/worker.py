@@ -106,7 +106,8 @@ class Worker:
             )
             self.stopping = True
             for run in self.runs.values():
-                run.interrupt = StopRequested("worker stopping")
+                if run.interrupt is None:  # a cancel or a lost lease already wins
+                    run.interrupt = StopRequested("worker stopping")
             asyncio.get_running_loop().call_later(
                 self.settings.shutdown_deadline, self.hard_stop.set
             )

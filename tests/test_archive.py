@@ -275,3 +275,50 @@ def test_move_table_with_uuid_key(
         "SELECT min_key[1]::uuid AS lo, max_key[1]::uuid AS hi FROM archive_files ORDER BY part",
     )
     assert all(a["hi"] < b["lo"] for a, b in itertools.pairwise(ranges))  # parts in key order
+
+
+def test_infinite_key_is_refused_not_corrupted(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
+    """A date key of 'infinity' has no exact Arrow value: the job fails naming the column
+    and every row stays in the table (found by review: it used to commit a garbage date)."""
+    sql(
+        database_url,
+        """CREATE TABLE k2 (t int, d date, created_at timestamptz NOT NULL, PRIMARY KEY (t, d));
+           INSERT INTO k2 VALUES (0, '2020-01-01', '2020-01-01'), (1, '2020-01-01', '2020-01-01'),
+                                 (1, 'infinity', '2020-01-01'), (2, '2020-01-03', '2020-01-01');""",
+    )
+    job = run_cli(
+        env, "enqueue", "--table", "k2", "--before", "2021-01-01", "--max-attempts", "1"
+    ).stdout.strip()
+    assert start_worker(env, "--burst").wait(timeout=60) == 0
+    row = sql(
+        database_url, "SELECT status, last_error FROM background_jobs WHERE id = $1::uuid", job
+    )[0]
+    assert row["status"] == "failed"
+    assert "primary key column 'd'" in row["last_error"] and "infinity" in row["last_error"]
+    assert sql_value(database_url, "SELECT count(*) FROM k2") == 4
+    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
+
+
+def test_minus_infinity_cutoff_value_is_catalogued_unbounded(
+    env: dict[str, str], database_url: str, azurite, container: str
+) -> None:
+    """'-infinity' is older than any cutoff, so it is archived; the file's catalogued
+    range then starts at -infinity, so a restore by range finds it."""
+    sql(
+        database_url,
+        """CREATE TABLE ev (id bigint PRIMARY KEY, created_at timestamptz NOT NULL);
+           INSERT INTO ev VALUES (1, '-infinity'), (2, '2020-01-01'), (3, '2030-01-01');""",
+    )
+    assert run_cli(env, "enqueue", "--table", "ev", "--before", "2021-01-01").returncode == 0
+    assert start_worker(env, "--burst").wait(timeout=60) == 0
+    assert [r["id"] for r in sql(database_url, "SELECT id FROM ev")] == [3]
+    file = sql(
+        database_url,
+        "SELECT row_count, min_cutoff_value::text AS lo, max_cutoff_value FROM archive_files",
+    )[0]
+    assert file["row_count"] == 2 and file["lo"] == "-infinity"
+    restored = run_cli(env, "restore", "--table", "ev", "--to", "1900-01-01")
+    assert restored.returncode == 0, restored.stderr
+    assert sql_value(database_url, "SELECT created_at::text FROM ev WHERE id = 1") == "-infinity"
