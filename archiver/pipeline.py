@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import queue
+import re
 import tempfile
 import threading
 import time
@@ -35,6 +36,7 @@ from archiver.storage import Storage, file_md5
 
 log = logging.getLogger(__name__)
 
+_ATTEMPT = re.compile(r"-a(\d+)-part-\d+\.parquet$")
 TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
 DEFAULT_CHUNK_ROWS = 100_000  # when the table has no statistics yet
 MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1_000, 2_000_000
@@ -172,6 +174,7 @@ class Ledger(Protocol):
     """
 
     def next_part(self) -> int: ...
+    def catalogued_paths(self) -> set[str]: ...
     def in_transaction(self, cur: Any, f: ArchivedFile, progress: Progress) -> None: ...
     def record_pending(self, f: ArchivedFile, source_xid: str | None) -> None: ...
     def confirm(self, f: ArchivedFile, progress: Progress) -> None: ...
@@ -309,18 +312,38 @@ class ChunkArchiver:
         ledger: Ledger,
         same_database: bool,
         workdir: Path,
+        attempt: int = 1,
     ) -> None:
         self.conn, self.job_id, self.request = conn, job_id, request
         self.storage, self.ledger, self.same_database = storage, ledger, same_database
-        self.workdir = workdir
+        self.workdir, self.attempt = workdir, attempt
         self.table = source.describe_table(conn, TableName.parse(request.table))
         self.cutoff_column = source.check_cutoff_column(self.table, request.column)
         self.queries = source.ChunkQueries(self.table, self.cutoff_column)
         self.key_names = [c.name for c in self.table.key]
 
+    def drop_stale_uploads(self) -> None:
+        """Delete what earlier attempts of this job uploaded but never catalogued.
+
+        The attempt number in every object name is a fencing token: a worker that lost
+        the job while paused mid-upload (SIGSTOP, a VM pause) and then resumes writes its
+        own attempt's name, never the rescuer's. Its upload can never be catalogued
+        either, since recording a file requires holding the job, so an earlier
+        attempt's uncatalogued object is garbage. (One uploaded after this sweep stays
+        until `archiver verify` reports it.)"""
+        catalogued = self.ledger.catalogued_paths()
+        prefix = self.storage.object_name(f"{self.table.qualified}/job-{self.job_id}-a")
+        for stored in self.storage.list(prefix):
+            match = _ATTEMPT.search(stored.name)
+            if match and int(match.group(1)) < self.attempt and stored.name not in catalogued:
+                log.warning(
+                    "job %s: deleting %s, left by an earlier attempt", self.job_id, stored.name
+                )
+                self.storage.delete(stored.name)
+
     def object_name(self, part: int) -> str:
         return self.storage.object_name(
-            f"{self.table.qualified}/job-{self.job_id}-part-{part:05d}.parquet"
+            f"{self.table.qualified}/job-{self.job_id}-a{self.attempt:03d}-part-{part:05d}.parquet"
         )
 
     def begin_snapshot(self) -> None:
@@ -524,11 +547,15 @@ def archive_job(
     workdir: Path,
     interrupt: Interrupt,
     on_chunk: ChunkDone | None = None,
+    attempt: int = 1,
 ) -> Progress:
     """Archive chunks until none is left; `interrupt()` is asked between chunks and
     whatever it returns (stop, cancel, lease lost) is raised there; `on_chunk(rows,
     bytes, seconds)` hears of every committed chunk (metrics)."""
-    archiver = ChunkArchiver(conn, job_id, request, storage, ledger, same_database, workdir)
+    archiver = ChunkArchiver(
+        conn, job_id, request, storage, ledger, same_database, workdir, attempt
+    )
+    archiver.drop_stale_uploads()
     if not progress.chunk_rows:  # a new job: estimate once; a resumed one keeps its figures
         plan = plan_archive(conn, request, archiver.queries)
         progress.chunk_rows = plan.chunk_rows

@@ -177,6 +177,9 @@ SELECT status, sum(jobs)::bigint FROM archiver_job_summary GROUP BY status
 SELECT part, path, row_count, byte_size, md5, min_key, max_key, state, source_xid::text AS source_xid
 FROM archive_files WHERE job_id = $1 ORDER BY part
 
+-- name: job_paths
+SELECT path FROM archive_files WHERE job_id = $1::uuid
+
 -- name: next_part
 SELECT COALESCE(max(part), 0) + 1 FROM archive_files WHERE job_id = $1::uuid
 

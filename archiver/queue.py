@@ -379,9 +379,16 @@ class JobLedger:
         assert row is not None
         return int(row[0])
 
+    def catalogued_paths(self) -> set[str]:
+        with self.conn.cursor() as cur:
+            cur.execute(query("job_paths"), (self.job_id,))
+            paths = {str(row[0]) for row in cur.fetchall()}
+        self.conn.rollback()
+        return paths
+
     def in_transaction(self, cur: Any, f: ArchivedFile, progress: Progress) -> None:
+        self._checkpoint(cur, progress)  # first: a job that is no longer ours is LeaseLost
         cur.execute(query("insert_file"), self._file_params(f, "committed", None))
-        self._checkpoint(cur, progress)
 
     def record_pending(self, f: ArchivedFile, source_xid: str | None) -> None:
         try:

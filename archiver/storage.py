@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -93,8 +94,9 @@ class LocalStorage:
     def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
         target = self.root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        with path.open("rb") as src, partial.open("wb") as dst:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+        partial = Path(tmp)
+        with path.open("rb") as src, os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, _READ_BLOCK)
             dst.flush()
             os.fsync(dst.fileno())
@@ -110,12 +112,14 @@ class LocalStorage:
         return StoredObject(name, target.stat().st_size, file_md5(target))
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
-        base = self.root / prefix if prefix else self.root
-        if not base.exists():
+        """Objects whose name starts with `prefix` (a name prefix, as Azure's)."""
+        folder, _, _ = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        if not base.is_dir():
             return
         for path in sorted(base.rglob("*")):
-            if path.is_file() and not path.name.endswith(".partial"):
-                name = path.relative_to(self.root).as_posix()
+            name = path.relative_to(self.root).as_posix()
+            if path.is_file() and name.startswith(prefix) and not name.endswith(".partial"):
                 yield StoredObject(name, path.stat().st_size, None)
 
     def download(self, name: str, dest: Path) -> None:
@@ -185,7 +189,8 @@ class AzureStorage:
         blob = self.container.get_blob_client(name)
         size = path.stat().st_size
         count = max(1, -(-size // BLOCK_SIZE))
-        ids = [base64.b64encode(f"block-{i:08d}".encode()).decode() for i in range(count)]
+        upload = uuid.uuid4().hex[:12]  # this upload's own blocks, never another's
+        ids = [base64.b64encode(f"{upload}-{i:08d}".encode()).decode() for i in range(count)]
 
         def stage(i: int) -> None:
             with path.open("rb") as f:

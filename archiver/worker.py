@@ -384,4 +384,5 @@ class Worker:
                 self.workdir,
                 lambda: run.interrupt,
                 functools.partial(metrics.chunk_done, request.table),
+                attempt=job.attempts,
             )

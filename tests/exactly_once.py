@@ -15,14 +15,14 @@ def assert_exactly_once(
     expected_ids: set[int],
     table: str = "orders",
     source_url: str | None = None,
+    stray_blobs: frozenset[str] = frozenset(),
 ) -> None:
     """Each id that was older than the cutoff is now in exactly one place: still in the
     table, or in exactly one row of exactly one catalogued file. No stray blobs.
     `database_url` holds the catalog; the table is there too unless `source_url` says."""
     left = [r["id"] for r in sql(source_url or database_url, f'SELECT id FROM "{table}"')]
-    assert blob_names(connection_string, container) == sorted(catalog_paths(database_url)), (
-        "blobs and catalog differ"
-    )
+    expected_blobs = sorted({*catalog_paths(database_url), *stray_blobs})
+    assert blob_names(connection_string, container) == expected_blobs, "blobs and catalog differ"
     paths = catalog_paths(database_url, f"public.{table}")
     archived = [r["id"] for r in rows_in_blobs(connection_string, container, paths)]
     seen = Counter(archived) + Counter(i for i in left if i in expected_ids)

@@ -460,3 +460,38 @@ def test_separate_source_database_crash_around_its_commit(
     assert_exactly_once(
         database_url, azurite.connection_string, container, expected, source_url=source_url
     )
+
+
+def test_frozen_worker_cannot_overwrite_its_rescuers_files(
+    fast, database_url, azurite, container, tmp_path: Path
+) -> None:
+    """A worker frozen mid-upload (SIGSTOP) past its lease is rescued; when it thaws and
+    finishes its upload, the attempt number in the name keeps it off the rescuer's files,
+    and its checkpoint finds the job gone (found by review: it used to overwrite part 1)."""
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    job_id = enqueue(fast)
+    log_a = tmp_path / "a.log"
+    a = start_worker({**fast, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log_a)
+    wait_for_text(log_a, "failpoint upload_staged reached")
+    a.send_signal(signal.SIGSTOP)
+    try:
+        b = start_worker(fast, log=tmp_path / "b.log")
+        wait_for_status(database_url, job_id, "completed")
+        assert stop(b) == 0
+        catalogued = [r["path"] for r in sql(database_url, "SELECT path FROM archive_files")]
+        etags = blob_etags(azurite.connection_string, container)
+    finally:
+        a.send_signal(signal.SIGCONT)
+    wait_for_text(log_a, "no longer held")
+    assert stop(a) == 0
+    after = blob_etags(azurite.connection_string, container)
+    assert all(after[p] == etags[p] for p in catalogued)  # the rescuer's files untouched
+    stray = frozenset(after) - set(catalogued)
+    assert len(stray) == 1 and "-a001-part-00001" in next(iter(stray))
+    verify = run_cli(fast, "verify")
+    assert verify.returncode == 1 and next(iter(stray)) in verify.stdout + verify.stderr
+    # The frozen worker's rows were locked, so skipped by the rescuer: still in the table.
+    assert_exactly_once(
+        database_url, azurite.connection_string, container, expected, stray_blobs=stray
+    )
