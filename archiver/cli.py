@@ -94,25 +94,33 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     request = ArchiveRequest(qualified, args.column, cutoff, args.mode, args.chunk_rows)
     if args.parallel > 1:
         return await _enqueue_split(args, settings, request)
-    dedup_key, lock_key = queue.archive_keys(request)
     async with db.connection(settings.database_url) as conn:
-        job_id, created = await queue.enqueue(
-            conn,
-            request.payload(),
-            dedup_key=dedup_key,
-            lock_key=lock_key,
-            priority=args.priority,
-            max_attempts=args.max_attempts,
-        )
+        job_id, created = await _queue(conn, args, request, queue.archive_keys(request))
+    print(job_id)
     if not created:
-        print(f"{job_id}", file=sys.stdout)
         print(f"an identical archive is already queued or running: job {job_id}", file=sys.stderr)
-    else:
-        print(job_id)
     if args.wait:
         sys.stdout.flush()
         await _wait(settings, job_id)
     return 0
+
+
+async def _queue(
+    conn: asyncpg.Connection,
+    args: argparse.Namespace,
+    request: ArchiveRequest,
+    keys: tuple[str, str],
+) -> tuple[uuid.UUID, bool]:
+    """Queue one archive job with the command's priority and attempts."""
+    dedup_key, lock_key = keys
+    return await queue.enqueue(
+        conn,
+        request.payload(),
+        dedup_key=dedup_key,
+        lock_key=lock_key,
+        priority=args.priority,
+        max_attempts=args.max_attempts,
+    )
 
 
 def _split_archive(settings: Settings, request: ArchiveRequest, parts: int) -> list[Any]:
@@ -132,26 +140,14 @@ async def _enqueue_split(
 
     ranges = await asyncio.to_thread(_split_archive, settings, request, args.parallel)
     group = str(uuid.uuid4())
-    conn = await db.connect(settings.database_url)
     ids = []
-    try:
-        async with conn.transaction():  # all parts queued, or none
-            for i, key_range in enumerate(ranges):
-                part = dataclasses.replace(request, key_range=key_range, group=group)
-                dedup_key, lock_key = queue.range_keys(part, i, len(ranges))
-                job_id, created = await queue.enqueue(
-                    conn,
-                    part.payload(),
-                    dedup_key=dedup_key,
-                    lock_key=lock_key,
-                    priority=args.priority,
-                    max_attempts=args.max_attempts,
-                )
-                if not created:
-                    print(f"part {i} is already queued or running: job {job_id}", file=sys.stderr)
-                ids.append(job_id)
-    finally:
-        await conn.close()
+    async with db.connection(settings.database_url) as conn, conn.transaction():
+        for i, key_range in enumerate(ranges):  # all parts queued, or none
+            part = dataclasses.replace(request, key_range=key_range, group=group)
+            job_id, created = await _queue(conn, args, part, queue.range_keys(part, i, len(ranges)))
+            if not created:
+                print(f"part {i} is already queued or running: job {job_id}", file=sys.stderr)
+            ids.append(job_id)
     for job_id in ids:
         print(job_id)
     print(f"group {group}: {len(ids)} key ranges", file=sys.stderr)

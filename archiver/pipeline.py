@@ -168,15 +168,17 @@ class Ledger(Protocol):
 
     `in_transaction` is called with the source transaction's cursor when the catalog
     shares the source database, so the file, the progress and the delete commit as one.
-    Otherwise the file is recorded `pending` with the source transaction id before the
-    source COMMIT and confirmed after it. Both raise LeaseLost when the job is no longer
-    this worker's, which rolls the chunk back.
+    When the source is another database, the file is recorded `pending` with the source
+    transaction id before the source COMMIT and confirmed after it. Copy mode changes
+    nothing in the source, so its files are simply recorded. Each raises LeaseLost when
+    the job is no longer this worker's, which rolls the chunk back.
     """
 
     def next_part(self) -> int: ...
     def catalogued_paths(self) -> set[str]: ...
     def in_transaction(self, cur: Any, f: ArchivedFile, progress: Progress) -> None: ...
-    def record_pending(self, f: ArchivedFile, source_xid: str | None) -> None: ...
+    def record(self, f: ArchivedFile, progress: Progress) -> None: ...
+    def record_pending(self, f: ArchivedFile, source_xid: str) -> None: ...
     def confirm(self, f: ArchivedFile, progress: Progress) -> None: ...
 
 
@@ -376,7 +378,7 @@ class ChunkArchiver:
                     if move:
                         self.conn.rollback()
                     return None
-                # 3. upload under the deterministic name (a retry overwrites its own attempt)
+                # 3. upload under the job's, attempt's and part's name
                 md5 = file_md5(local)
                 failpoints.reach("before_upload")
                 stored = self.storage.put_file(name, local, md5)
@@ -386,9 +388,8 @@ class ChunkArchiver:
                 )
                 new_progress = progress.after(archived)
                 # 5. record the file and the job's progress; 6. COMMIT
-                if not move:
-                    self.ledger.record_pending(archived, None)
-                    self.ledger.confirm(archived, new_progress)
+                if not move:  # nothing to commit in the source: record it, done
+                    self.ledger.record(archived, new_progress)
                 elif self.same_database:
                     self.ledger.in_transaction(cur, archived, new_progress)
                     failpoints.reach("before_commit")

@@ -180,12 +180,6 @@ async def last_policy_slot(
     return value
 
 
-async def claim_next_job(pool: asyncpg.Pool, worker: str) -> Job | None:
-    """Take the next runnable job for `worker`, or None."""
-    jobs = await claim_jobs(pool, worker, 1)
-    return jobs[0] if jobs else None
-
-
 async def claim_jobs(pool: asyncpg.Pool, worker: str, limit: int) -> list[Job]:
     """Take up to `limit` runnable jobs for `worker` in one round trip (at most one per
     lock_key), most urgent first."""
@@ -390,13 +384,21 @@ class JobLedger:
         self._checkpoint(cur, progress)  # first: a job that is no longer ours is LeaseLost
         cur.execute(query("insert_file"), self._file_params(f, "committed", None))
 
-    def record_pending(self, f: ArchivedFile, source_xid: str | None) -> None:
+    def record(self, f: ArchivedFile, progress: Progress) -> None:
+        try:
+            with self.conn.cursor() as cur:
+                self.in_transaction(cur, f, progress)
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def record_pending(self, f: ArchivedFile, source_xid: str) -> None:
         try:
             with self.conn.cursor() as cur:
                 if _one(cur, query("still_held"), (self.job_id, self.worker)) is None:
                     raise LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
-                state = "pending" if source_xid else "committed"
-                cur.execute(query("insert_file"), self._file_params(f, state, source_xid))
+                cur.execute(query("insert_file"), self._file_params(f, "pending", source_xid))
             self.conn.commit()
         except BaseException:
             self.conn.rollback()

@@ -17,10 +17,11 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import adbc_driver_manager
 import asyncpg
@@ -32,6 +33,7 @@ from archiver.pipeline import ArchiveRequest, Progress, archive_job
 from archiver.storage import Storage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
 PRUNE_EVERY = 300.0  # seconds between retention sweeps
@@ -331,10 +333,10 @@ class Worker:
             self.runs.pop(job.id, None)
             self.wake.set()
 
-    async def _finish_quietly(self, write: object) -> object:
+    async def _finish_quietly(self, write: Awaitable[T]) -> T | None:
         """A finishing write; if the database is away, the lease expiry settles the job."""
         try:
-            return await write  # type: ignore[misc]
+            return await write
         except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
             log.error(
                 "could not record the job's outcome (%s); its lease will expire", error_line(exc)
