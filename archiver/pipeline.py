@@ -1,7 +1,7 @@
 """The archive pipeline: one chunk at a time, each chunk one source transaction.
 
 It reads top to bottom like the invariant in design.md -- take (and lock) the rows, write
-Parquet, upload under a deterministic name, verify, record, COMMIT -- and knows nothing of
+Parquet, upload under the job's, attempt's and part's name, verify, record, COMMIT -- and knows nothing of
 the queue: the job's bookkeeping reaches it through the `Ledger` seam.
 """
 

@@ -46,8 +46,8 @@ class Storage(Protocol):
         """The full name of `relative` under this location's prefix."""
 
     def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
-        """Store `path` as `name`, replacing any earlier object of that name (a retry of
-        the same part overwrites its own earlier attempt); `md5` (base64) is sent along."""
+        """Store `path` as `name`, replacing any earlier object of that name (an upload
+        retried within the chunk); `md5` (base64) is sent along."""
 
     def stat(self, name: str) -> StoredObject | None: ...
 
