@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from archiver.errors import ConfigError
+from archiver.errors import ConfigError, redact
 
-T = TypeVar("T", int, float)
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -49,25 +49,175 @@ class StorageLocation:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything archiver reads from its environment, validated."""
+class Spec:
+    """How one setting is read: its variable, how its text is checked and cast, its
+    default as the README shows it, and what it means."""
 
-    database_url: str
-    source_url: str | None  # None: the application tables live in the queue database
-    storage_url: str | None
-    azure_connection_string: str | None
-    azure_account_url: str | None
-    poll_interval: float  # seconds between polls when no NOTIFY arrives
-    lease_seconds: float  # a running job whose heartbeat is older is rescued
-    heartbeat_seconds: float
-    shutdown_deadline: float  # seconds a stopping worker gives its chunk in progress
-    retention_days: float  # finished jobs older than this are pruned
-    upload_concurrency: int
-    retry_base_seconds: float  # first retry's backoff; doubles each attempt, with jitter
-    retry_max_seconds: float
-    log_format: str  # "text" or "json"
-    failpoints: str  # testing only: see archiver/failpoints.py
-    scheduler_grace: float = 3600.0  # seconds a missed policy slot is still enqueued
+    variable: str
+    meaning: str
+    shown_default: str
+    cast: Callable[[str, str], Any]  # (variable, text) -> value, or ConfigError
+    in_file: bool = True  # a config file's [settings] may set it
+    alias: str | None = None  # a second variable read when the first is unset
+
+
+def _setting(
+    default: Any,
+    variable: str,
+    meaning: str,
+    cast: Callable[[str, str], Any],
+    *,
+    shown: str | None = None,
+    in_file: bool = True,
+    alias: str | None = None,
+) -> Any:
+    spec = Spec(
+        variable,
+        meaning,
+        shown
+        if shown is not None
+        else f"{default:g}"
+        if isinstance(default, float)
+        else str(default),
+        cast,
+        in_file,
+        alias,
+    )
+    return field(default=default, metadata={"spec": spec})
+
+
+def _text(_variable: str, raw: str) -> str:
+    return raw
+
+
+def _postgres_url(variable: str, raw: str) -> str:
+    if urlsplit(raw).scheme not in ("postgres", "postgresql"):
+        raise ConfigError(f"{variable}: expected a postgresql:// URL, got {redact(raw)!r}")
+    return raw
+
+
+def _number(cast: type[N], minimum: N) -> Callable[[str, str], N]:
+    def parse(variable: str, raw: str) -> N:
+        try:
+            value = cast(raw)
+        except ValueError:
+            raise ConfigError(f"{variable}: expected a {cast.__name__}, got {raw!r}") from None
+        if value < minimum:
+            raise ConfigError(f"{variable}: must be at least {minimum}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(variable: str, raw: str) -> str:
+        if raw not in choices:
+            raise ConfigError(f"{variable}: expected one of {', '.join(choices)}, got {raw!r}")
+        return raw
+
+    return parse
+
+
+REQUIRED = ""  # the default of a setting that must be given
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything archiver reads from its environment, validated. Each setting is declared
+    here once; parsing, config-file keys, error messages and the README table derive from it."""
+
+    database_url: str = _setting(
+        REQUIRED,
+        "ARCHIVER_DATABASE_URL",
+        "queue database, `postgresql://…`",
+        _postgres_url,
+        shown="required",
+        alias="DATABASE_URL",
+    )
+    source_url: str | None = _setting(
+        None,
+        "ARCHIVER_SOURCE_URL",
+        "the application's database",
+        _postgres_url,
+        shown="the queue database",
+    )
+    storage_url: str | None = _setting(
+        None,
+        "ARCHIVER_STORAGE_URL",
+        "`az://<container>/<prefix>` or `file:///<dir>`",
+        _text,
+        shown="required for enqueue/worker",
+    )
+    azure_connection_string: str | None = _setting(
+        None, "AZURE_STORAGE_CONNECTION_STRING", "Azure connection string", _text, shown="—"
+    )
+    azure_account_url: str | None = _setting(
+        None,
+        "AZURE_STORAGE_ACCOUNT_URL",
+        "account URL, authenticated with `DefaultAzureCredential` (managed identity, `az login`, environment credentials)",
+        _text,
+        shown="—",
+    )
+    poll_interval: float = _setting(
+        2.0,
+        "ARCHIVER_POLL_INTERVAL",
+        "seconds between polls when no NOTIFY arrives",
+        _number(float, 0.05),
+    )
+    lease_seconds: float = _setting(
+        60.0,
+        "ARCHIVER_LEASE_SECONDS",
+        "a running job whose heartbeat is older is requeued",
+        _number(float, 1.0),
+    )
+    heartbeat_seconds: float = _setting(
+        0.0,
+        "ARCHIVER_HEARTBEAT_SECONDS",
+        "how often a worker renews its leases",
+        _number(float, 0.05),
+        shown="min(5, lease/4)",
+    )
+    shutdown_deadline: float = _setting(
+        30.0,
+        "ARCHIVER_SHUTDOWN_DEADLINE",
+        "seconds a stopping worker lets its chunk finish",
+        _number(float, 0.0),
+    )
+    retention_days: float = _setting(
+        30.0,
+        "ARCHIVER_RETENTION_DAYS",
+        "finished jobs older than this are pruned (files stay catalogued)",
+        _number(float, 0.0),
+    )
+    upload_concurrency: int = _setting(
+        4, "ARCHIVER_UPLOAD_CONCURRENCY", "parallel block uploads per file", _number(int, 1)
+    )
+    retry_base_seconds: float = _setting(
+        5.0,
+        "ARCHIVER_RETRY_BASE_SECONDS",
+        "backoff before the first retry; doubles per attempt, full jitter",
+        _number(float, 0.0),
+    )
+    retry_max_seconds: float = _setting(
+        600.0, "ARCHIVER_RETRY_MAX_SECONDS", "the longest backoff", _number(float, 0.0)
+    )
+    log_format: str = _setting(
+        "text", "ARCHIVER_LOG_FORMAT", "`text` or `json`", _choice("text", "json")
+    )
+    scheduler_grace: float = _setting(
+        3600.0,
+        "ARCHIVER_SCHEDULER_GRACE",
+        "seconds a missed policy slot is still enqueued when a scheduler starts; must be shorter than the retention",
+        _number(float, 1.0),
+    )
+    failpoints: str = _setting(
+        "",
+        "ARCHIVER_FAILPOINTS",
+        "testing only: stop a worker at a named point (archiver/failpoints.py)",
+        _text,
+        shown="—",
+        in_file=False,
+    )
 
     @property
     def same_database(self) -> bool:
@@ -94,56 +244,38 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        database_url = env.get("ARCHIVER_DATABASE_URL") or env.get("DATABASE_URL")
-        if not database_url:
+        values: dict[str, Any] = {}
+        for name, spec in SPECS.items():
+            raw = env.get(spec.variable) or (env.get(spec.alias) if spec.alias else None)
+            if raw:
+                values[name] = spec.cast(spec.variable, raw)
+        if "database_url" not in values:
             raise ConfigError("ARCHIVER_DATABASE_URL (or DATABASE_URL) is not set")
-        _check_postgres_url("ARCHIVER_DATABASE_URL", database_url)
-        source_url = env.get("ARCHIVER_SOURCE_URL") or None
-        if source_url:
-            _check_postgres_url("ARCHIVER_SOURCE_URL", source_url)
-        lease = _number(env, "ARCHIVER_LEASE_SECONDS", float, 60.0, minimum=1.0)
-        return cls(
-            database_url=database_url,
-            source_url=source_url,
-            storage_url=env.get("ARCHIVER_STORAGE_URL") or None,
-            azure_connection_string=env.get("AZURE_STORAGE_CONNECTION_STRING") or None,
-            azure_account_url=env.get("AZURE_STORAGE_ACCOUNT_URL") or None,
-            poll_interval=_number(env, "ARCHIVER_POLL_INTERVAL", float, 2.0, minimum=0.05),
-            lease_seconds=lease,
-            heartbeat_seconds=_number(
-                env, "ARCHIVER_HEARTBEAT_SECONDS", float, min(5.0, lease / 4), minimum=0.05
-            ),
-            shutdown_deadline=_number(env, "ARCHIVER_SHUTDOWN_DEADLINE", float, 30.0, minimum=0.0),
-            retention_days=_number(env, "ARCHIVER_RETENTION_DAYS", float, 30.0, minimum=0.0),
-            upload_concurrency=_number(env, "ARCHIVER_UPLOAD_CONCURRENCY", int, 4, minimum=1),
-            retry_base_seconds=_number(env, "ARCHIVER_RETRY_BASE_SECONDS", float, 5.0, minimum=0.0),
-            retry_max_seconds=_number(env, "ARCHIVER_RETRY_MAX_SECONDS", float, 600.0, minimum=0.0),
-            failpoints=env.get("ARCHIVER_FAILPOINTS", ""),
-            log_format=_choice(env, "ARCHIVER_LOG_FORMAT", ("text", "json"), "text"),
-            scheduler_grace=_number(env, "ARCHIVER_SCHEDULER_GRACE", float, 3600.0, minimum=1.0),
-        )
+        if "heartbeat_seconds" not in values:
+            lease = values.get("lease_seconds", cls.lease_seconds)
+            values["heartbeat_seconds"] = min(5.0, lease / 4)
+        return cls(**values)
 
 
-# Every setting a config file's [settings] table may hold: the environment variable's name,
-# lower-cased, without its ARCHIVER_ prefix (AZURE_* keep theirs).
-SETTING_VARIABLES = (
-    "ARCHIVER_DATABASE_URL",
-    "ARCHIVER_SOURCE_URL",
-    "ARCHIVER_STORAGE_URL",
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "AZURE_STORAGE_ACCOUNT_URL",
-    "ARCHIVER_POLL_INTERVAL",
-    "ARCHIVER_LEASE_SECONDS",
-    "ARCHIVER_HEARTBEAT_SECONDS",
-    "ARCHIVER_SHUTDOWN_DEADLINE",
-    "ARCHIVER_RETENTION_DAYS",
-    "ARCHIVER_UPLOAD_CONCURRENCY",
-    "ARCHIVER_RETRY_BASE_SECONDS",
-    "ARCHIVER_RETRY_MAX_SECONDS",
-    "ARCHIVER_LOG_FORMAT",
-    "ARCHIVER_SCHEDULER_GRACE",
-)
-FILE_KEYS = {v.lower().removeprefix("archiver_"): v for v in SETTING_VARIABLES}
+SPECS: dict[str, Spec] = {f.name: f.metadata["spec"] for f in fields(Settings)}
+# A config file's [settings] keys: the variable's name, lower-cased, without its
+# ARCHIVER_ prefix (AZURE_* keep theirs).
+FILE_KEYS = {
+    s.variable.lower().removeprefix("archiver_"): s.variable for s in SPECS.values() if s.in_file
+}
+CONFIG_VARIABLE = "ARCHIVER_CONFIG"  # the config file, when --config is not given
+
+
+def markdown_table() -> str:
+    """The README's table of settings, as the declarations above say it."""
+    lines = ["| variable | meaning | default |", "|---|---|---|"]
+    for spec in SPECS.values():
+        name = f"`{spec.variable}`" + (f" (or `{spec.alias}`)" if spec.alias else "")
+        lines.append(f"| {name} | {spec.meaning} | {spec.shown_default} |")
+    lines.append(
+        f"| `{CONFIG_VARIABLE}` | the config file (same as `archiver --config FILE`) | — |"
+    )
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -204,42 +336,3 @@ class ConfigFile:
                         f"config file {self.path}: [settings] {lower}: {str(exc).split(': ', 1)[1]}"
                     ) from None
             raise
-
-
-def _check_postgres_url(key: str, url: str) -> None:
-    if urlsplit(url).scheme not in ("postgres", "postgresql"):
-        raise ConfigError(f"{key}: expected a postgresql:// URL, got {redact(url)!r}")
-
-
-def _number(env: Mapping[str, str], key: str, cast: type[T], default: T, minimum: T) -> T:
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = cast(raw)
-    except ValueError:
-        raise ConfigError(f"{key}: expected a {cast.__name__}, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{key}: must be at least {minimum}, got {raw!r}")
-    return value
-
-
-def _choice(env: Mapping[str, str], key: str, choices: tuple[str, ...], default: str) -> str:
-    value = env.get(key) or default
-    if value not in choices:
-        raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-_SECRET_PATTERNS = (
-    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # user:password@ in URLs
-    (re.compile(r"((?:AccountKey|SharedAccessSignature|password)=)[^;\s&]+", re.I), r"\1***"),
-    (re.compile(r"([?&](?:sig|password)=)[^&\s]+", re.I), r"\1***"),
-)
-
-
-def redact(text: str) -> str:
-    """Hide passwords, account keys and SAS signatures in anything headed for a log or error."""
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text

@@ -1,7 +1,7 @@
 """What the CLI prints: aligned tables for people, JSON for scripts, a job's live progress.
 
 Formatting only; the figures come from the operator views (sql/003_ops_views.sql)
-through queue.py, so psql and the CLI always agree.
+through jobqueue.py, so psql and the CLI always agree.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 import asyncpg
 
-from archiver import queue
+from archiver import jobqueue
+from archiver.model import FINISHED, Job, Status
 
-FINISHED = ("completed", "failed", "cancelled")
 Columns = Sequence[tuple[str, str]]  # (key, header)
 
 
@@ -181,7 +181,7 @@ def progress_text(progress: dict[str, Any]) -> str:
     return text
 
 
-def job_report(job: queue.Job, files: list[dict[str, Any]]) -> str:
+def job_report(job: Job, files: list[dict[str, Any]]) -> str:
     fields = [
         ("job", str(job.id)),
         ("status", f"{job.status} (attempt {job.attempts} of {job.max_attempts})"),
@@ -192,7 +192,7 @@ def job_report(job: queue.Job, files: list[dict[str, Any]]) -> str:
         ("started", cell("", job.started_at)),
         ("heartbeat", cell("", job.heartbeat_at)),
         ("finished", cell("", job.finished_at)),
-        ("next run", cell("", job.run_at) if job.status == "queued" else "-"),
+        ("next run", cell("", job.run_at) if job.status == Status.QUEUED else "-"),
         ("cancel asked", cell("", job.cancel_requested_at)),
         ("last error", job.last_error or "-"),
     ]
@@ -217,7 +217,7 @@ class ProgressBar:
         self.first: tuple[float, int] | None = None  # (monotonic time, rows) first seen
         self.last_seen: tuple[int, str] | None = None  # (rows, status) last printed
 
-    def line(self, job: queue.Job) -> str:
+    def line(self, job: Job) -> str:
         p = job.progress
         rows, estimated = int(p.get("rows", 0)), int(p.get("rows_estimated", 0))
         now = time.monotonic()
@@ -234,7 +234,7 @@ class ProgressBar:
             f"ETA {duration(eta)}  {job.status}"
         )
 
-    def draw(self, job: queue.Job) -> None:
+    def draw(self, job: Job) -> None:
         text = self.line(job)
         seen = (int(job.progress.get("rows", 0)), job.status)
         if self.tty:
@@ -252,12 +252,12 @@ class ProgressBar:
 
 async def wait_for_job(
     conn: asyncpg.Connection, job_id: uuid.UUID, out: TextIO, interval: float = 0.5
-) -> queue.Job:
+) -> Job:
     """Poll the job until it ends, drawing its progress; returns its final row."""
     bar = ProgressBar(out)
     try:
         while True:
-            job = await queue.get_job(conn, job_id)
+            job = await jobqueue.get_job(conn, job_id)
             bar.draw(job)
             if job.status in FINISHED:
                 return job

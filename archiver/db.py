@@ -7,19 +7,32 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import cache
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import adbc_driver_manager
-import adbc_driver_postgresql.dbapi as adbc
 import asyncpg
 
-from archiver.config import redact
-from archiver.errors import DatabaseUnavailable
+from archiver.errors import DatabaseUnavailable, first_line, redact
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "sql"
 _MIGRATION_LOCK = 0x61726368  # "arch": one migrate at a time, across processes
 _MIGRATION_FILE = re.compile(r"(\d{3})_[\w-]+\.sql")
+
+
+@cache
+def _queries() -> dict[str, str]:
+    text = resources.files("archiver").joinpath("queries.sql").read_text()
+    parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def query(name: str) -> str:
+    """A named query from queries.sql (every query on the queue and the catalog)."""
+    return _queries()[name]
+
 
 # Errors meaning "the server is not there (right now)", as opposed to a bad query.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -38,6 +51,46 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 
 APPLICATION_NAME = "archiver"  # shows in pg_stat_activity
+Row = tuple[Any, ...]
+
+
+class BulkCursor(Protocol):
+    """The part of an ADBC (DB-API) cursor archiver uses."""
+
+    @property
+    def description(self) -> Any: ...
+    @property
+    def adbc_statement(self) -> Any: ...
+    def execute(self, operation: str, parameters: Any = None) -> None: ...
+    def fetchall(self) -> list[Row]: ...
+    def fetch_record_batch(self) -> Any: ...  # a pyarrow.RecordBatchReader
+    def adbc_ingest(
+        self, table_name: str, data: Any, mode: str = ..., *, temporary: bool = ...
+    ) -> int: ...
+    def __enter__(self) -> BulkCursor: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class BulkConnection(Protocol):
+    """A synchronous ADBC connection to PostgreSQL: bulk rows as Arrow, in a thread.
+
+    A seam so the data path is typed; the ADBC driver's DB-API connection is the one
+    implementation (its own package ships no type hints)."""
+
+    def cursor(self) -> BulkCursor: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def fetch_all(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+    """Run one read-only query and roll its transaction back: catalog lookups, EXPLAIN."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return cur.fetchall()
+    finally:
+        conn.rollback()
 
 
 async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
@@ -85,16 +138,18 @@ async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.
 
 
 @contextmanager
-def connect_bulk(url: str) -> Iterator[Any]:
+def connect_bulk(url: str) -> Iterator[BulkConnection]:
     """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread).
 
     Sessions use UTC so dates and naive timestamps convert the same way everywhere.
     """
+    import adbc_driver_postgresql.dbapi as adbc  # imports pyarrow: only for bulk work
+
     try:
         conn = adbc.connect(url)
     except adbc_driver_manager.Error as exc:
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {redact(url)}: {_first_line(exc)}"
+            f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}"
         ) from None
     try:
         with conn.cursor() as cur:
@@ -105,10 +160,6 @@ def connect_bulk(url: str) -> Iterator[Any]:
     finally:
         with contextlib.suppress(adbc_driver_manager.Error):  # a terminated backend
             conn.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    return redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def migration_files() -> list[tuple[int, Path]]:

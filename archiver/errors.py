@@ -1,4 +1,7 @@
-"""Errors an operator can hit. The CLI prints each as one line; tracebacks only with --verbose."""
+"""Errors an operator can hit, and how any error becomes one redacted line. The CLI prints
+each as one line; tracebacks only with --verbose."""
+
+import re
 
 
 class ArchiverError(Exception):
@@ -39,3 +42,29 @@ class JobFailed(ArchiverError):
 
 class RestoreFailed(ArchiverError):
     """A restore was rolled back (a cast, a constraint, the connection); nothing changed."""
+
+
+_SECRET_PATTERNS = (
+    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # user:password@ in URLs
+    (re.compile(r"((?:AccountKey|SharedAccessSignature|password)=)[^;\s&]+", re.I), r"\1***"),
+    (re.compile(r"([?&](?:sig|password)=)[^&\s]+", re.I), r"\1***"),
+)
+
+
+def redact(text: str) -> str:
+    """Hide passwords, account keys and SAS signatures in anything headed for a log or error."""
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (its type's name if it has none), redacted."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0] if text else type(exc).__name__)
+
+
+def error_line(exc: BaseException) -> str:
+    """`Type: first line`, redacted: how a job's error is logged and recorded."""
+    text = str(exc).strip()
+    return redact(f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)

@@ -2,7 +2,8 @@
 
 Disabled unless ARCHIVER_FAILPOINTS is set (a testing knob, like FoundationDB's and
 TiKV's): `name=pause` blocks the thread there until the process is killed;
-`name=sleep:S` sleeps S seconds each time. Reaching one logs `failpoint NAME reached`,
+`name=sleep:S` sleeps S seconds each time; `name=raise` raises FailpointError there (a
+crash that unwinds, for in-process tests). Reaching one logs `failpoint NAME reached`,
 which a test waits for before it kills or signals the process.
 """
 
@@ -11,9 +12,14 @@ from __future__ import annotations
 import logging
 import time
 
-from archiver.errors import ConfigError
+from archiver.errors import ArchiverError, ConfigError
 
 log = logging.getLogger(__name__)
+
+
+class FailpointError(ArchiverError):
+    """Raised where a `name=raise` failpoint is reached."""
+
 
 NAMES = ("before_upload", "upload_staged", "before_commit", "source_committed", "after_commit")
 _active: dict[str, tuple[str, float]] = {}
@@ -25,7 +31,7 @@ def configure(spec: str) -> None:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, action = item.partition("=")
         kind, _, arg = action.partition(":")
-        if name not in NAMES or kind not in ("pause", "sleep"):
+        if name not in NAMES or kind not in ("pause", "sleep", "raise"):
             raise ConfigError(
                 f"ARCHIVER_FAILPOINTS: cannot parse {item!r} (names: {', '.join(NAMES)})"
             )
@@ -48,5 +54,7 @@ def reach(name: str) -> None:
     if kind == "sleep":
         time.sleep(seconds)
         return
+    if kind == "raise":
+        raise FailpointError(f"failpoint {name}")
     while True:
         time.sleep(3600)

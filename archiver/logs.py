@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from archiver.config import redact
+from archiver.errors import redact
 
 
 class RedactingFormatter(logging.Formatter):

@@ -16,12 +16,11 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from archiver import db, queue
+from archiver import db, jobqueue
 from archiver.errors import ConfigError
+from archiver.model import Job, Status
 
 log = logging.getLogger(__name__)
-
-STATUSES = ("queued", "running", "completed", "failed", "cancelled")
 
 ROWS_ARCHIVED = Counter("archiver_rows_archived", "Rows archived by this worker", ["table"])
 BYTES_ARCHIVED = Counter(
@@ -47,7 +46,7 @@ JOBS_FINISHED = Counter(
 ERRORS = Counter("archiver_errors", "Failed job attempts, by exception type", ["kind"])
 
 
-def job_claimed(job: queue.Job) -> None:
+def job_claimed(job: Job) -> None:
     # heartbeat_at is the claim's now(): both times come from the database's clock
     if job.heartbeat_at is not None:
         CLAIM_LATENCY.observe(max((job.heartbeat_at - job.run_at).total_seconds(), 0.0))
@@ -83,14 +82,14 @@ class JobsByStatus(Collector):
         up = GaugeMetricFamily("archiver_queue_up", "1 if the queue could be read")
         try:
             with db.connect_bulk(self.database_url) as conn:
-                counts = queue.count_jobs_by_status(conn)
+                counts = jobqueue.count_jobs_by_status(conn)
         except Exception as exc:
             log.warning("metrics: cannot count jobs (%s)", type(exc).__name__)
             up.add_metric([], 0)
             yield up
             return
-        for status in STATUSES:
-            family.add_metric([status], counts.get(status, 0))
+        for status in Status:
+            family.add_metric([str(status)], counts.get(str(status), 0))
         up.add_metric([], 1)
         yield family
         yield up

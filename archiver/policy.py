@@ -17,7 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.pipeline import ArchiveRequest
+from archiver.model import ArchiveRequest, Mode
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
 OPTIONAL_KEYS = ("column", "timezone", "mode", "chunk_rows", "priority", "max_attempts")
@@ -36,7 +36,7 @@ class Policy:
     schedule: str
     timezone: ZoneInfo
     trigger: CronTrigger
-    mode: str
+    mode: Mode
     chunk_rows: int | None
     priority: int
     max_attempts: int
@@ -111,8 +111,8 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         timezone = ZoneInfo(raw.get("timezone", "UTC"))
     except (ZoneInfoNotFoundError, ValueError):
         raise fail("timezone", f"unknown time zone {raw['timezone']!r}") from None
-    mode = raw.get("mode", "move")
-    if mode not in ("move", "copy"):
+    mode = raw.get("mode", Mode.MOVE)
+    if mode not in tuple(Mode):
         raise fail("mode", f"expected move or copy, got {mode!r}")
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1)):
         if key in raw and raw[key] < minimum:
@@ -125,7 +125,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         schedule=raw["schedule"],
         timezone=timezone,
         trigger=cron_trigger(raw["schedule"], timezone, label),
-        mode=mode,
+        mode=Mode(mode),
         chunk_rows=raw.get("chunk_rows"),
         priority=raw.get("priority", 0),
         max_attempts=raw.get("max_attempts", 5),

@@ -1,5 +1,5 @@
 -- Every query archiver runs against background_jobs and archive_files, by name.
--- Loaded by archiver/queue.py; `-- name: X` starts a query. The schema lives in sql/.
+-- Loaded by archiver/db.py (query); `-- name: X` starts a query. The schema lives in sql/.
 
 -- name: enqueue
 INSERT INTO background_jobs (task_name, payload, priority, max_attempts, dedup_key, lock_key, run_at)
@@ -240,7 +240,8 @@ SELECT max(slot_at) FROM background_jobs WHERE policy_name = $1
 -- Catalogued files by job and/or table (`schema.table`, or a bare name matching any
 -- schema) and/or an overlap with [from, to) of the cutoff column.
 SELECT job_id::text AS job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
-       key_columns, min_key, max_key, cutoff_column, state
+       key_columns, min_key, max_key, cutoff_column, state,
+       min_cutoff_value::text AS min_cutoff_value, max_cutoff_value::text AS max_cutoff_value
 FROM archive_files
 WHERE ($1::uuid IS NULL OR job_id = $1::uuid)
   AND ($2::text IS NULL OR source_table = $2 OR right(source_table, length($2) + 1) = '.' || $2)

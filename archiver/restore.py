@@ -19,15 +19,16 @@ from typing import Any
 
 import adbc_driver_manager
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from archiver import pgtypes, source
-from archiver.db import _first_line
-from archiver.errors import InputError, RestoreFailed
+from archiver import pgtypes
+from archiver.archive.stats import key_range, key_text
+from archiver.db import BulkConnection, BulkCursor
+from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
-from archiver.parquet import INTERVAL_STRUCT, read_metadata
-from archiver.pipeline import _key_range
+from archiver.model import CatalogFile
+from archiver.parquet import read_metadata
+from archiver.pgtypes.arrow import staging_table
 from archiver.storage import Storage, file_md5
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ Report = Callable[[str], None]
 class RestorePlan:
     """Which catalogued files to restore, where, and how."""
 
-    files: list[dict[str, Any]]  # rows of queue.archived_files
+    files: list[CatalogFile]
     into: str | None  # table name; None: the archived table
     skip_conflicts: bool
     cutoff_from: str | None  # ISO 8601, inclusive
@@ -70,7 +71,7 @@ class ArchivedColumns:
             raise InputError(f"{path.name} lacks archiver's column metadata") from None
 
 
-def _execute(cur: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def _execute(cur: BulkCursor, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     if params:
         cur.execute(sql, params)
     else:
@@ -81,7 +82,7 @@ def _execute(cur: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
     return rows
 
 
-def _check_types(cur: Any, columns: ArchivedColumns) -> None:
+def _check_types(cur: BulkCursor, columns: ArchivedColumns) -> None:
     """Type names come from a file: each must parse as one type name (no SQL)."""
     for name, type_sql in columns.types.items():
         try:
@@ -92,7 +93,7 @@ def _check_types(cur: Any, columns: ArchivedColumns) -> None:
             raise InputError(f"column {name!r}: archived type {type_sql!r} does not exist here")
 
 
-def _target(cur: Any, plan: RestorePlan, source_table: str, columns: ArchivedColumns) -> str:
+def _target(cur: BulkCursor, plan: RestorePlan, source_table: str, columns: ArchivedColumns) -> str:
     """The quoted target table; --into is created from the archived types when missing."""
     name = TableName.parse(plan.into or source_table)
     quoted = (
@@ -110,27 +111,8 @@ def _target(cur: Any, plan: RestorePlan, source_table: str, columns: ArchivedCol
     return quoted
 
 
-def staging_table(table: pa.Table) -> pa.Table:
-    """What ADBC ingest can load: every interval struct as PostgreSQL interval text."""
-    for i, field in enumerate(table.schema):
-        if field.type == INTERVAL_STRUCT:
-            col = table.column(i).combine_chunks()
-            text = pc.binary_join_element_wise(
-                pc.cast(col.field("months"), pa.string()),
-                " mons ",
-                pc.cast(col.field("days"), pa.string()),
-                " days ",
-                pc.cast(col.field("microseconds"), pa.string()),
-                " microseconds",
-                "",
-            )
-            text = pc.if_else(col.is_valid(), text, pa.scalar(None, pa.string()))
-            table = table.set_column(i, pa.field(field.name, pa.string()), text)
-    return table
-
-
 def _restore_file(
-    cur: Any, local: Path, target: str, plan: RestorePlan, columns: ArchivedColumns
+    cur: BulkCursor, local: Path, target: str, plan: RestorePlan, columns: ArchivedColumns
 ) -> int:
     """Stage one file and insert its rows (in range) into target; returns rows inserted."""
     data = staging_table(pq.read_table(local))
@@ -176,10 +158,12 @@ def _restore_file(
     return int(inserted)
 
 
-def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, report: Report) -> int:
+def restore(
+    conn: BulkConnection, storage: Storage, plan: RestorePlan, workdir: Path, report: Report
+) -> int:
     """Restore the plan's files in one transaction; returns the rows restored (or, in a
     dry run, that would be)."""
-    tables = {f["source_table"] for f in plan.files}
+    tables = {f.source_table for f in plan.files}
     if len(tables) != 1:
         raise InputError(f"files of several tables match: {', '.join(sorted(tables))}")
     source_table = tables.pop()
@@ -189,7 +173,7 @@ def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, repor
         with conn.cursor() as cur, tempfile.TemporaryDirectory(dir=workdir) as tmp:
             for i, f in enumerate(plan.files, 1):
                 local = Path(tmp) / "restore.parquet"
-                storage.download(f["path"], local)
+                storage.download(f.path, local)
                 columns = ArchivedColumns.of(local)
                 if not target:
                     _check_types(cur, columns)
@@ -197,7 +181,7 @@ def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, repor
                 rows = _restore_file(cur, local, target, plan, columns)
                 total += rows
                 report(
-                    f"{f['path']}: {rows} of {f['row_count']} rows "
+                    f"{f.path}: {rows} of {f.row_count} rows "
                     f"{'would be ' if plan.dry_run else ''}restored ({i}/{len(plan.files)} files)"
                 )
         if plan.dry_run:
@@ -207,7 +191,7 @@ def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, repor
     except adbc_driver_manager.Error as exc:
         conn.rollback()
         raise RestoreFailed(
-            f"restore into {target or source_table} failed, nothing changed: {_first_line(exc)}"
+            f"restore into {target or source_table} failed, nothing changed: {first_line(exc)}"
         ) from exc
     except BaseException:
         conn.rollback()
@@ -215,34 +199,34 @@ def restore(conn: Any, storage: Storage, plan: RestorePlan, workdir: Path, repor
     return total
 
 
-def verify_file(storage: Storage, f: dict[str, Any], workdir: Path) -> list[str]:
+def verify_file(storage: Storage, f: CatalogFile, workdir: Path) -> list[str]:
     """Problems with one catalogued file: missing, size, MD5, rows, key range."""
-    name = f["path"]
+    name = f.path
     stored = storage.stat(name)
     if stored is None:
         return [f"{name}: missing"]
     problems = []
-    if stored.size != f["byte_size"]:
-        problems.append(f"{name}: size {stored.size}, catalog says {f['byte_size']}")
+    if stored.size != f.byte_size:
+        problems.append(f"{name}: size {stored.size}, catalog says {f.byte_size}")
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         local = Path(tmp) / "verify.parquet"
         storage.download(name, local)
         md5 = file_md5(local)
-        if md5 != f["md5"]:
-            problems.append(f"{name}: md5 {md5}, catalog says {f['md5']}")
+        if md5 != f.md5:
+            problems.append(f"{name}: md5 {md5}, catalog says {f.md5}")
         try:
             parquet = pq.ParquetFile(local)
             rows = parquet.metadata.num_rows
-            keys = parquet.read(columns=list(f["key_columns"]))
+            keys = parquet.read(columns=f.key_columns)
         except (pa.ArrowException, OSError) as exc:
             return [*problems, f"{name}: unreadable Parquet ({exc})"]
-    if rows != f["row_count"]:
-        problems.append(f"{name}: {rows} rows, catalog says {f['row_count']}")
+    if rows != f.row_count:
+        problems.append(f"{name}: {rows} rows, catalog says {f.row_count}")
     elif rows:
-        lo, hi = _key_range(keys, list(f["key_columns"]))
-        found = ([source.key_text(v) for v in lo], [source.key_text(v) for v in hi])
-        if found != (list(f["min_key"]), list(f["max_key"])):
+        lo, hi = key_range(keys, f.key_columns)
+        found = ([key_text(v) for v in lo], [key_text(v) for v in hi])
+        if found != (f.min_key, f.max_key):
             problems.append(
-                f"{name}: keys {found[0]}..{found[1]}, catalog says {f['min_key']}..{f['max_key']}"
+                f"{name}: keys {found[0]}..{found[1]}, catalog says {f.min_key}..{f.max_key}"
             )
     return problems

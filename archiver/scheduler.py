@@ -19,11 +19,10 @@ import signal
 import asyncpg
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from archiver import db, queue
+from archiver import db, jobqueue
 from archiver.config import Settings
-from archiver.errors import ConfigError
+from archiver.errors import ConfigError, error_line
 from archiver.policy import Policy
-from archiver.worker import error_line
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ class PolicyScheduler:
         horizon = now - self.grace
         after = self.last_slot.get(policy.name)
         if after is None:  # just started: resume after the newest slot on record
-            after = await queue.last_policy_slot(self.pool, policy.name)
+            after = await jobqueue.last_policy_slot(self.pool, policy.name)
         if after is None or after < horizon:
             skipped = policy.fire_times(after, horizon)[:1] if after is not None else []
             if skipped:
@@ -132,7 +131,7 @@ class PolicyScheduler:
                 slot.isoformat(),
             )
         request = policy.request(slot, table)
-        job_id, created = await queue.enqueue_slot(
+        job_id, created = await jobqueue.enqueue_slot(
             self.pool,
             request,
             policy=policy.name,

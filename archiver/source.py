@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import pyarrow as pa
-
 from archiver import pgtypes
+from archiver.db import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
+from archiver.model import KeyRange
 
 CUTOFF_TYPES = ("date", "timestamp", "timestamptz")
 SPLIT_SAMPLE_ROWS = 100_000  # rows sampled to place the boundaries of --parallel ranges
@@ -95,22 +95,13 @@ class TableInfo:
         raise InputError(f"column {name!r} not found in table {self.qualified}")
 
 
-def _fetch(conn: Any, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        rows: list[tuple[Any, ...]] = cur.fetchall()
-    return rows
-
-
-def describe_table(conn: Any, table: TableName) -> TableInfo:
+def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
     """Look a table up by name (search_path when unqualified) and read its columns and key."""
-    found = _fetch(conn, _FIND_TABLE, (table.schema or "", table.name))
-    conn.rollback()
+    found = fetch_all(conn, _FIND_TABLE, (table.schema or "", table.name))
     if not found:
         raise InputError(f"table {str(table)!r} not found")
     schema, name, oid, partitioned = found[0]
-    rows = _fetch(conn, _COLUMNS, (oid,))
-    conn.rollback()
+    rows = fetch_all(conn, _COLUMNS, (oid,))
     columns = tuple(Column(r[0], r[1], r[2], *r[5:]) for r in rows)
     key_rows = sorted((r[4], c) for r, c in zip(rows, columns, strict=True) if r[3])
     info = TableInfo(schema, name, columns, tuple(c for _, c in key_rows), bool(partitioned))
@@ -137,13 +128,12 @@ def check_cutoff_column(info: TableInfo, name: str) -> Column:
     return column
 
 
-@dataclass(frozen=True)
-class KeyRange:
-    """Keys in (after, through] of a one-column primary key, as PostgreSQL text; None
-    is unbounded. One part of an archive split for parallel workers."""
-
-    after: str | None
-    through: str | None
+def describe_archive(conn: BulkConnection, table: TableName | str, column: str) -> ChunkQueries:
+    """The table looked up (with its key checked) and its cutoff column checked: what every
+    command and job starts from."""
+    name = table if isinstance(table, TableName) else TableName.parse(table)
+    info = describe_table(conn, name)
+    return ChunkQueries(info, check_cutoff_column(info, column))
 
 
 @dataclass(frozen=True)
@@ -231,7 +221,7 @@ class ChunkQueries:
         """Copy mode: read the chunk's rows in key order from the job's snapshot."""
         return self._select(self.select_list, after_key=after_key, lock=False, key_range=key_range)
 
-    def split(self, conn: Any, cutoff: str, parts: int) -> list[KeyRange]:
+    def split(self, conn: BulkConnection, cutoff: str, parts: int) -> list[KeyRange]:
         """`parts` key ranges holding about as many rows older than the cutoff each, from
         quantiles of the key over a sample of ~100k rows (TABLESAMPLE SYSTEM). Fewer
         ranges when the table has fewer distinct keys."""
@@ -244,7 +234,7 @@ class ChunkQueries:
         rows, _ = estimate_rows(conn, self.table)
         percent = min(100.0, 100.0 * SPLIT_SAMPLE_ROWS / max(rows, 1))
         fractions = [i / parts for i in range(1, parts)]
-        found = _fetch(
+        found = fetch_all(
             conn,
             f"SELECT (percentile_disc($1::text::float8[]) WITHIN GROUP (ORDER BY {key}))::text[] "
             f"FROM {self.table.quoted} TABLESAMPLE SYSTEM ($2::text::float8) "
@@ -252,14 +242,17 @@ class ChunkQueries:
             f"$3::text::{self.cutoff_column.base_type}",
             ("{" + ",".join(map(str, fractions)) + "}", str(percent), cutoff),
         )
-        conn.rollback()
         bounds = list(dict.fromkeys(b for b in (found[0][0] or []) if b is not None))
         edges: list[str | None] = [None, *bounds, None]
         return [KeyRange(lo, hi) for lo, hi in itertools.pairwise(edges)]
 
 
 def bind_chunk(
-    cur: Any, cutoff: str, after: list[str] | None, limit: int, key_range: KeyRange | None = None
+    cur: BulkCursor,
+    cutoff: str,
+    after: list[str] | None,
+    limit: int,
+    key_range: KeyRange | None = None,
 ) -> None:
     """Hand the chunk's values to the next statement as transaction-local settings."""
     # jit off: compiling the chunk's expressions costs ~0.1 s per chunk and gains nothing
@@ -282,23 +275,15 @@ def bind_chunk(
     cur.fetchall()
 
 
-def key_text(value: Any) -> str:
-    """PostgreSQL-readable text of a key value (int, UUID, date, datetime)."""
-    if hasattr(value, "isoformat"):
-        return str(value.isoformat())
-    return str(value)
-
-
-def estimate_rows(conn: Any, table: TableInfo) -> tuple[int, int]:
+def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
     """(estimated rows, estimated bytes per row) from the planner's statistics."""
-    rows = _fetch(
+    rows = fetch_all(
         conn,
         "SELECT GREATEST(c.reltuples, 0)::bigint, "
         "CASE WHEN c.reltuples > 0 THEN pg_table_size(c.oid) / c.reltuples ELSE 0 END::bigint "
         "FROM pg_class c WHERE c.oid = $1::regclass",
         (table.quoted,),
     )
-    conn.rollback()
     return int(rows[0][0]), int(rows[0][1])
 
 
@@ -315,7 +300,7 @@ _USE_COPY = "adbc.postgresql.use_copy"  # EXPLAIN cannot run inside COPY (...) T
 
 
 def explain_archive(
-    conn: Any, queries: ChunkQueries, cutoff: str, chunk_rows: int, move: bool
+    conn: BulkConnection, queries: ChunkQueries, cutoff: str, chunk_rows: int, move: bool
 ) -> QueryPlan:
     """EXPLAIN (never run) the count of rows older than the cutoff and the first chunk's
     statement, with the chunk's values bound exactly as a real chunk binds them. The
@@ -342,7 +327,7 @@ def explain_archive(
     )
 
 
-def _explain(cur: Any, sql: str) -> dict[str, Any]:
+def _explain(cur: BulkCursor, sql: str) -> dict[str, Any]:
     cur.execute(f"EXPLAIN (FORMAT JSON) {sql}")
     plan: dict[str, Any] = json.loads(cur.fetchall()[0][0])[0]["Plan"]
     return plan
@@ -352,12 +337,3 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", ()):
         yield from _plan_nodes(child)
-
-
-def storage_view(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """An extension-typed array's storage (uuid -> 16 bytes), which sorts like PostgreSQL."""
-    if isinstance(array.type, pa.BaseExtensionType):
-        if isinstance(array, pa.ChunkedArray):
-            return pa.chunked_array([c.storage for c in array.chunks], array.type.storage_type)
-        return array.storage
-    return array

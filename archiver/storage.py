@@ -1,5 +1,6 @@
 """Where Parquet files go. A strict seam between the archive pipeline and the network:
-the pipeline only sees `Storage`; Azure Blob Storage and a local directory implement it.
+the pipeline only sees `Storage`; Azure Blob Storage and a local directory implement it,
+and `MemoryStorage` ships beside them for fast tests.
 Every method is synchronous and meant to run in a worker thread, next to the ADBC reads.
 """
 
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from archiver import failpoints
-from archiver.config import Settings, StorageLocation, redact
-from archiver.errors import StorageError
+from archiver.config import Settings, StorageLocation
+from archiver.errors import StorageError, first_line
 
 _READ_BLOCK = 8 * 1024 * 1024
 BLOCK_SIZE = 8 * 1024 * 1024  # per staged Azure block
@@ -158,12 +159,11 @@ class AzureStorage:
                     settings.azure_account_url, credential=DefaultAzureCredential(), **options
                 )
         except ValueError as exc:
-            raise StorageError(f"invalid Azure storage settings: {redact(str(exc))}") from None
+            raise StorageError(f"invalid Azure storage settings: {first_line(exc)}") from None
         self.container = service.get_container_client(location.container)
 
     def _error(self, action: str, exc: Exception) -> StorageError:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return StorageError(f"{action} {self.location}: {redact(message)}")
+        return StorageError(f"{action} {self.location}: {first_line(exc)}")
 
     def check(self) -> None:
         from azure.core.exceptions import AzureError, ResourceExistsError
@@ -260,6 +260,48 @@ class AzureStorage:
             pass
         except AzureError as exc:
             raise self._error("cannot delete from", exc) from None
+
+
+class MemoryStorage:
+    """Objects in a dict, for tests of what the data path does with storage (no I/O
+    beyond the local files it is handed)."""
+
+    def __init__(self, prefix: str = "archive") -> None:
+        self.location = StorageLocation("az", "memory", prefix)
+        self.objects: dict[str, bytes] = {}
+
+    def check(self) -> None:
+        pass
+
+    def object_name(self, relative: str) -> str:
+        return _join(self.location.prefix, relative)
+
+    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
+        failpoints.reach("upload_staged")
+        self.objects[name] = path.read_bytes()
+        stored = self.stat(name)
+        assert stored is not None
+        return stored
+
+    def stat(self, name: str) -> StoredObject | None:
+        data = self.objects.get(name)
+        if data is None:
+            return None
+        digest = hashlib.md5(data, usedforsecurity=False).digest()
+        return StoredObject(name, len(data), base64.b64encode(digest).decode())
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        for name in sorted(self.objects):
+            if name.startswith(prefix):
+                stored = self.stat(name)
+                assert stored is not None
+                yield stored
+
+    def download(self, name: str, dest: Path) -> None:
+        dest.write_bytes(self.objects[name])
+
+    def delete(self, name: str) -> None:
+        self.objects.pop(name, None)
 
 
 def open_storage(settings: Settings) -> Storage:

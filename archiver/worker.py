@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import tempfile
-import time
 import uuid
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,17 +25,18 @@ from typing import Any, TypeVar
 import adbc_driver_manager
 import asyncpg
 
-from archiver import db, metrics, queue
-from archiver.config import Settings, redact
-from archiver.errors import ArchiverError, LeaseLost
-from archiver.pipeline import ArchiveRequest, Progress, archive_job
+from archiver import db, jobqueue, metrics
+from archiver.archive.job import open_job, run_job
+from archiver.config import Settings
+from archiver.errors import ArchiverError, LeaseLost, error_line
+from archiver.maintenance import maintenance_tasks
+from archiver.model import ArchiveRequest, Job, Progress, Status
 from archiver.storage import Storage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
-PRUNE_EVERY = 300.0  # seconds between retention sweeps
 # Failures that need no traceback in the log: operator-facing and connection errors.
 EXPECTED_ERRORS = (ArchiverError, adbc_driver_manager.OperationalError, *db.CONNECTION_ERRORS)
 
@@ -53,7 +53,7 @@ class CancelRequested(ArchiverError):
 class JobRun:
     """A job in progress: what the loop and the job's thread share."""
 
-    job: queue.Job
+    job: Job
     interrupt: BaseException | None = None  # read by the thread between chunks
     source_pid: int | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -61,11 +61,6 @@ class JobRun:
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def error_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return redact(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 class Worker:
@@ -123,37 +118,32 @@ class Worker:
             loop.add_signal_handler(sig, self.request_stop)
         self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
         listener = asyncio.create_task(self._listen())
+        services = maintenance_tasks(self.pool, self.settings, self.wake.set)
         log.info("worker %s started (concurrency %d)", self.name, self.concurrency)
-        last_prune = 0.0
         try:
             while not self.stopping:
                 self.wake.clear()
-                claimed = False
+                claimed = found_none = False
                 wait = self.settings.poll_interval
                 try:
-                    await self._rescue()
-                    if time.monotonic() - last_prune > PRUNE_EVERY:
-                        last_prune = time.monotonic()
-                        pruned = await queue.prune_finished(self.pool, self.settings.retention_days)
-                        if pruned:
-                            log.info("pruned %d finished jobs", pruned)
                     while len(self.runs) < self.concurrency and not self.stopping:
                         free = self.concurrency - len(self.runs)
-                        jobs = await queue.claim_jobs(self.pool, self.name, free)
+                        jobs = await jobqueue.claim_jobs(self.pool, self.name, free)
                         if not jobs:
+                            found_none = True
                             break
                         claimed = True
-                        noops = [j.id for j in jobs if j.task_name == queue.NOOP_TASK]
+                        noops = [j.id for j in jobs if j.task_name == jobqueue.NOOP_TASK]
                         for job in jobs:
-                            if job.task_name != queue.NOOP_TASK:
+                            if job.task_name != jobqueue.NOOP_TASK:
                                 self._start(job)
                         if noops:
-                            await queue.complete_many(self.pool, noops, self.name)
+                            await jobqueue.complete_many(self.pool, noops, self.name)
                             log.debug("completed %d no-op jobs", len(noops))
                         if len(jobs) < free:
                             break
                     # NOTIFY fires when a retry is queued, not when its backoff ends.
-                    next_run = await queue.seconds_to_next_run(self.pool)
+                    next_run = await jobqueue.seconds_to_next_run(self.pool)
                     if next_run is not None:
                         wait = min(wait, max(next_run, 0.05))
                 except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
@@ -162,7 +152,9 @@ class Worker:
                 except Exception:  # never let the claim loop die: log it, retry after a wait
                     log.exception("unexpected error in the claim loop; retrying")
                     self.pool.expire_connections()
-                if self.burst and not claimed and not self.runs:
+                # Only a claim that found nothing ends a burst: a pass that could not claim
+                # (every slot busy) may see its last job end during an await above.
+                if self.burst and found_none and not self.runs:
                     break
                 if claimed and len(self.runs) < self.concurrency:
                     continue
@@ -170,16 +162,12 @@ class Worker:
                     await asyncio.wait_for(self.wake.wait(), wait)
             await self._drain()
         finally:
-            listener.cancel()
-            await asyncio.gather(listener, return_exceptions=True)
+            for task in (listener, *services):
+                task.cancel()
+            await asyncio.gather(listener, *services, return_exceptions=True)
             await self.pool.close()
             self.executor.shutdown(wait=not self.abandoned, cancel_futures=True)
         log.info("worker %s stopped", self.name)
-
-    async def _rescue(self) -> None:
-        assert self.pool is not None
-        for job_id, status in await queue.rescue_expired(self.pool, self.settings.lease_seconds):
-            log.warning("job %s: lease expired, now %s", job_id, status)
 
     async def _drain(self) -> None:
         """Wait for running jobs; past the deadline (or a second signal) roll them back."""
@@ -196,7 +184,7 @@ class Worker:
             await asyncio.wait(tasks, timeout=5)
             for run in list(self.runs.values()):  # threads stuck in I/O: hand back anyway
                 log.warning("job %s: chunk still busy at exit; handing the job back", run.job.id)
-                await self._finish_quietly(queue.release(self._pool(), run.job.id, self.name))
+                await self._finish_quietly(jobqueue.release(self._pool(), run.job.id, self.name))
                 self.abandoned = True
         hard.cancel()
 
@@ -262,7 +250,7 @@ class Worker:
 
     # -- one job ---------------------------------------------------------------------
 
-    def _start(self, job: queue.Job) -> None:
+    def _start(self, job: Job) -> None:
         run = JobRun(job)
         self.runs[job.id] = run
         log.info(
@@ -284,11 +272,11 @@ class Worker:
             loop = asyncio.get_running_loop()
             progress = await loop.run_in_executor(self.executor, self._archive, run)
         except StopRequested:
-            await self._finish_quietly(queue.release(pool, job.id, self.name))
+            await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
             log.info("job %s: handed back to the queue", job.id)
             metrics.job_finished("handed_back")
         except CancelRequested:
-            await self._finish_quietly(queue.finish_cancelled(pool, job.id, self.name))
+            await self._finish_quietly(jobqueue.finish_cancelled(pool, job.id, self.name))
             log.info("job %s: cancelled", job.id)
             metrics.job_finished("cancelled")
         except LeaseLost as exc:
@@ -296,7 +284,7 @@ class Worker:
             metrics.job_finished("lease_lost")
         except Exception as exc:
             if isinstance(run.interrupt, StopRequested):  # failed because we aborted it
-                await self._finish_quietly(queue.release(pool, job.id, self.name))
+                await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
                 log.info("job %s: rolled back and handed back to the queue", job.id)
                 metrics.job_finished("handed_back")
             else:
@@ -309,7 +297,7 @@ class Worker:
                     exc_info=not isinstance(exc, EXPECTED_ERRORS),
                 )
                 status = await self._finish_quietly(
-                    queue.fail_attempt(
+                    jobqueue.fail_attempt(
                         pool,
                         job,
                         self.name,
@@ -319,10 +307,12 @@ class Worker:
                     )
                 )
                 log.info("job %s: now %s", job.id, status)
-                metrics.job_finished("requeued" if status == "queued" else str(status or "unknown"))
+                metrics.job_finished(
+                    "requeued" if status == Status.QUEUED else str(status or "unknown")
+                )
         else:
             if await self._finish_quietly(
-                queue.complete(pool, job.id, self.name, progress.to_json())
+                jobqueue.complete(pool, job.id, self.name, progress.to_json())
             ):
                 log.info(
                     "job %s: completed, %d rows in %d files", job.id, progress.rows, progress.files
@@ -348,7 +338,7 @@ class Worker:
         while True:
             await asyncio.sleep(self.settings.heartbeat_seconds)
             try:
-                held = await queue.heartbeat(pool, run.job.id, self.name)
+                held = await jobqueue.heartbeat(pool, run.job.id, self.name)
             except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 log.warning("job %s: heartbeat failed (%s)", run.job.id, error_line(exc))
                 continue
@@ -363,28 +353,23 @@ class Worker:
         request = ArchiveRequest.from_payload(job.payload)
         with (
             db.connect_bulk(settings.effective_source_url) as src,
-            db.connect_bulk(settings.database_url) as qconn,
+            db.connect_bulk(settings.database_url) as catalog_conn,
         ):
-            with src.cursor() as cur:
-                cur.execute("SELECT pg_backend_pid()")
-                run.source_pid = int(cur.fetchall()[0][0])
-            src.rollback()
-            ledger = queue.JobLedger(qconn, job.id, self.name)
-            for part, path, outcome in ledger.reconcile_pending(src):
-                log.warning("job %s: part %d was %s before a crash", job.id, part, outcome)
-                if outcome == "aborted":
-                    self.storage.delete(path)
-            progress = ledger.committed_progress(job.progress)
-            return archive_job(
+            run.source_pid = int(db.fetch_all(src, "SELECT pg_backend_pid()")[0][0])
+            context = open_job(
                 src,
-                str(job.id),
-                request,
-                progress,
-                self.storage,
-                ledger,
-                settings.same_database,
-                self.workdir,
+                catalog_conn,
+                job_id=str(job.id),
+                worker=self.name,
+                attempt=job.attempts,
+                request=request,
+                storage=self.storage,
+                same_database=settings.same_database,
+                workdir=self.workdir,
+            )
+            return run_job(
+                context,
+                Progress.from_json(job.progress),
                 lambda: run.interrupt,
                 functools.partial(metrics.chunk_done, request.table),
-                attempt=job.attempts,
             )

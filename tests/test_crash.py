@@ -282,8 +282,8 @@ def test_four_workers_two_hundred_jobs(
 
     import asyncpg
 
-    from archiver import queue
-    from archiver.pipeline import ArchiveRequest
+    from archiver import jobqueue
+    from archiver.model import ArchiveRequest, Mode
 
     tables = 50
     for t in range(tables):
@@ -299,8 +299,8 @@ def test_four_workers_two_hundred_jobs(
         for t in range(tables):
             for day in (3, 5, 7, 9):  # four jobs per table, serialised by the table's lock
                 cutoff = f"2020-01-{day:02d}T00:00:00+00:00"
-                request = ArchiveRequest(f"public.t{t}", "created_at", cutoff, "move")
-                job_id, _ = await queue.enqueue(
+                request = ArchiveRequest(f"public.t{t}", "created_at", cutoff, Mode.MOVE)
+                job_id, _ = await jobqueue.enqueue(
                     conn, request.payload(), dedup_key=f"t{t}:{day}", lock_key=f"table:public.t{t}"
                 )
                 ids.append(str(job_id))

@@ -9,7 +9,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from archiver import console, queue
+from archiver import console
+from archiver.model import Job
 from tests.ops_jobs import CUTOFF, OLD_ROWS, enqueue, jobs_in_every_state, make_events
 from tests.support import ROOT, archiver_cmd, run_cli, sql, sql_value, start_worker, wait_until
 
@@ -173,7 +174,7 @@ class Terminal(io.StringIO):
 
 
 def test_progress_bar_redraws_one_line_on_a_terminal(database_url: str) -> None:
-    job = queue.Job.from_row(
+    job = Job.from_row(
         sql(
             database_url,
             """INSERT INTO background_jobs (task_name, status, progress)

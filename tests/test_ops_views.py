@@ -3,10 +3,14 @@ ready-made queries in sql/ops/ run through psql."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import subprocess
 from pathlib import Path
 
+import asyncpg
+
+from archiver.db import query
 from tests.ops_jobs import OLD_ROWS, jobs_in_every_state
 from tests.support import ROOT, sql, sql_value, which_pg_bin
 
@@ -88,6 +92,23 @@ def insert_job(url: str, status: str, table: str = "public.t", **extra: str) -> 
     )
 
 
+def claimable(url: str) -> list[str]:
+    """What a worker would claim now: the real claim query, rolled back."""
+
+    async def run() -> list[str]:
+        conn = await asyncpg.connect(url)
+        try:
+            tx = conn.transaction()
+            await tx.start()
+            rows = await conn.fetch(query("claim_jobs"), "probe", 100)
+            await tx.rollback()
+            return [str(r["id"]) for r in rows]
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
 def test_ops_queries(database_url: str) -> None:
     url = database_url
     stuck = insert_job(url, "running", locked_by="'gone:1:x'", heartbeat_at="now()", attempts="1")
@@ -106,10 +127,9 @@ def test_ops_queries(database_url: str) -> None:
     paused = insert_job(url, "queued", table="public.orders")
     other = insert_job(url, "queued", table="public.events")
     psql(url, "pause_table.sql", table="public.orders")
-    claimable = "SELECT id::text FROM background_jobs WHERE status = 'queued' AND run_at <= now()"
-    assert [r[0] for r in sql(url, claimable)] == [other]
+    assert claimable(url) == [other]
     psql(url, "resume_table.sql", table="public.orders")
-    assert sorted(r[0] for r in sql(url, claimable)) == sorted([paused, other])
+    assert sorted(claimable(url)) == sorted([paused, other])
 
     old = insert_job(url, "completed", finished_at="now() - interval '9 days'")
     recent = insert_job(url, "failed", finished_at="now() - interval '1 day'")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import asyncpg
 
-from archiver import queue
+from archiver import jobqueue
+from archiver.model import Job
 from bench.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
 from tests.support import archiver_cmd, run_cli, sql, sql_value, start_process, start_worker
@@ -85,16 +86,16 @@ def test_noop_jobs_complete_in_batches(
 
 
 def test_claim_takes_several_jobs_but_one_per_lock_key(database_url: str) -> None:
-    async def scenario() -> tuple[list[queue.Job], list[queue.Job], int]:
+    async def scenario() -> tuple[list[Job], list[Job], int]:
         pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
         try:
             for i in range(3):
-                await queue.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")
+                await jobqueue.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")
             for i in range(3):
-                await queue.enqueue(pool, {"n": i}, dedup_key=f"b{i}", lock_key=None)
-            first = await queue.claim_jobs(pool, "w1", 10)
-            second = await queue.claim_jobs(pool, "w2", 10)
-            done = await queue.complete_many(pool, [j.id for j in first], "w2")  # not w2's
+                await jobqueue.enqueue(pool, {"n": i}, dedup_key=f"b{i}", lock_key=None)
+            first = await jobqueue.claim_jobs(pool, "w1", 10)
+            second = await jobqueue.claim_jobs(pool, "w2", 10)
+            done = await jobqueue.complete_many(pool, [j.id for j in first], "w2")  # not w2's
             return first, second, done
         finally:
             await pool.close()

@@ -1,17 +1,5 @@
-"""PostgreSQL type -> Parquet representation: the one table of per-type decisions.
-
-Archive side: the SQL expression each column is selected as (so the ADBC driver hands
-back an exact Arrow value) and, for types whose standard Parquet type cannot hold every
-value (infinite dates, 24:00:00, NaN in numeric(p,s), multi-dimensional arrays), a
-companion text column `<name>__pg_text` holding PostgreSQL's own text form of exactly
-those values (NULL in every other row; the standard column is NULL in those rows).
-Restore side: the SQL expression that turns a staged column back into the exact type.
-
-Why text for some types: the ADBC driver returns inet, cidr, macaddr, bit, varbit,
-timetz, ranges, xml and geometric types as opaque PostgreSQL binary, money as an
-unscaled int64, flattens multi-dimensional arrays, overflows +-infinity timestamps into
-wrong finite values, and caches enum types per connection (adbc-driver-postgresql 1.13).
-"""
+"""The SQL side of the type table: how each column is selected, and how a staged column
+turns back into its exact type on restore."""
 
 from __future__ import annotations
 
@@ -76,7 +64,7 @@ _LIST_ELEMENTS = frozenset(
         "timestamptz",
     )
 )
-# Found in Arrow (see parquet.split_special): ±infinity and timestamps past ~294,246 AD
+# Found in Arrow (see pgtypes.arrow.split_special): ±infinity and timestamps past ~294,246 AD
 # come back wrapped around, far below PostgreSQL's minimum; 24:00:00 as 86,400,000,000 µs;
 # numeric NaN as 'nan'. Checking in SQL (a CASE per column and row) cost ~0.65 s per
 # 1M rows of the reference orders table. Array elements keep the SQL predicates above.
@@ -93,7 +81,7 @@ class ColumnPlan:
     expression: str  # SQL for the standard column, before `AS name`
     special: str | None  # predicate: these values go to the __pg_text column instead
     parquet: str
-    # The special values are found in Arrow instead (parquet.split_special), because the
+    # The special values are found in Arrow instead (pgtypes.arrow.split_special), because the
     # driver hands them over recognisably; no per-row CASE in PostgreSQL.
     arrow_special: bool = False
 
@@ -107,10 +95,12 @@ class ColumnPlan:
         return self.column.name
 
 
-def _decimal(column: Column) -> tuple[int, int] | None:
-    if column.typmod < 4:
+def decimal_of(typmod: int) -> tuple[int, int] | None:
+    """(precision, scale) of numeric(p,s) when Parquet's DECIMAL holds it exactly; None for
+    unconstrained numeric, a scale above the precision, or more digits than decimal256."""
+    if typmod < 4:
         return None
-    precision, scale = ((column.typmod - 4) >> 16) & 0xFFFF, (column.typmod - 4) & 0xFFFF
+    precision, scale = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
     if scale > precision or precision > MAX_DECIMAL_PRECISION:
         return None
     return precision, scale
@@ -125,7 +115,7 @@ def plan_column(column: Column) -> ColumnPlan:
     if base in _STANDARD:
         parquet, special = _STANDARD[base]
         return ColumnPlan(column, c, special.format(c=c) if special else None, parquet)
-    if base == "numeric" and (ps := _decimal(column)):
+    if base == "numeric" and (ps := decimal_of(column.typmod)):
         p, s = ps
         return ColumnPlan(column, c, None, f"DECIMAL({p},{s})", arrow_special=True)
     if column.category == "E":

@@ -1,0 +1,148 @@
+"""Steps 5 and 6 of a chunk -- record the file and the job's progress, COMMIT -- in the one
+form each kind of job needs, and the settling of what a crash left between the two.
+
+- `SameDatabase` (move, catalog in the source database, the default): the file row and
+  the progress are written in the source transaction that deleted the rows; one COMMIT
+  makes all of it real, or none.
+- `SeparateDatabase` (move, ARCHIVER_SOURCE_URL elsewhere): the file is recorded
+  `pending` with the source transaction's id before the source COMMIT and confirmed
+  after it. A crash in between leaves a pending file that `reconcile` settles from
+  pg_xact_status on the source: committed -> confirmed, aborted -> forgotten.
+- `CopyOnly` (copy): the source changes nothing, so the file is simply recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from archiver import failpoints
+from archiver.catalog import Catalog
+from archiver.db import BulkConnection, fetch_all
+from archiver.errors import JobStateError
+from archiver.model import ArchivedFile, Progress
+
+log = logging.getLogger(__name__)
+
+
+class SourceTransaction(Protocol):
+    """The source database's side of a chunk: its transaction, and what PostgreSQL knows
+    of earlier ones. `PgSource` is the real one; catalog.MemoryDatabase the in-memory one."""
+
+    def transaction_id(self) -> str:
+        """The open transaction's id (assigning one if it has none yet)."""
+
+    def transaction_status(self, xid: str) -> str | None:
+        """'committed', 'aborted', 'in progress', or None when too old to tell."""
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+class PgSource:
+    def __init__(self, conn: BulkConnection) -> None:
+        self.conn = conn
+
+    def transaction_id(self) -> str:
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_current_xact_id()::text")
+            return str(cur.fetchall()[0][0])
+
+    def transaction_status(self, xid: str) -> str | None:
+        rows = fetch_all(self.conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+
+@dataclass(frozen=True)
+class Settled:
+    part: int
+    path: str
+    committed: bool  # False: the source rolled back; the file is forgotten
+
+
+class CommitStrategy(Protocol):
+    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
+        """Record `f` and `progress`, and commit the chunk's source transaction."""
+
+    def reconcile(self) -> list[Settled]:
+        """Settle files a crash left pending between the two databases' commits."""
+
+
+class _Settles:
+    """Pending files exist only where a job ran against a separate source; any job
+    settles its own first (settings may have changed since), at no cost when none is."""
+
+    source: SourceTransaction
+    catalog: Catalog
+
+    def reconcile(self) -> list[Settled]:
+        settled = []
+        for pending in self.catalog.pending_files():
+            outcome = self.source.transaction_status(pending.source_xid)
+            if outcome not in ("committed", "aborted"):  # its old worker may still finish
+                raise JobStateError(
+                    f"part {pending.part}: source transaction {pending.source_xid} is "
+                    f"{outcome or 'unknown'}; its file cannot be confirmed or dropped yet"
+                )
+            committed = outcome == "committed"
+            if committed:
+                self.catalog.confirm(pending.part)
+            else:
+                self.catalog.forget(pending.part)
+            self.catalog.commit()
+            settled.append(Settled(pending.part, pending.path, committed))
+        return settled
+
+
+class SameDatabase(_Settles):
+    """`writer` is a catalog on the source connection itself: its writes join the delete."""
+
+    def __init__(self, source: SourceTransaction, catalog: Catalog, writer: Catalog) -> None:
+        self.source, self.catalog, self.writer = source, catalog, writer
+
+    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
+        self.writer.add_committed(f, progress)
+        failpoints.reach("before_commit")
+        self.source.commit()
+
+
+class SeparateDatabase(_Settles):
+    def __init__(self, source: SourceTransaction, catalog: Catalog) -> None:
+        self.source, self.catalog = source, catalog
+
+    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
+        xid = self.source.transaction_id()
+        _committed(self.catalog, lambda: self.catalog.add_pending(f, xid))
+        failpoints.reach("before_commit")
+        self.source.commit()
+        failpoints.reach("source_committed")  # the window reconcile() closes
+        # The source committed: the file is real, whoever holds the job now.
+        _committed(self.catalog, lambda: self.catalog.confirm(f.part))
+        _committed(self.catalog, lambda: self.catalog.checkpoint(progress))
+
+
+class CopyOnly(_Settles):
+    def __init__(self, source: SourceTransaction, catalog: Catalog) -> None:
+        self.source, self.catalog = source, catalog
+
+    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
+        _committed(self.catalog, lambda: self.catalog.add_committed(f, progress))
+
+
+def _committed(catalog: Catalog, write: Callable[[], None]) -> None:
+    """Run one catalog write in a transaction of its own."""
+    try:
+        write()
+        catalog.commit()
+    except BaseException:
+        catalog.rollback()
+        raise

@@ -1,0 +1,124 @@
+"""One archive job, from its first chunk to its last, on connections of its own (a worker
+thread). Knows nothing of the queue: it is handed a catalog, a storage and a way to ask,
+between chunks, whether to stop."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from archiver import source
+from archiver.archive import names
+from archiver.archive.chunk import JobContext, archive_chunk, rollback_quietly
+from archiver.archive.commit import (
+    CommitStrategy,
+    CopyOnly,
+    PgSource,
+    SameDatabase,
+    SeparateDatabase,
+)
+from archiver.archive.plan import plan_archive
+from archiver.catalog import PgCatalog
+from archiver.db import BulkConnection
+from archiver.model import ArchiveRequest, Mode, Progress
+from archiver.storage import Storage
+
+log = logging.getLogger(__name__)
+
+Interrupt = Callable[[], BaseException | None]
+ChunkDone = Callable[[int, int, float], None]
+
+
+def open_job(
+    src: BulkConnection,
+    catalog_conn: BulkConnection,
+    *,
+    job_id: str,
+    worker: str,
+    attempt: int,
+    request: ArchiveRequest,
+    storage: Storage,
+    same_database: bool,
+    workdir: Path,
+) -> JobContext:
+    """The job's context on its two connections, with the commit strategy its mode and
+    databases call for."""
+    catalog = PgCatalog(catalog_conn, job_id, worker)
+    source_tx = PgSource(src)
+    commit: CommitStrategy
+    if request.mode == Mode.COPY:
+        commit = CopyOnly(source_tx, catalog)
+    elif same_database:
+        commit = SameDatabase(source_tx, catalog, PgCatalog(src, job_id, worker))
+    else:
+        commit = SeparateDatabase(source_tx, catalog)
+    queries = source.describe_archive(src, request.table, request.column)
+    return JobContext(job_id, attempt, request, queries, src, storage, catalog, commit, workdir)
+
+
+def start_job(job: JobContext, saved: Progress) -> Progress:
+    """Everything a (re)started job does before its first chunk, in this order:
+    reconcile what a crash left pending, resume from the committed files, sweep uploads
+    no attempt will ever catalogue, and estimate a new job's size."""
+    for settled in job.commit.reconcile():
+        outcome = "committed" if settled.committed else "aborted"
+        log.warning("job %s: part %d was %s before a crash", job.job_id, settled.part, outcome)
+        if not settled.committed:
+            job.storage.delete(settled.path)
+    progress = job.catalog.committed_progress(saved)
+    sweep_stale_uploads(job)
+    if not progress.chunk_rows:  # a new job: estimate once; a resumed one keeps its figures
+        plan = plan_archive(job.source, job.request, job.queries)
+        progress.chunk_rows = plan.chunk_rows
+        progress.rows_estimated = max(progress.rows_estimated, plan.rows)
+        progress.chunks_estimated = max(progress.chunks_estimated, plan.chunks, 1)
+    return progress
+
+
+def sweep_stale_uploads(job: JobContext) -> None:
+    """Delete what earlier attempts of this job uploaded but never catalogued.
+
+    An earlier attempt's upload can never be catalogued, since recording a file requires
+    holding the job (see archive.names on fencing), so it is garbage. One uploaded after
+    this sweep stays until `archiver verify` reports it."""
+    catalogued = job.catalog.catalogued_paths()
+    prefix = job.storage.object_name(names.job_prefix(job.queries.table.qualified, job.job_id))
+    for stored in job.storage.list(prefix):
+        attempt = names.attempt_of(stored.name)
+        if attempt is not None and attempt < job.attempt and stored.name not in catalogued:
+            log.warning("job %s: deleting %s, left by an earlier attempt", job.job_id, stored.name)
+            job.storage.delete(stored.name)
+
+
+def run_job(
+    job: JobContext, saved: Progress, interrupt: Interrupt, on_chunk: ChunkDone | None = None
+) -> Progress:
+    """Start the job, then archive chunks until none is left. `interrupt()` is asked
+    between chunks and whatever it returns (stop, cancel, lease lost) is raised there;
+    `on_chunk(rows, bytes, seconds)` hears of every committed chunk (metrics)."""
+    progress = start_job(job, saved)
+    copy = job.request.mode == Mode.COPY
+    if copy:  # every chunk of this job reads the same consistent snapshot
+        with job.source.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    try:
+        while True:
+            reason = interrupt()
+            if reason is not None:
+                raise reason
+            started = time.monotonic()
+            advanced = archive_chunk(job, progress)
+            if advanced is None:
+                return progress.finished()
+            if on_chunk is not None:
+                on_chunk(
+                    advanced.rows - progress.rows,
+                    advanced.bytes - progress.bytes,
+                    time.monotonic() - started,
+                )
+            progress = advanced
+    finally:
+        if copy:
+            rollback_quietly(job.source)

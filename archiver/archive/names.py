@@ -1,0 +1,27 @@
+"""Object names: the one place that says where a job's files go.
+
+`<schema.table>/job-<id>-a<attempt>-part-<part>.parquet`, under the storage's prefix. The
+attempt is a fencing token: a worker that lost its job while paused mid-upload writes its
+own attempt's name, never the one of the worker that took the job over.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ATTEMPT = re.compile(r"-a(\d+)-part-\d+\.parquet$")
+
+
+def file_name(table: str, job_id: str, attempt: int, part: int) -> str:
+    return f"{job_prefix(table, job_id)}a{attempt:03d}-part-{part:05d}.parquet"
+
+
+def job_prefix(table: str, job_id: str | None = None) -> str:
+    """Every file of `table`, or of one job of it, starts with this."""
+    return f"{table}/" + (f"job-{job_id}-" if job_id else "")
+
+
+def attempt_of(name: str) -> int | None:
+    """The attempt that wrote `name`; None for a name archiver did not make."""
+    match = _ATTEMPT.search(name)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,97 @@
+"""What a chunk's file holds, from its Arrow batches: the key range and the cutoff range
+the catalog records, and the same key range `verify` recomputes from a stored file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from archiver.errors import InputError
+from archiver.pgtypes import PG_TEXT_SUFFIX
+from archiver.pgtypes.arrow import storage_view, within_python_range
+
+
+@dataclass
+class ChunkStats:
+    min_key: tuple[Any, ...] | None = None
+    max_key: tuple[Any, ...] | None = None
+    min_cutoff: Any = None  # None with cutoff_unbounded_low: catalogued as -infinity
+    max_cutoff: Any = None
+    cutoff_unbounded_low: bool = False
+    cutoff_unbounded_high: bool = False
+
+    def observe(self, batch: pa.RecordBatch, keys: list[str], cutoff: str) -> None:
+        """Key and cutoff ranges of a batch as written (special values already NULL in
+        their columns and spelled out in the __pg_text companions)."""
+        for name in keys:
+            inside = within_python_range(batch.column(name))
+            if inside is not None and not pc.all(inside).as_py():
+                raise InputError(
+                    f"primary key column {name!r} holds a value archiver cannot archive "
+                    "exactly (+-infinity, or a year outside 1-9999); nothing was moved"
+                )
+        lo, hi = key_range(batch, keys)
+        self.min_key = lo if self.min_key is None else min(self.min_key, lo)
+        self.max_key = hi if self.max_key is None else max(self.max_key, hi)
+        column = batch.column(cutoff)
+        companion = cutoff + PG_TEXT_SUFFIX
+        if companion in batch.schema.names and batch.column(companion).null_count < batch.num_rows:
+            self.cutoff_unbounded_low = True  # -infinity: the one special older than a cutoff
+        inside = within_python_range(column)
+        if inside is not None and not pc.all(inside).as_py():  # BC, or past 9999
+            self.cutoff_unbounded_low = True
+            column = pc.filter(column, inside)
+        mm = pc.min_max(column).as_py()
+        if mm["min"] is not None:
+            self.min_cutoff = (
+                mm["min"] if self.min_cutoff is None else min(self.min_cutoff, mm["min"])
+            )
+            self.max_cutoff = (
+                mm["max"] if self.max_cutoff is None else max(self.max_cutoff, mm["max"])
+            )
+
+    def cutoff_range(self) -> tuple[str | None, str | None]:
+        """The cutoff column's range as UTC text for the catalog; None is unbounded."""
+        return (
+            None if self.cutoff_unbounded_low else _as_utc_text(self.min_cutoff),
+            None if self.cutoff_unbounded_high else _as_utc_text(self.max_cutoff),
+        )
+
+
+def key_range(
+    batch: pa.RecordBatch | pa.Table, keys: list[str]
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The smallest and largest primary key in `batch`, in PostgreSQL's order."""
+    columns = [batch.column(k) for k in keys]
+    if len(columns) == 1:
+        mm = pc.min_max(storage_view(columns[0]))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if isinstance(columns[0].type, pa.BaseExtensionType):  # uuid: back from bytes
+            lo, hi = uuid.UUID(bytes=lo), uuid.UUID(bytes=hi)
+        return (lo,), (hi,)
+    view = pa.table({str(i): storage_view(c) for i, c in enumerate(columns)})
+    order = pc.sort_indices(view, sort_keys=[(str(i), "ascending") for i in range(len(columns))])
+    first, last = order[0].as_py(), order[-1].as_py()
+    return tuple(c[first].as_py() for c in columns), tuple(c[last].as_py() for c in columns)
+
+
+def key_text(value: Any) -> str:
+    """PostgreSQL-readable text of a key value (int, UUID, date, datetime)."""
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
+
+
+def _as_utc_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return str(value.isoformat())

@@ -1,0 +1,249 @@
+"""The archive catalog of one job: its files (archive_files) and its committed progress.
+
+A seam between the data path and the queue database. `PgCatalog` is the real one, on a
+synchronous ADBC connection (the job's thread), so that when the catalog shares the
+source database a chunk's file row and progress commit in the very transaction that
+deletes the chunk's rows. `MemoryDatabase` ships beside it, the way httpx ships
+MockTransport beside its network transport: the commit strategies are tested against it
+in milliseconds, with crashes at every step.
+
+Writes go into the connection's open transaction; the caller commits. Every write that
+records a file first checks the job is still this worker's, and raises LeaseLost if not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from archiver.db import BulkConnection, Row, fetch_all, query
+from archiver.errors import LeaseLost
+from archiver.model import ArchivedFile, FileState, PendingFile, Progress
+
+
+class Catalog(Protocol):
+    def next_part(self) -> int:
+        """The part number of the job's next file."""
+
+    def catalogued_paths(self) -> set[str]:
+        """Object names of every file the job has recorded, in any state."""
+
+    def committed_progress(self, saved: Progress) -> Progress:
+        """The progress a (re)started job resumes from: what its committed files say."""
+
+    def pending_files(self) -> list[PendingFile]: ...
+
+    def add_committed(self, f: ArchivedFile, progress: Progress) -> None:
+        """Record `f` and checkpoint the job's progress (LeaseLost if not held)."""
+
+    def add_pending(self, f: ArchivedFile, source_xid: str) -> None:
+        """Record `f` as pending on `source_xid`, locking the job row (LeaseLost if not held)."""
+
+    def confirm(self, part: int) -> None: ...
+
+    def forget(self, part: int) -> None: ...
+
+    def checkpoint(self, progress: Progress) -> None:
+        """Save the job's progress (LeaseLost if not held)."""
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+class PgCatalog:
+    """The catalog in PostgreSQL, for job `job_id` held by `worker`. Reads roll back at
+    once, so only ever read through a catalog whose connection holds no open work."""
+
+    def __init__(self, conn: BulkConnection, job_id: str, worker: str) -> None:
+        self.conn, self.job_id, self.worker = conn, job_id, worker
+
+    def _one(self, name: str, *params: Any) -> Row | None:
+        with self.conn.cursor() as cur:
+            cur.execute(query(name), params)
+            rows = cur.fetchall()
+        return rows[0] if rows else None
+
+    def _held(self, name: str, *params: Any) -> None:
+        if self._one(name, *params) is None:
+            raise LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
+
+    def _insert(self, f: ArchivedFile, state: FileState, xid: str | None) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(
+                query("insert_file"),
+                (
+                    f.job_id,
+                    f.part,
+                    f.source_table,
+                    f.storage_url,
+                    f.path,
+                    f.row_count,
+                    f.byte_size,
+                    f.md5,
+                    json.dumps(f.key_columns),
+                    json.dumps(f.min_key),
+                    json.dumps(f.max_key),
+                    f.cutoff_column,
+                    f.min_cutoff_value or "-infinity",
+                    f.max_cutoff_value or "infinity",
+                    str(state),
+                    xid or "",
+                ),
+            )
+
+    def next_part(self) -> int:
+        return int(fetch_all(self.conn, query("next_part"), (self.job_id,))[0][0])
+
+    def catalogued_paths(self) -> set[str]:
+        return {str(r[0]) for r in fetch_all(self.conn, query("job_paths"), (self.job_id,))}
+
+    def committed_progress(self, saved: Progress) -> Progress:
+        files, rows, nbytes, last_key = fetch_all(
+            self.conn, query("committed_progress"), (self.job_id,)
+        )[0]
+        return _resumed(saved, int(files), int(rows), int(nbytes), last_key)
+
+    def pending_files(self) -> list[PendingFile]:
+        rows = fetch_all(self.conn, query("pending_files"), (self.job_id,))
+        return [PendingFile(int(part), str(path), str(xid)) for part, path, xid in rows]
+
+    def add_committed(self, f: ArchivedFile, progress: Progress) -> None:
+        self.checkpoint(progress)  # first: a job that is no longer ours is LeaseLost
+        self._insert(f, FileState.COMMITTED, None)
+
+    def add_pending(self, f: ArchivedFile, source_xid: str) -> None:
+        # Locks the job row until this commits: a rescue cannot slip in between.
+        self._held("still_held", self.job_id, self.worker)
+        self._insert(f, FileState.PENDING, source_xid)
+
+    def confirm(self, part: int) -> None:
+        self._one("confirm_file", self.job_id, part)
+
+    def forget(self, part: int) -> None:
+        self._one("forget_file", self.job_id, part)
+
+    def checkpoint(self, progress: Progress) -> None:
+        self._held("checkpoint", self.job_id, self.worker, json.dumps(progress.to_json()))
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def rollback(self) -> None:
+        self.conn.rollback()
+
+
+def _resumed(saved: Progress, files: int, rows: int, nbytes: int, last_key: Any) -> Progress:
+    progress = Progress.from_json(saved.to_json())
+    progress.files, progress.rows, progress.bytes = files, rows, nbytes
+    progress.last_key = (json.loads(last_key) if isinstance(last_key, str) else last_key) or None
+    return progress
+
+
+@dataclass
+class _Tables:
+    """What a MemoryDatabase holds: the catalog's rows and the job's lease."""
+
+    files: dict[int, tuple[ArchivedFile, FileState, str | None]] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)
+    held: bool = True  # the job is still this worker's
+
+
+class MemoryDatabase:
+    """A database in memory with transactions, for tests of the commit protocol: the
+    catalog's rows (a Catalog) and a source whose transactions commit or abort (a
+    SourceTransaction, see archive.commit). One instance serving as both is the
+    same-database case; two instances, the separate one. Writes stay in the open
+    transaction until commit(); `statuses` is what pg_xact_status would say."""
+
+    def __init__(self) -> None:
+        self.committed = _Tables()
+        self._open: list[tuple[str, Any]] = []
+        self._xid = 100
+        self.statuses: dict[str, str] = {}
+        self.commits = 0
+
+    # -- the source side ---------------------------------------------------------------
+
+    def transaction_id(self) -> str:
+        self.statuses.setdefault(str(self._xid), "in progress")
+        return str(self._xid)
+
+    def transaction_status(self, xid: str) -> str | None:
+        return self.statuses.get(xid)
+
+    def commit(self) -> None:
+        tables = self.committed
+        for op, arg in self._open:
+            if op == "file":
+                f, state, xid = arg
+                tables.files[f.part] = (f, state, xid)
+            elif op == "confirm" and arg in tables.files:
+                f, _, _ = tables.files[arg]
+                tables.files[arg] = (f, FileState.COMMITTED, None)
+            elif op == "forget":
+                tables.files.pop(arg, None)
+            elif op == "progress":
+                tables.progress = arg
+        self._open.clear()
+        self.statuses[str(self._xid)] = "committed"
+        self._xid += 1
+        self.commits += 1
+
+    def rollback(self) -> None:
+        self._open.clear()
+        if self.statuses.get(str(self._xid)) == "in progress":
+            self.statuses[str(self._xid)] = "aborted"
+        self._xid += 1
+
+    # -- the catalog side --------------------------------------------------------------
+
+    def _check_held(self) -> None:
+        if not self.committed.held:
+            raise LeaseLost("job is no longer held by this worker")
+
+    def next_part(self) -> int:
+        return max(self.committed.files, default=0) + 1
+
+    def catalogued_paths(self) -> set[str]:
+        return {f.path for f, _, _ in self.committed.files.values()}
+
+    def committed_progress(self, saved: Progress) -> Progress:
+        done = sorted(
+            (f for f, state, _ in self.committed.files.values() if state == FileState.COMMITTED),
+            key=lambda f: f.part,
+        )
+        last_key = done[-1].max_key if done else None
+        return _resumed(
+            saved,
+            len(done),
+            sum(f.row_count for f in done),
+            sum(f.byte_size for f in done),
+            last_key,
+        )
+
+    def pending_files(self) -> list[PendingFile]:
+        return [
+            PendingFile(part, f.path, xid or "")
+            for part, (f, state, xid) in sorted(self.committed.files.items())
+            if state == FileState.PENDING
+        ]
+
+    def add_committed(self, f: ArchivedFile, progress: Progress) -> None:
+        self.checkpoint(progress)
+        self._open.append(("file", (f, FileState.COMMITTED, None)))
+
+    def add_pending(self, f: ArchivedFile, source_xid: str) -> None:
+        self._check_held()
+        self._open.append(("file", (f, FileState.PENDING, source_xid)))
+
+    def confirm(self, part: int) -> None:
+        self._open.append(("confirm", part))
+
+    def forget(self, part: int) -> None:
+        self._open.append(("forget", part))
+
+    def checkpoint(self, progress: Progress) -> None:
+        self._check_held()
+        self._open.append(("progress", progress))

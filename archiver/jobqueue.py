@@ -1,0 +1,235 @@
+"""The job queue: the only code that reads or writes background_jobs (asyncpg, from the
+worker's event loop and the CLI). Every query is named in queries.sql. The catalog side a
+job's thread writes (archive_files, progress) is archiver.catalog."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from typing import Any
+
+import asyncpg
+
+from archiver.db import BulkConnection, fetch_all, query
+from archiver.errors import JobStateError
+from archiver.model import ArchiveRequest, CatalogFile, Job, Status
+
+ARCHIVE_TASK = "archive"
+# Does nothing: for benchmarks and health checks of the queue itself. Workers finish
+# claimed no-op jobs in the claiming loop, in batches, without a thread.
+NOOP_TASK = "noop"
+
+
+async def enqueue(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    payload: dict[str, Any],
+    *,
+    dedup_key: str,
+    lock_key: str | None,
+    priority: int = 0,
+    max_attempts: int = 5,
+    run_at: dt.datetime | None = None,
+    task_name: str = ARCHIVE_TASK,
+) -> tuple[uuid.UUID, bool]:
+    """Queue a job; (id, True) if new, or (id of the queued/running twin, False)."""
+    while True:
+        job_id = await conn.fetchval(
+            query("enqueue"),
+            task_name,
+            json.dumps(payload),
+            priority,
+            max_attempts,
+            dedup_key,
+            lock_key,
+            run_at,
+        )
+        if job_id is not None:
+            return job_id, True
+        twin = await conn.fetchrow(query("find_duplicate"), dedup_key)
+        if twin is not None:  # else it finished in between: try again
+            return twin["id"], False
+
+
+async def enqueue_slot(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    request: ArchiveRequest,
+    *,
+    policy: str,
+    slot: dt.datetime,
+    priority: int = 0,
+    max_attempts: int = 5,
+) -> tuple[uuid.UUID, bool]:
+    """Queue a policy's slot unless the database has it: (id, True) if new, else the id of
+    the job any scheduler enqueued for this slot before, and False.
+
+    The (policy, slot) key is the slot's dedup key, kept for as long as the job row lives,
+    whatever its status; two slots' jobs on one table still never run at once (lock_key).
+    """
+    _, lock_key = request.keys()
+    while True:
+        job_id = await conn.fetchval(
+            query("enqueue_policy_slot"),
+            ARCHIVE_TASK,
+            json.dumps(request.payload()),
+            priority,
+            max_attempts,
+            lock_key,
+            policy,
+            slot,
+        )
+        if job_id is not None:
+            return job_id, True
+        twin = await conn.fetchval(query("policy_slot_job"), policy, slot)
+        if twin is not None:  # else pruned in between: try again
+            return twin, False
+
+
+async def last_policy_slot(
+    conn: asyncpg.Connection | asyncpg.Pool, policy: str
+) -> dt.datetime | None:
+    """The newest slot of `policy` still on record (finished jobs are pruned eventually)."""
+    value: dt.datetime | None = await conn.fetchval(query("last_policy_slot"), policy)
+    return value
+
+
+async def claim_jobs(pool: asyncpg.Pool, worker: str, limit: int) -> list[Job]:
+    """Take up to `limit` runnable jobs for `worker` in one round trip (at most one per
+    lock_key), most urgent first."""
+    for _ in range(3):
+        try:
+            rows = await pool.fetch(query("claim_jobs"), worker, limit)
+        except asyncpg.UniqueViolationError:
+            continue  # another worker took a job on the same table first
+        jobs = [Job.from_row(r) for r in rows]
+        return sorted(jobs, key=lambda j: (-j.priority, j.run_at, j.created_at))
+    return []
+
+
+async def complete_many(pool: asyncpg.Pool, job_ids: list[uuid.UUID], worker: str) -> int:
+    """Complete several of `worker`'s running jobs at once; how many were still its own."""
+    return len(await pool.fetch(query("complete_many"), job_ids, worker))
+
+
+async def seconds_to_next_run(pool: asyncpg.Pool) -> float | None:
+    """Seconds until the earliest queued job may run; None when nothing is queued."""
+    value = await pool.fetchval(query("seconds_to_next_run"))
+    return None if value is None else float(value)
+
+
+async def heartbeat(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool | None:
+    """Renew the lease. None: the job is no longer ours; else whether a cancel was asked."""
+    row = await pool.fetchrow(query("heartbeat"), job_id, worker)
+    return None if row is None else bool(row["cancel_requested"])
+
+
+async def complete(
+    pool: asyncpg.Pool, job_id: uuid.UUID, worker: str, progress: dict[str, Any]
+) -> bool:
+    return await pool.fetchval(query("complete"), job_id, worker, json.dumps(progress)) is not None
+
+
+def backoff_seconds(attempt: int, base: float = 5.0, cap: float = 600.0) -> float:
+    """Exponential backoff with full jitter, capped."""
+    return random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
+
+
+async def fail_attempt(
+    pool: asyncpg.Pool, job: Job, worker: str, error: str, base: float = 5.0, cap: float = 600.0
+) -> Status | None:
+    """Record a failed attempt: requeued after a backoff (base x 2^(attempt-1) seconds,
+    full jitter, capped), or failed for good after max_attempts."""
+    row = await pool.fetchrow(
+        query("fail_attempt"),
+        job.id,
+        worker,
+        error[:4000],
+        backoff_seconds(job.attempts, base, cap),
+    )
+    return None if row is None else Status(row["status"])
+
+
+async def release(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool:
+    return await pool.fetchval(query("release"), job_id, worker) is not None
+
+
+async def finish_cancelled(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool:
+    return await pool.fetchval(query("finish_cancelled"), job_id, worker) is not None
+
+
+async def rescue_expired(
+    pool: asyncpg.Pool, lease_seconds: float
+) -> list[tuple[uuid.UUID, Status]]:
+    rows = await pool.fetch(query("rescue_expired"), lease_seconds)
+    return [(r["id"], Status(r["status"])) for r in rows]
+
+
+async def prune_finished(pool: asyncpg.Pool, retention_days: float, batch: int = 1000) -> int:
+    status = await pool.execute(query("prune_finished"), retention_days * 86400, batch)
+    return int(status.split()[-1])
+
+
+async def get_job(conn: asyncpg.Connection | asyncpg.Pool, job_id: uuid.UUID) -> Job:
+    row = await conn.fetchrow(query("job_by_id"), job_id)
+    if row is None:
+        raise JobStateError(f"no job {job_id}")
+    return Job.from_row(row)
+
+
+async def cancel(conn: asyncpg.Connection, job_id: uuid.UUID) -> Status:
+    """Cancel a queued job now, or ask a running one to stop at its next chunk boundary."""
+    status = await conn.fetchval(query("cancel"), job_id)
+    if status is None:
+        job = await get_job(conn, job_id)
+        raise JobStateError(
+            f"job {job_id} is {job.status}; only queued or running jobs can be cancelled"
+        )
+    return Status(status)
+
+
+async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
+    if await conn.fetchval(query("retry"), job_id) is None:
+        job = await get_job(conn, job_id)
+        raise JobStateError(
+            f"job {job_id} is {job.status}; only failed or cancelled jobs can be retried"
+        )
+
+
+OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary")
+
+
+async def ops_report(conn: asyncpg.Connection) -> dict[str, list[dict[str, Any]]]:
+    """Every operator view (sql/003_ops_views.sql), read in one snapshot."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        return {name: [dict(r) for r in await conn.fetch(query(name))] for name in OPS_VIEWS}
+
+
+async def list_jobs(
+    conn: asyncpg.Connection, status: str | None, table: str | None, limit: int
+) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(query("list_jobs"), status, table, limit)]
+
+
+def count_jobs_by_status(conn: BulkConnection) -> dict[str, int]:
+    """Jobs per status, on a synchronous ADBC connection (the metrics collector's thread)."""
+    rows = fetch_all(conn, query("jobs_by_status"))
+    return {str(status): int(count) for status, count in rows}
+
+
+async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(query("job_files"), job_id)]
+
+
+async def archived_files(
+    conn: asyncpg.Connection,
+    *,
+    job_id: uuid.UUID | None = None,
+    table: str | None = None,
+    cutoff_from: dt.datetime | None = None,
+    cutoff_to: dt.datetime | None = None,
+    state: str | None = None,
+) -> list[CatalogFile]:
+    """Catalogued files for restore and verify, in archive order."""
+    rows = await conn.fetch(query("archived_files"), job_id, table, cutoff_from, cutoff_to, state)
+    return [CatalogFile.from_row(r) for r in rows]

@@ -1,0 +1,272 @@
+"""The pure data of archiver: what an archive asks for, how far it got, what it wrote, and
+the job that carries it. No I/O and no heavy imports (no pyarrow, no driver), so the queue,
+the scheduler and every CLI command can use it cheaply."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from archiver.errors import InputError
+
+
+class Mode(StrEnum):
+    MOVE = "move"  # delete the rows in the chunk's transaction
+    COPY = "copy"  # read from one snapshot; change nothing
+
+
+class Status(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED = frozenset((Status.COMPLETED, Status.FAILED, Status.CANCELLED))
+
+
+class FileState(StrEnum):
+    COMMITTED = "committed"  # the file's rows left the source with it
+    PENDING = "pending"  # recorded before a separate source database's COMMIT
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Keys in (after, through] of a one-column primary key, as PostgreSQL text; None
+    is unbounded. One part of an archive split for parallel workers."""
+
+    after: str | None
+    through: str | None
+
+
+@dataclass(frozen=True)
+class ArchiveRequest:
+    """What to archive, as stored in a job's payload."""
+
+    table: str
+    column: str
+    cutoff: str  # ISO 8601 with offset; compared in the column's own type
+    mode: Mode
+    chunk_rows: int | None = None
+    # One part of a split archive (enqueue --parallel): only keys in the range.
+    # `group` ties the parts together.
+    key_range: KeyRange | None = None
+    group: str | None = None
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> ArchiveRequest:
+        bounds = payload.get("key_range")
+        return cls(
+            table=payload["table"],
+            column=payload["column"],
+            cutoff=payload["cutoff"],
+            mode=Mode(payload["mode"]),
+            chunk_rows=payload.get("chunk_rows"),
+            key_range=KeyRange(bounds["after"], bounds["through"]) if bounds else None,
+            group=payload.get("group"),
+        )
+
+    def payload(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "table": self.table,
+            "column": self.column,
+            "cutoff": self.cutoff,
+            "mode": str(self.mode),
+            "chunk_rows": self.chunk_rows,
+        }
+        if self.key_range is not None:
+            data["key_range"] = {"after": self.key_range.after, "through": self.key_range.through}
+            data["group"] = self.group
+        return data
+
+    def keys(self) -> tuple[str, str]:
+        """(dedup_key, lock_key): the same archive is never queued or running twice, and
+        two archives of one table never run at once."""
+        return (
+            f"archive:{self.table}:{self.column}:{self.cutoff}:{self.mode}",
+            f"table:{self.table}",
+        )
+
+    def range_keys(self, index: int, parts: int) -> tuple[str, str]:
+        """(dedup_key, lock_key) of part `index` of a split archive: the parts of one
+        table run in parallel, each part never twice at once."""
+        dedup_key, lock_key = self.keys()
+        return f"{dedup_key}:range:{index}/{parts}", f"{lock_key}:range:{index}"
+
+
+@dataclass(frozen=True)
+class ArchivedFile:
+    """One verified Parquet file, as the catalog records it."""
+
+    job_id: str
+    part: int
+    source_table: str
+    storage_url: str
+    path: str
+    row_count: int
+    byte_size: int
+    md5: str
+    key_columns: list[str]
+    min_key: list[str]
+    max_key: list[str]
+    cutoff_column: str
+    min_cutoff_value: str | None  # None: unbounded (-infinity, or before year 1)
+    max_cutoff_value: str | None
+
+
+@dataclass(frozen=True)
+class CatalogFile(ArchivedFile):
+    """A row of archive_files, as restore and verify read it."""
+
+    state: FileState
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CatalogFile:
+        def bound(text: str | None) -> str | None:
+            return None if text in (None, "-infinity", "infinity") else text
+
+        return cls(
+            job_id=str(row["job_id"]),
+            part=int(row["part"]),
+            source_table=row["source_table"],
+            storage_url=row["storage_url"],
+            path=row["path"],
+            row_count=int(row["row_count"]),
+            byte_size=int(row["byte_size"]),
+            md5=row["md5"],
+            key_columns=list(row["key_columns"]),
+            min_key=list(row["min_key"]),
+            max_key=list(row["max_key"]),
+            cutoff_column=row["cutoff_column"],
+            min_cutoff_value=bound(row["min_cutoff_value"]),
+            max_cutoff_value=bound(row["max_cutoff_value"]),
+            state=FileState(row["state"]),
+        )
+
+
+@dataclass(frozen=True)
+class PendingFile:
+    """A file recorded before its source transaction committed (separate databases)."""
+
+    part: int
+    path: str
+    source_xid: str
+
+
+_PROGRESS_FIELDS = (
+    "last_key",
+    "rows",
+    "bytes",
+    "files",
+    "chunk_rows",
+    "rows_estimated",
+    "chunks_estimated",
+)
+
+
+@dataclass
+class Progress:
+    """A job's progress, kept in background_jobs.progress and committed with each chunk."""
+
+    last_key: list[str] | None = None
+    rows: int = 0
+    bytes: int = 0
+    files: int = 0
+    chunk_rows: int = 0
+    rows_estimated: int = 0
+    chunks_estimated: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # keys of later versions, kept
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Progress:
+        known = {k: data[k] for k in _PROGRESS_FIELDS if k in data}
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.extra, **{k: getattr(self, k) for k in _PROGRESS_FIELDS}}
+
+    def after(self, f: ArchivedFile) -> Progress:
+        """The progress once `f` is committed; estimates never fall below what was done."""
+        rows, files = self.rows + f.row_count, self.files + 1
+        return Progress(
+            last_key=f.max_key,
+            rows=rows,
+            bytes=self.bytes + f.byte_size,
+            files=files,
+            chunk_rows=self.chunk_rows,
+            rows_estimated=max(self.rows_estimated, rows),
+            chunks_estimated=max(self.chunks_estimated, files),
+            extra=self.extra,
+        )
+
+    def finished(self) -> Progress:
+        """Done: the estimates give way to what was counted."""
+        return Progress(
+            self.last_key,
+            self.rows,
+            self.bytes,
+            self.files,
+            self.chunk_rows,
+            self.rows,
+            self.files,
+            self.extra,
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """A row of background_jobs."""
+
+    id: uuid.UUID
+    task_name: str
+    payload: dict[str, Any]
+    status: Status
+    priority: int
+    attempts: int
+    max_attempts: int
+    locked_by: str | None
+    progress: dict[str, Any]
+    last_error: str | None
+    errors: list[dict[str, Any]]
+    run_at: dt.datetime
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    heartbeat_at: dt.datetime | None
+    cancel_requested_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        return cls(
+            id=row["id"],
+            task_name=row["task_name"],
+            payload=json.loads(row["payload"]),
+            status=Status(row["status"]),
+            priority=row["priority"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            locked_by=row["locked_by"],
+            progress=json.loads(row["progress"]),
+            last_error=row["last_error"],
+            errors=json.loads(row["errors"]),
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            heartbeat_at=row["heartbeat_at"],
+            cancel_requested_at=row["cancel_requested_at"],
+        )
+
+
+def parse_job_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InputError(f"{text!r} is not a job id (a UUID)") from None

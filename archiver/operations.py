@@ -1,0 +1,224 @@
+"""What the commands do, apart from parsing arguments and printing: check an archive
+against the source database, queue it (split, if asked), check policies, select the files
+to restore or verify. Each returns data; the CLI prints it. Nothing here imports pyarrow
+until a command needs rows (restore, verify)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from archiver import db, jobqueue, source
+from archiver.config import ConfigFile, Settings
+from archiver.errors import ConfigError, InputError
+from archiver.ident import TableName
+from archiver.model import ArchiveRequest, CatalogFile
+
+if TYPE_CHECKING:
+    from archiver.policy import Policy
+    from archiver.storage import Storage
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    job_id: uuid.UUID
+    created: bool  # False: an identical job was already queued or running
+
+
+def parse_cutoff(text: str, option: str = "--before") -> str:
+    """A date or ISO timestamp; naive ones are UTC. Returned as ISO 8601 with offset."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(
+            f"{option}: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.isoformat()
+
+
+def _on_source(settings: Settings, read: Callable[[db.BulkConnection], Any]) -> Any:
+    with db.connect_bulk(settings.effective_source_url) as conn:
+        return read(conn)
+
+
+async def on_source(settings: Settings, read: Callable[[db.BulkConnection], Any]) -> Any:
+    """`read(conn)` on a bulk connection to the source database, in a thread."""
+    return await asyncio.to_thread(_on_source, settings, read)
+
+
+async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
+    """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
+    from archiver.archive.plan import plan_archive
+
+    result: dict[str, Any] = await on_source(
+        settings, lambda conn: plan_archive(conn, request).to_json()
+    )
+    return result
+
+
+async def enqueue_archive(
+    settings: Settings, request: ArchiveRequest, *, parallel: int, priority: int, max_attempts: int
+) -> tuple[str | None, list[Enqueued]]:
+    """Check the archive on the source and the storage, then queue it: one job, or with
+    `parallel` > 1 one job per key range, all queued or none, sharing a group id:
+    (the group id or None, the jobs)."""
+    from archiver.storage import open_storage
+
+    storage = open_storage(settings)
+
+    def check(conn: db.BulkConnection) -> tuple[str, list[Any]]:
+        queries = source.describe_archive(conn, request.table, request.column)
+        split = queries.split(conn, request.cutoff, parallel) if parallel > 1 else []
+        return queries.table.qualified, split
+
+    qualified, ranges = await on_source(settings, check)
+    await asyncio.to_thread(storage.check)
+    request = dataclasses.replace(request, table=qualified)
+    group = str(uuid.uuid4()) if ranges else None
+    parts = [(request, request.keys())]
+    if ranges:
+        parts = []
+        for i, key_range in enumerate(ranges):
+            part = dataclasses.replace(request, key_range=key_range, group=group)
+            parts.append((part, part.range_keys(i, len(ranges))))
+    queued = []
+    async with db.connection(settings.database_url) as conn, conn.transaction():
+        for part, (dedup_key, lock_key) in parts:
+            job_id, created = await jobqueue.enqueue(
+                conn,
+                part.payload(),
+                dedup_key=dedup_key,
+                lock_key=lock_key,
+                priority=priority,
+                max_attempts=max_attempts,
+            )
+            queued.append(Enqueued(job_id, created))
+    return group, queued
+
+
+async def checked_policies(
+    settings: Settings, config: ConfigFile | None
+) -> list[tuple[Policy, str]]:
+    """The config file's policies, each with its table checked on the source database."""
+    from archiver.policy import parse_policies
+
+    if config is None:
+        raise ConfigError("no config file: pass --config FILE or set ARCHIVER_CONFIG")
+    policies = parse_policies(config.policies)
+    if not policies:
+        raise ConfigError(f"config file {config.path}: no [[policy]] defined")
+
+    def check(conn: db.BulkConnection) -> list[tuple[Policy, str]]:
+        checked = []
+        for policy in policies:
+            try:
+                info = source.describe_table(conn, policy.table)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: table: {exc}") from None
+            try:
+                source.check_cutoff_column(info, policy.column)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: column: {exc}") from None
+            checked.append((policy, info.qualified))
+        return checked
+
+    result: list[tuple[Policy, str]] = await on_source(settings, check)
+    return result
+
+
+@dataclass(frozen=True)
+class FileSelection:
+    job_id: uuid.UUID | None = None
+    table: str | None = None
+    cutoff_from: str | None = None  # ISO 8601, inclusive
+    cutoff_to: str | None = None  # ISO 8601, exclusive
+
+    async def files(self, settings: Settings, state: str | None = None) -> list[CatalogFile]:
+        async with db.connection(settings.database_url) as conn:
+            return await jobqueue.archived_files(
+                conn,
+                job_id=self.job_id,
+                table=self.table,
+                cutoff_from=dt.datetime.fromisoformat(self.cutoff_from)
+                if self.cutoff_from
+                else None,
+                cutoff_to=dt.datetime.fromisoformat(self.cutoff_to) if self.cutoff_to else None,
+                state=state,
+            )
+
+
+async def restore(
+    settings: Settings,
+    selection: FileSelection,
+    *,
+    into: str | None,
+    skip_conflicts: bool,
+    dry_run: bool,
+    report: Callable[[str], None],
+) -> tuple[int, list[CatalogFile]]:
+    """Restore the selected committed files in one transaction: (rows, files)."""
+    from archiver.restore import RestorePlan, restore
+    from archiver.storage import open_storage
+
+    if into is not None:
+        TableName.parse(into)
+    files = await selection.files(settings, state="committed")
+    if not files:
+        raise InputError("no archived files match")
+    storage = open_storage(settings)
+    plan = RestorePlan(
+        files, into, skip_conflicts, selection.cutoff_from, selection.cutoff_to, dry_run
+    )
+
+    def run(conn: db.BulkConnection) -> int:
+        return restore(conn, storage, plan, Path(tempfile.gettempdir()), report)
+
+    rows: int = await on_source(settings, run)
+    return rows, files
+
+
+async def verify(settings: Settings, selection: FileSelection) -> tuple[int, list[str]]:
+    """Check the selected files against the catalog, and look for objects the catalog
+    does not know where those files live: (files checked, problems)."""
+    from archiver.archive import names
+    from archiver.storage import open_storage
+
+    files = await selection.files(settings)
+    known = await FileSelection().files(settings)
+    storage = open_storage(settings)
+    table = selection.table
+    if table and not files and "." not in table:
+        raise InputError(f"no archived files of table {table!r}; give schema.table")
+    prefix = storage.object_name("")
+    if table or selection.job_id:
+        table = files[0].source_table if files else table
+        job = str(selection.job_id) if selection.job_id else None
+        prefix = storage.object_name(names.job_prefix(str(table), job))
+    return len(files), await asyncio.to_thread(_verify, storage, files, known, prefix)
+
+
+def _verify(
+    storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefix: str
+) -> list[str]:
+    from archiver.restore import verify_file
+
+    here = str(storage.location)
+    problems: list[str] = []
+    workdir = Path(tempfile.gettempdir())
+    for f in files:
+        if f.storage_url == here:
+            problems += verify_file(storage, f, workdir)
+    paths = {f.path for f in known if f.storage_url == here}
+    problems += [
+        f"{o.name}: not in the catalog" for o in storage.list(prefix) if o.name not in paths
+    ]
+    return problems

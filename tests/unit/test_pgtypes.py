@@ -1,0 +1,111 @@
+"""The type table's decisions, SQL side and Arrow side, without a database."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from archiver import pgtypes
+from archiver.pgtypes.arrow import (
+    INTERVAL_STRUCT,
+    converter_for,
+    split_special,
+    staging_table,
+    within_python_range,
+)
+from archiver.pgtypes.sql import plan_column
+from archiver.source import Column
+
+
+def typmod(precision: int, scale: int) -> int:
+    return ((precision << 16) | scale) + 4
+
+
+@pytest.mark.parametrize(
+    ("column", "expression", "parquet", "companion"),
+    [
+        (Column("n", "integer", "int4"), '"n"', "INT32", None),
+        (Column("d", "date", "date"), '"d"', "DATE", "d__pg_text"),
+        (Column("p", "numeric(12,2)", "numeric", "N", typmod(12, 2)), '"p"', "DECIMAL(12,2)", "p__pg_text"),
+        (Column("x", "numeric", "numeric", "N"), '"x"::text', "STRING (PostgreSQL text form)", None),
+        (Column("m", "money", "money", "N"), '"m"::numeric::text', "STRING (numeric text)", None),
+        (Column("e", "mood", "mood", "E"), '"e"::text', "STRING (enum label)", None),
+        (Column("a", "text[]", "_text", "A", -1, "text", "S"), '"a"', "LIST<STRING>", "a__pg_text"),
+        (Column("i", "inet", "inet", "I"), '"i"::text', "STRING (PostgreSQL text form)", None),
+    ],
+)  # fmt: skip
+def test_plan_column(column: Column, expression: str, parquet: str, companion: str | None) -> None:
+    plan = plan_column(column)
+    assert (plan.expression, plan.parquet, plan.companion) == (expression, parquet, companion)
+
+
+def test_decimal_of_one_cap() -> None:
+    assert pgtypes.decimal_of(typmod(12, 2)) == (12, 2)
+    assert pgtypes.decimal_of(typmod(76, 10)) == (76, 10)
+    assert pgtypes.decimal_of(typmod(77, 0)) is None  # past decimal256
+    assert pgtypes.decimal_of(typmod(3, 5)) is None  # scale above precision
+    assert pgtypes.decimal_of(-1) is None
+
+
+def test_key_columns_have_no_companion_and_select_list_adds_them_last() -> None:
+    key = Column("d", "date", "date")
+    arr = Column("a", "int4[]", "_int4", "A", -1, "int4", "N")
+    plans = pgtypes.plan_table((key, arr), (key,))
+    assert plans[0].companion is None
+    select = pgtypes.select_list(plans)
+    assert select.startswith('"d" AS "d", CASE WHEN')
+    assert select.endswith('AS "a__pg_text"')
+    assert pgtypes.companions(plans) == ["a__pg_text"]
+
+
+def test_timestamp_specials_found_in_arrow() -> None:
+    # What the driver makes of +-infinity: int64 extremes shifted by the 2000 epoch, wrapped.
+    epoch = 946_684_800_000_000
+    raw = [(2**63 - 1 + epoch) - 2**64, -(2**63) + epoch, 0, None]
+    array = pa.array(raw, pa.int64()).cast(pa.timestamp("us", "UTC"))
+    clean, text = split_special(array, "timestamptz")
+    assert text.to_pylist() == ["infinity", "-infinity", None, None]
+    assert clean.null_count == 3 and clean[2].as_py() is not None
+
+
+def test_numeric_nan_and_time_24() -> None:
+    numeric = pa.array(["1.50", "NaN", None])
+    storage = pa.ExtensionArray.from_storage(
+        pa.opaque(pa.string(), "numeric", "postgresql"), numeric
+    )
+    _, text = split_special(storage, "numeric")
+    assert text.to_pylist() == [None, "NaN", None]
+    times = pa.array([86_400_000_000, 1], pa.int64()).cast(pa.time64("us"))
+    assert split_special(times, "time")[1].to_pylist() == ["24:00:00", None]
+
+
+def test_within_python_range() -> None:
+    days = pa.array([0, -719_163, 2_932_897, None], pa.int32()).cast(pa.date32())
+    assert within_python_range(days).to_pylist() == [True, False, False, True]  # type: ignore[union-attr]
+    assert within_python_range(pa.array([1])) is None
+
+
+def test_numeric_to_decimal_and_interval_round_trip() -> None:
+    field = pa.field(
+        "p",
+        pa.opaque(pa.string(), "numeric", "postgresql"),
+        metadata={"POSTGRESQL:typmod": str(typmod(12, 2))},
+    )
+    target, convert = converter_for(field)
+    assert target.type == pa.decimal128(12, 2) and convert is not None
+    values = pa.ExtensionArray.from_storage(field.type, pa.array(["1.25", None]))
+    assert [str(v) if v is not None else None for v in convert(values).to_pylist()] == [
+        "1.25",
+        None,
+    ]
+
+    interval_field = pa.field("i", pa.month_day_nano_interval())
+    target, convert = converter_for(interval_field)
+    assert target.type == INTERVAL_STRUCT and convert is not None
+    intervals = pa.array(
+        [pa.MonthDayNano([14, 3, 5_000_000_000]), None], pa.month_day_nano_interval()
+    )
+    struct = convert(intervals)
+    assert struct.to_pylist() == [{"months": 14, "days": 3, "microseconds": 5_000_000}, None]
+    staged = staging_table(pa.table({"i": struct}))
+    assert staged.column("i").to_pylist() == ["14 mons 3 days 5000000 microseconds", None]

@@ -1,0 +1,59 @@
+"""Policy parsing and time arithmetic, with no scheduler running."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from archiver.errors import ConfigError
+from archiver.model import Mode
+from archiver.policy import parse_policies, parse_policy
+
+GOOD: dict[str, Any] = {
+    "name": "orders",
+    "table": "public.orders",
+    "older_than": "90 days",
+    "schedule": "0 2 * * *",
+    "timezone": "Europe/Paris",
+}
+
+
+def test_a_good_policy() -> None:
+    policy = parse_policy(dict(GOOD), 1)
+    assert policy.mode == Mode.MOVE and policy.column == "created_at"
+    slot = dt.datetime(2024, 6, 1, 0, 30, tzinfo=dt.UTC)  # 02:30 in Paris
+    assert policy.cutoff(slot).isoformat() == "2024-03-03T00:00:00+01:00"
+    request = policy.request(slot, "public.orders")
+    assert request.cutoff == "2024-03-03T00:00:00+01:00" and request.mode == Mode.MOVE
+    times = policy.next_fire_times(slot, 2)
+    assert [t.astimezone(dt.UTC).hour for t in times] == [0, 0]  # 02:00 CEST
+    assert policy.fire_times(slot, slot + dt.timedelta(days=2)) == times
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"older_than": "3 months"}, "policy 'orders': older_than: expected '<n> days'"),
+        ({"schedule": "0 2 * * 1"}, "weekday numbers are ambiguous"),
+        ({"schedule": "0 2 * *"}, "expected 5 cron fields"),
+        ({"timezone": "Mars/Olympus"}, "timezone: unknown time zone"),
+        ({"mode": "shred"}, "mode: expected move or copy"),
+        ({"chunk_rows": 0}, "chunk_rows: must be at least 1"),
+        ({"priority": "high"}, "priority: expected a whole number"),
+        ({"colour": "red"}, "colour: unknown key"),
+        ({"table": "a."}, "table: invalid table name"),
+    ],
+)
+def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_policy({**GOOD, **change}, 1)
+
+
+def test_missing_name_and_duplicates() -> None:
+    raw = {k: v for k, v in GOOD.items() if k != "name"}
+    with pytest.raises(ConfigError, match="policy #3: name: missing"):
+        parse_policy(raw, 3)
+    with pytest.raises(ConfigError, match="duplicate policy name"):
+        parse_policies([GOOD, GOOD])
