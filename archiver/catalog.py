@@ -65,33 +65,34 @@ class PgCatalog:
             rows = cur.fetchall()
         return rows[0] if rows else None
 
+    def _run(self, name: str, *params: Any) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(query(name), params)
+
     def _held(self, name: str, *params: Any) -> None:
         if self._one(name, *params) is None:
             raise LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
 
     def _insert(self, f: ArchivedFile, state: FileState, xid: str | None) -> None:
-        with self.conn.cursor() as cur:
-            cur.execute(
-                query("insert_file"),
-                (
-                    f.job_id,
-                    f.part,
-                    f.source_table,
-                    f.storage_url,
-                    f.path,
-                    f.row_count,
-                    f.byte_size,
-                    f.md5,
-                    json.dumps(f.key_columns),
-                    json.dumps(f.min_key),
-                    json.dumps(f.max_key),
-                    f.cutoff_column,
-                    f.min_cutoff_value or "-infinity",
-                    f.max_cutoff_value or "infinity",
-                    str(state),
-                    xid or "",
-                ),
-            )
+        self._run(
+            "insert_file",
+            f.job_id,
+            f.part,
+            f.source_table,
+            f.storage_url,
+            f.path,
+            f.row_count,
+            f.byte_size,
+            f.md5,
+            json.dumps(f.key_columns),
+            json.dumps(f.min_key),
+            json.dumps(f.max_key),
+            f.cutoff_column,
+            f.min_cutoff_value or "-infinity",
+            f.max_cutoff_value or "infinity",
+            str(state),
+            xid or "",
+        )
 
     def next_part(self) -> int:
         return int(fetch_all(self.conn, query("next_part"), (self.job_id,))[0][0])
@@ -119,10 +120,10 @@ class PgCatalog:
         self._insert(f, FileState.PENDING, source_xid)
 
     def confirm(self, part: int) -> None:
-        self._one("confirm_file", self.job_id, part)
+        self._run("confirm_file", self.job_id, part)
 
     def forget(self, part: int) -> None:
-        self._one("forget_file", self.job_id, part)
+        self._run("forget_file", self.job_id, part)
 
     def checkpoint(self, progress: Progress) -> None:
         self._held("checkpoint", self.job_id, self.worker, json.dumps(progress.to_json()))

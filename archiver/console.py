@@ -268,7 +268,7 @@ async def wait_for_job(
 
 def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
     """What `enqueue --dry-run` prints."""
-    verb = "move" if mode == "move" else "copy"
+    verb = str(mode)
     index = (f"yes ({', '.join(plan['indexes'])})" if plan["uses_index"] else "no") + (
         ", with a sequential scan of the table" if plan["sequential_scan"] else ""
     )
