@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from bench.reference import seed_orders
 from tests.archive_check import (
@@ -20,6 +21,7 @@ from tests.support import Azurite, archiver_cmd, run_cli, sql, sql_value, start_
 CUTOFF = "2024-10-01"
 
 
+@pytest.mark.slow
 def test_move_200k_rows_with_two_workers(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:

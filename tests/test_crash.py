@@ -74,6 +74,7 @@ def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
 @pytest.mark.parametrize(
     "point", ["before_upload", "upload_staged", "before_commit", "after_commit"]
 )
+@pytest.mark.slow
 def test_sigkill_at_each_point_of_a_chunk(
     fast: dict[str, str],
     database_url: str,
@@ -103,6 +104,7 @@ def test_sigkill_at_each_point_of_a_chunk(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+@pytest.mark.slow
 def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
     fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
@@ -142,6 +144,7 @@ def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+@pytest.mark.slow
 def test_second_signal_rolls_back_at_once(
     fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
@@ -166,6 +169,7 @@ def test_second_signal_rolls_back_at_once(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+@pytest.mark.slow
 def test_backend_connections_killed(
     fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
@@ -215,6 +219,7 @@ def test_backend_connections_killed(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+@pytest.mark.slow
 def test_postgres_restart_during_a_job(
     fast: dict[str, str], azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
@@ -247,6 +252,7 @@ def test_postgres_restart_during_a_job(
         cluster.stop()
 
 
+@pytest.mark.slow
 def test_azurite_down_during_an_upload(
     fast: dict[str, str], database_url: str, container: str, tmp_path: Path
 ) -> None:
@@ -286,6 +292,7 @@ def test_azurite_down_during_an_upload(
         storage.stop()
 
 
+@pytest.mark.slow
 def test_four_workers_two_hundred_jobs(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
@@ -337,6 +344,7 @@ def test_four_workers_two_hundred_jobs(
         assert sql_value(database_url, f"SELECT count(*) FROM t{t}") == 1
 
 
+@pytest.mark.slow
 def test_cancel_at_chunk_boundary_then_retry(
     fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
@@ -436,6 +444,7 @@ def source_url(database_url: str) -> Iterator[str]:
 @pytest.mark.parametrize(
     ("point", "outcome"), [("before_commit", "aborted"), ("source_committed", "committed")]
 )
+@pytest.mark.slow
 def test_separate_source_database_crash_around_its_commit(
     fast: dict[str, str],
     database_url: str,
@@ -480,6 +489,7 @@ def test_separate_source_database_crash_around_its_commit(
     )
 
 
+@pytest.mark.slow
 def test_frozen_worker_cannot_overwrite_its_rescuers_files(
     fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:

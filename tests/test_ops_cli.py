@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from archiver import console, queue
 from tests.ops_jobs import CUTOFF, OLD_ROWS, enqueue, jobs_in_every_state, make_events
 from tests.support import (
@@ -30,6 +32,7 @@ def cli_json(env: dict[str, str], *args: str) -> Any:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_status_jobs_show(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
     jobs = jobs_in_every_state(env, database_url, tmp_path / "worker.log")
 

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from archiver import queue
 from bench.reference import seed_orders
@@ -24,6 +25,7 @@ from tests.support import (
 CUTOFF = "2024-12-20"
 
 
+@pytest.mark.slow
 def test_parallel_ranges_move_each_row_exactly_once(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:

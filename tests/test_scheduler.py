@@ -10,9 +10,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bench.reference import seed_orders
 from tests.archive_check import assert_exactly_once, blob_names, rows_in_blobs, rows_in_db
 from tests.support import ROOT, Azurite, archiver_cmd, sql, sql_value, start_worker, wait_until
+
+pytestmark = pytest.mark.slow  # real scheduler processes, run until SIGTERM
 
 SLOT_LINE = re.compile(r"policy (\S+): slot (\S+): (enqueued|already enqueued as) job (\S+)")
 
