@@ -228,7 +228,9 @@ class Bench:
         self.add(f"floor: psql \\copy binary, {n:,} rows", floor, None, "s", "", None)
         file_runs = [self.archive_copy(url, "file") for _ in range(repeat)]
         copy_file = min(s for s, _ in file_runs)
-        self.add("copy mode -> file://", copy_file, floor, "s", "<= 1.25x", copy_file <= 1.25 * floor)
+        self.add(
+            "copy mode -> file://", copy_file, floor, "s", "<= 1.25x", copy_file <= 1.25 * floor
+        )
         copy_az = min(self.archive_copy(url, "az")[0] for _ in range(repeat))
         self.add("copy mode -> Azurite", copy_az, floor, "s", "<= 1.6x", copy_az <= 1.6 * floor)
         self.dbs.drop(url)
@@ -255,14 +257,30 @@ class Bench:
         latencies = asyncio.run(_claim_latencies(env, self.args.latency_jobs))
         p50 = statistics.median(latencies)
         p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
-        self.add("enqueue -> claimed p50 (idle workers)", p50 * 1000, None, "ms", "<= 10 ms", p50 <= 0.010)
-        self.add("enqueue -> claimed p99 (idle workers)", p99 * 1000, None, "ms", "<= 50 ms", p99 <= 0.050)
+        self.add(
+            "enqueue -> claimed p50 (idle workers)",
+            p50 * 1000,
+            None,
+            "ms",
+            "<= 10 ms",
+            p50 <= 0.010,
+        )
+        self.add(
+            "enqueue -> claimed p99 (idle workers)",
+            p99 * 1000,
+            None,
+            "ms",
+            "<= 50 ms",
+            p99 <= 0.050,
+        )
         jobs = self.args.noop_jobs
         _sql(url, "INSERT INTO background_jobs (task_name, payload) "
                   "SELECT 'noop', '{}' FROM generate_series(1, $1::int)", jobs)  # fmt: skip
         _run_workers(env, 4, "--concurrency", "64")
         rate = jobs / _job_seconds(url)
-        self.add("no-op jobs claimed+completed, 4 workers", rate, None, "jobs/s", ">= 2000", rate >= 2000)
+        self.add(
+            "no-op jobs claimed+completed, 4 workers", rate, None, "jobs/s", ">= 2000", rate >= 2000
+        )
         self.dbs.drop(url)
 
     def scale(self) -> None:
@@ -302,7 +320,9 @@ async def _claim_latencies(env: dict[str, str], jobs: int) -> list[float]:
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
         for _ in range(jobs):
-            await conn.execute("INSERT INTO background_jobs (task_name, payload) VALUES ('noop', '{}')")
+            await conn.execute(
+                "INSERT INTO background_jobs (task_name, payload) VALUES ('noop', '{}')"
+            )
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
         rows = await conn.fetch(

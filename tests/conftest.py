@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 from archiver import db
@@ -68,11 +69,14 @@ def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> 
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     """On failure, attach the logs of the test's worker/scheduler processes to the report."""
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and report.failed and "tmp_path" in getattr(item, "funcargs", {}):
-        for log in sorted(Path(item.funcargs["tmp_path"]).glob("**/*.log")):
+    funcargs = getattr(item, "funcargs", {})
+    if report.when == "call" and report.failed and "tmp_path" in funcargs:
+        for log in sorted(Path(funcargs["tmp_path"]).glob("**/*.log")):
             text = log.read_text(errors="replace")
             report.sections.append((f"process log {log.name}", text[-20000:]))

@@ -76,7 +76,9 @@ def free_port() -> int:
 
 
 def wait_for_port(
-    port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+    port: int,
+    timeout: float = 30.0,
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from bench.reference import seed_orders
 from tests.archive_check import (
@@ -15,13 +16,14 @@ from tests.archive_check import (
     rows_in_blobs,
     rows_in_db,
 )
-from tests.support import archiver_cmd, run_cli, sql, sql_value, start_worker
+from tests.support import Azurite, archiver_cmd, run_cli, sql, sql_value, start_worker
 
 CUTOFF = "2024-10-01"
 
 
+@pytest.mark.slow
 def test_move_200k_rows_with_two_workers(
-    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 200_000)
     old = f"SELECT * FROM orders WHERE created_at < '{CUTOFF}'::timestamptz"
@@ -86,7 +88,7 @@ def test_move_200k_rows_with_two_workers(
 
 
 def test_files_carry_types_and_metadata(
-    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 3_000)
     assert (
@@ -124,7 +126,7 @@ def test_files_carry_types_and_metadata(
 
 
 def test_copy_mode_keeps_rows(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     seed_orders(database_url, 20_000)
     cutoff = "2024-12-25"
@@ -163,7 +165,7 @@ def test_enqueue_twice_gives_the_same_job(env: dict[str, str], database_url: str
 
 
 def test_locked_rows_are_skipped_not_waited_for(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     import asyncio
 
@@ -199,7 +201,7 @@ def test_locked_rows_are_skipped_not_waited_for(
 
 
 def test_move_partitioned_table(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     """Partitions repeat ctids, so a partitioned table is moved by key: rows with equal
     ctids in different partitions must not be taken for one another."""
@@ -235,7 +237,7 @@ def test_move_partitioned_table(
 
 
 def test_move_table_with_uuid_key(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     """uuid keys resume in byte order, which is PostgreSQL's uuid order."""
     sql(
@@ -278,7 +280,7 @@ def test_move_table_with_uuid_key(
 
 
 def test_infinite_key_is_refused_not_corrupted(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     """A date key of 'infinity' has no exact Arrow value: the job fails naming the column
     and every row stays in the table (found by review: it used to commit a garbage date)."""
@@ -302,7 +304,7 @@ def test_infinite_key_is_refused_not_corrupted(
 
 
 def test_minus_infinity_cutoff_value_is_catalogued_unbounded(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     """'-infinity' is older than any cutoff, so it is archived; the file's catalogued
     range then starts at -infinity, so a restore by range finds it."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from bench.reference import seed_orders
@@ -16,7 +19,7 @@ def orders(database_url: str) -> str:
     return database_url
 
 
-def assert_refused(result, *needles: str) -> None:
+def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -128,8 +131,6 @@ def test_not_migrated(env: dict[str, str], database_url: str) -> None:
 
 
 def test_migrate_twice_at_once(database_url: str, env: dict[str, str]) -> None:
-    import subprocess
-
     from tests.support import archiver_cmd
 
     sql(database_url, "DROP TABLE background_jobs, archive_files, archiver_migrations CASCADE")
@@ -144,7 +145,7 @@ def test_migrate_twice_at_once(database_url: str, env: dict[str, str]) -> None:
     assert run_cli(env, "migrate").stdout.strip() == "schema is up to date"
 
 
-def test_local_storage_check_is_safe_for_workers_starting_together(tmp_path) -> None:
+def test_local_storage_check_is_safe_for_workers_starting_together(tmp_path: Path) -> None:
     """Workers started at once (supervisor numprocs) all probe the same directory."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -152,6 +153,11 @@ def test_local_storage_check_is_safe_for_workers_starting_together(tmp_path) -> 
     from archiver.storage import LocalStorage
 
     storage = LocalStorage(StorageLocation.parse(f"file://{tmp_path}/archive"))
+
+    def probe(_: int) -> None:
+        for _ in range(200):
+            storage.check()
+
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda _: [storage.check() for _ in range(200)], range(8)))
+        list(pool.map(probe, range(8)))
     assert list((tmp_path / "archive").iterdir()) == []

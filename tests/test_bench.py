@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ADMIN_URL, ROOT
+
+pytestmark = pytest.mark.slow  # the whole benchmark, tiny: still ~15 s
 
 
 def test_tiny_bench_prints_the_whole_table() -> None:

@@ -74,8 +74,14 @@ def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
 @pytest.mark.parametrize(
     "point", ["before_upload", "upload_staged", "before_commit", "after_commit"]
 )
+@pytest.mark.slow
 def test_sigkill_at_each_point_of_a_chunk(
-    fast, database_url, azurite, container, tmp_path: Path, point: str
+    fast: dict[str, str],
+    database_url: str,
+    azurite: Azurite,
+    container: str,
+    tmp_path: Path,
+    point: str,
 ) -> None:
     seed_orders(database_url, 20_000)
     expected = old_ids(database_url)
@@ -98,8 +104,9 @@ def test_sigkill_at_each_point_of_a_chunk(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+@pytest.mark.slow
 def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
-    fast, database_url, azurite, container, tmp_path: Path
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 20_000)
     expected = old_ids(database_url)
@@ -137,8 +144,9 @@ def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+@pytest.mark.slow
 def test_second_signal_rolls_back_at_once(
-    fast, database_url, azurite, container, tmp_path: Path
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 20_000)
     expected = old_ids(database_url)
@@ -161,7 +169,10 @@ def test_second_signal_rolls_back_at_once(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
-def test_backend_connections_killed(fast, database_url, azurite, container, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_backend_connections_killed(
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
     seed_orders(database_url, 20_000)
     sql(
         database_url, "CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)"
@@ -208,7 +219,10 @@ def test_backend_connections_killed(fast, database_url, azurite, container, tmp_
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
-def test_postgres_restart_during_a_job(fast, azurite, container, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_postgres_restart_during_a_job(
+    fast: dict[str, str], azurite: Azurite, container: str, tmp_path: Path
+) -> None:
     cluster = PrivateCluster()
     cluster.init()
     cluster.start()
@@ -238,7 +252,10 @@ def test_postgres_restart_during_a_job(fast, azurite, container, tmp_path: Path)
         cluster.stop()
 
 
-def test_azurite_down_during_an_upload(fast, database_url, container, tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_azurite_down_during_an_upload(
+    fast: dict[str, str], database_url: str, container: str, tmp_path: Path
+) -> None:
     storage = Azurite(tmp_path / "azurite")
     storage.start()
     try:
@@ -275,8 +292,9 @@ def test_azurite_down_during_an_upload(fast, database_url, container, tmp_path: 
         storage.stop()
 
 
+@pytest.mark.slow
 def test_four_workers_two_hundred_jobs(
-    env, database_url, azurite, container, tmp_path: Path
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     import asyncio
 
@@ -326,8 +344,9 @@ def test_four_workers_two_hundred_jobs(
         assert sql_value(database_url, f"SELECT count(*) FROM t{t}") == 1
 
 
+@pytest.mark.slow
 def test_cancel_at_chunk_boundary_then_retry(
-    fast, database_url, azurite, container, tmp_path: Path
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 20_000)
     expected = old_ids(database_url)
@@ -356,7 +375,7 @@ def test_cancel_at_chunk_boundary_then_retry(
 
 
 def test_failed_attempts_back_off_then_fail_keeping_errors(
-    fast, database_url, tmp_path: Path
+    fast: dict[str, str], database_url: str, tmp_path: Path
 ) -> None:
     sql(database_url, "CREATE TABLE gone (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
     result = run_cli(
@@ -376,7 +395,7 @@ def test_failed_attempts_back_off_then_fail_keeping_errors(
 
 
 def test_retention_prunes_finished_jobs_and_keeps_files(
-    env, database_url, azurite, container
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     seed_orders(database_url, 3_000)
     job_id = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
@@ -399,12 +418,12 @@ def test_retention_prunes_finished_jobs_and_keeps_files(
         (["cancel", "00000000-0000-0000-0000-000000000000"], "no job 00000000"),
     ],
 )
-def test_bad_job_ids(env, database_url, args: list[str], needle: str) -> None:
+def test_bad_job_ids(env: dict[str, str], database_url: str, args: list[str], needle: str) -> None:
     result = run_cli(env, *args)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and needle in result.stderr
 
 
-def test_job_state_refusals(env, database_url) -> None:
+def test_job_state_refusals(env: dict[str, str], database_url: str) -> None:
     seed_orders(database_url, 3_000)
     job_id = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
     retried = run_cli(env, "retry", job_id)
@@ -425,8 +444,16 @@ def source_url(database_url: str) -> Iterator[str]:
 @pytest.mark.parametrize(
     ("point", "outcome"), [("before_commit", "aborted"), ("source_committed", "committed")]
 )
+@pytest.mark.slow
 def test_separate_source_database_crash_around_its_commit(
-    fast, database_url, source_url, azurite, container, tmp_path: Path, point: str, outcome: str
+    fast: dict[str, str],
+    database_url: str,
+    source_url: str,
+    azurite: Azurite,
+    container: str,
+    tmp_path: Path,
+    point: str,
+    outcome: str,
 ) -> None:
     """Catalog and source in different databases: the file is recorded pending (with the
     source transaction id) before the source COMMIT. Killed on either side of that
@@ -462,8 +489,9 @@ def test_separate_source_database_crash_around_its_commit(
     )
 
 
+@pytest.mark.slow
 def test_frozen_worker_cannot_overwrite_its_rescuers_files(
-    fast, database_url, azurite, container, tmp_path: Path
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     """A worker frozen mid-upload (SIGSTOP) past its lease is rescued; when it thaws and
     finishes its upload, the attempt number in the name keeps it off the rescuer's files,

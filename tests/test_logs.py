@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -23,7 +24,7 @@ def with_password(url: str) -> str:
     return url.replace("postgresql://postgres@", f"postgresql://postgres:{PASSWORD}@")
 
 
-def assert_clean(text: str, as_json: bool) -> list[dict | str]:
+def assert_clean(text: str, as_json: bool) -> list[dict[str, Any] | str]:
     assert PASSWORD not in text and AZURITE_KEY not in text
     lines = [line for line in text.splitlines() if line.strip()]
     return [json.loads(line) for line in lines] if as_json else list(lines)
@@ -79,7 +80,7 @@ def test_worker_and_cli_logs(
                 json.loads(line)
 
     records = assert_clean(log.read_text(), as_json)
-    messages = [r["message"] if as_json else r for r in records]  # type: ignore[index]
+    messages = [cast(dict[str, Any], r)["message"] if as_json else r for r in records]
     for job, needles in (
         (done, ["claimed", "chunk 1 of", "chunk 2 of", "completed"]),
         (failed, ["claimed", "attempt 1 failed", "now failed"]),

@@ -8,19 +8,32 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from archiver import console
 from archiver.model import Job
 from tests.ops_jobs import CUTOFF, OLD_ROWS, enqueue, jobs_in_every_state, make_events
-from tests.support import ROOT, archiver_cmd, run_cli, sql, sql_value, start_worker, wait_until
+from tests.support import (
+    ROOT,
+    Azurite,
+    archiver_cmd,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_until,
+)
 
 
-def cli_json(env: dict[str, str], *args: str) -> object:
+def cli_json(env: dict[str, str], *args: str) -> Any:
     result = run_cli(env, *args, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_status_jobs_show(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
     jobs = jobs_in_every_state(env, database_url, tmp_path / "worker.log")
 
@@ -68,7 +81,7 @@ def test_status_jobs_show(env: dict[str, str], database_url: str, tmp_path: Path
 
 
 def test_dry_run_changes_nothing(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     make_events(database_url)
     before = sql_value(

@@ -7,6 +7,9 @@ import asyncio
 import datetime as dt
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import asyncpg
 
 import asyncpg
 
@@ -15,7 +18,7 @@ from tests.ops_jobs import OLD_ROWS, jobs_in_every_state
 from tests.support import ROOT, sql, sql_value, which_pg_bin
 
 
-def by_key(rows: list, *keys: str) -> dict:
+def by_key(rows: list[asyncpg.Record], *keys: str) -> dict[Any, asyncpg.Record]:
     return {tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]]: r for r in rows}
 
 

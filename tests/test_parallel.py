@@ -7,18 +7,28 @@ import asyncio
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from archiver import jobqueue
 from archiver.model import Job
 from bench.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
-from tests.support import archiver_cmd, run_cli, sql, sql_value, start_process, start_worker
+from tests.support import (
+    Azurite,
+    archiver_cmd,
+    run_cli,
+    sql,
+    sql_value,
+    start_process,
+    start_worker,
+)
 
 CUTOFF = "2024-12-20"
 
 
+@pytest.mark.slow
 def test_parallel_ranges_move_each_row_exactly_once(
-    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 30_000)
     expected = {

@@ -3,6 +3,7 @@ one line naming the policy and the key; settings come from the file, the environ
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def orders(database_url: str) -> str:
     return database_url
 
 
-def policies(env: dict[str, str], tmp_path: Path, text: str) -> object:
+def policies(env: dict[str, str], tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "archiver.toml"
     config.write_text(text)
     return run_cli(env, "--config", str(config), "policies")

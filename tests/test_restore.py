@@ -7,7 +7,7 @@ from __future__ import annotations
 from azure.storage.blob import BlobServiceClient
 
 from bench.reference import seed_orders
-from tests.support import run_cli, sql, sql_value, start_worker
+from tests.support import Azurite, run_cli, sql, sql_value, start_worker
 
 
 def same_rows(url: str, a: str, b: str) -> bool:
@@ -31,7 +31,7 @@ def move_all(env: dict[str, str], url: str, rows: int) -> str:
 
 
 def test_restore_by_range_reads_only_overlapping_files(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     move_all(env, database_url, 6000)  # row g is g minutes before 2025-01-01: 6 files
     lo, hi = "2024-12-28T12:00:00+00:00", "2024-12-29T06:00:00+00:00"

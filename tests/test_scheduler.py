@@ -10,9 +10,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bench.reference import seed_orders
 from tests.archive_check import assert_exactly_once, blob_names, rows_in_blobs, rows_in_db
-from tests.support import ROOT, archiver_cmd, sql, sql_value, start_worker, wait_until
+from tests.support import ROOT, Azurite, archiver_cmd, sql, sql_value, start_worker, wait_until
+
+pytestmark = pytest.mark.slow  # real scheduler processes, run until SIGTERM
 
 SLOT_LINE = re.compile(r"policy (\S+): slot (\S+): (enqueued|already enqueued as) job (\S+)")
 
@@ -154,7 +158,7 @@ def test_missed_slot_is_enqueued_once_when_a_scheduler_starts(
 
 
 def test_policy_run_moves_exactly_the_rows_older_than_its_cutoff(
-    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_orders(database_url, 3_000)  # created 1..3000 minutes before 2025-01-01
     days = (dt.datetime.now(dt.UTC).date() - dt.date(2024, 12, 31)).days

@@ -16,6 +16,8 @@ import pytest
 from bench.reference import seed_orders
 from tests.support import ROOT, run_cli, sql_value, wait_until
 
+pytestmark = pytest.mark.slow  # a real supervisord with a scheduler and two workers
+
 CONF = ROOT / "supervisor.conf"
 BIN = Path(sys.executable).parent
 

@@ -13,7 +13,7 @@ import duckdb
 
 from tests.alltypes import ALLTYPES_DDL, ALLTYPES_EDGES, ALLTYPES_FILL, difference
 from tests.archive_check import blob_names
-from tests.support import run_cli, sql, sql_value, start_worker
+from tests.support import Azurite, run_cli, sql, sql_value, start_worker
 
 ROWS = 3000
 
@@ -25,7 +25,7 @@ def seed_alltypes(url: str) -> None:
     sql(url, "CREATE TABLE snapshot AS SELECT * FROM alltypes")
 
 
-def download(azurite, container: str, names: list[str], into: Path) -> list[str]:
+def download(azurite: Azurite, container: str, names: list[str], into: Path) -> list[str]:
     from azure.storage.blob import BlobServiceClient
 
     client = BlobServiceClient.from_connection_string(
@@ -40,7 +40,7 @@ def download(azurite, container: str, names: list[str], into: Path) -> list[str]
 
 
 def test_every_type_moves_and_restores_exactly(
-    env: dict[str, str], database_url: str, azurite, container: str, tmp_path: Path
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     seed_alltypes(database_url)
     total = ROWS + 4

@@ -6,11 +6,11 @@ from __future__ import annotations
 from azure.storage.blob import BlobServiceClient
 
 from bench.reference import seed_orders
-from tests.support import run_cli, sql, start_worker
+from tests.support import Azurite, run_cli, sql, start_worker
 
 
 def test_verify_names_deleted_truncated_and_unknown_blobs(
-    env: dict[str, str], database_url: str, azurite, container: str
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     seed_orders(database_url, 3000)
     job = run_cli(
@@ -35,7 +35,8 @@ def test_verify_names_deleted_truncated_and_unknown_blobs(
     unknown = "archive/public.orders/job-stray-part-00001.parquet"
     client.upload_blob(unknown, b"not catalogued")
 
-    for args in ((), ("--table", "orders"), ("--job", job.stdout.strip())):
+    cases: tuple[tuple[str, ...], ...] = ((), ("--table", "orders"), ("--job", job.stdout.strip()))
+    for args in cases:
         result = run_cli(env, "verify", *args)
         assert result.returncode != 0, args
         assert "archiver: error: verify found" in result.stderr
