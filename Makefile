@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 AZURITE := dev/node_modules/.bin/azurite-blob
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test unit lint bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,11 +21,16 @@ install: $(STAMP) $(AZURITE)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check archiver tests bench
+	$(VENV)/bin/ruff format --check archiver tests bench
 	$(VENV)/bin/mypy
 
 # The whole suite: lint, then pytest against a real PostgreSQL and Azurite.
 test: install lint
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest
+
+# The fast tier alone: no PostgreSQL, no Azurite.
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit
 
 # End to end: seed an orders table, archive its old rows to Azurite with two workers.
 demo: install

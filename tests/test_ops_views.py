@@ -11,8 +11,6 @@ from typing import Any
 
 import asyncpg
 
-import asyncpg
-
 from archiver.db import query
 from tests.ops_jobs import OLD_ROWS, jobs_in_every_state
 from tests.support import ROOT, sql, sql_value, which_pg_bin
