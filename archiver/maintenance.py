@@ -19,39 +19,52 @@ log = logging.getLogger(__name__)
 PRUNE_EVERY = 300.0  # seconds between retention sweeps
 
 
-async def every(seconds: float, duty: Callable[[], Awaitable[None]], name: str) -> None:
-    """Run `duty` now and then every `seconds` until cancelled; errors are logged."""
-    while True:
-        try:
-            await duty()
-        except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
-            log.warning("%s: queue database unreachable (%s); retrying", name, error_line(exc))
-        except Exception:
-            log.exception("%s failed; retrying", name)
-        await asyncio.sleep(seconds)
+class Maintenance:
+    """The rescuer and the pruner of one worker. `once()` runs both before the first
+    claim (a burst worker takes rescued jobs and prunes before it exits); `start()` then
+    keeps each on its own timer until the tasks are cancelled."""
 
+    def __init__(
+        self, pool: asyncpg.Pool, settings: Settings, on_rescued: Callable[[], None]
+    ) -> None:
+        self.pool, self.settings, self.on_rescued = pool, settings, on_rescued
 
-def maintenance_tasks(
-    pool: asyncpg.Pool, settings: Settings, on_rescued: Callable[[], None]
-) -> list[asyncio.Task[None]]:
-    """Start the rescuer and the pruner; cancel the tasks to stop them."""
-
-    async def rescue() -> None:
+    async def rescue(self) -> None:
         """Requeue (or fail, or cancel) running jobs whose worker stopped renewing its lease."""
-        rescued = await jobqueue.rescue_expired(pool, settings.lease_seconds)
+        rescued = await jobqueue.rescue_expired(self.pool, self.settings.lease_seconds)
         for job_id, status in rescued:
             log.warning("job %s: lease expired, now %s", job_id, status)
         if rescued:
-            on_rescued()
+            self.on_rescued()
 
-    async def prune() -> None:
+    async def prune(self) -> None:
         """Delete finished jobs older than the retention period."""
-        pruned = await jobqueue.prune_finished(pool, settings.retention_days)
+        pruned = await jobqueue.prune_finished(self.pool, self.settings.retention_days)
         if pruned:
             log.info("pruned %d finished jobs", pruned)
 
-    rescue_every = min(settings.poll_interval, settings.heartbeat_seconds)
-    return [
-        asyncio.create_task(every(rescue_every, rescue, "rescuer")),
-        asyncio.create_task(every(PRUNE_EVERY, prune, "pruner")),
-    ]
+    async def once(self) -> None:
+        for name, duty in (("rescuer", self.rescue), ("pruner", self.prune)):
+            await _logged(duty, name)
+
+    def start(self) -> list[asyncio.Task[None]]:
+        rescue_every = min(self.settings.poll_interval, self.settings.heartbeat_seconds)
+        return [
+            asyncio.create_task(_every(rescue_every, self.rescue, "rescuer")),
+            asyncio.create_task(_every(PRUNE_EVERY, self.prune, "pruner")),
+        ]
+
+
+async def _logged(duty: Callable[[], Awaitable[None]], name: str) -> None:
+    try:
+        await duty()
+    except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+        log.warning("%s: queue database unreachable (%s); retrying", name, error_line(exc))
+    except Exception:
+        log.exception("%s failed; retrying", name)
+
+
+async def _every(seconds: float, duty: Callable[[], Awaitable[None]], name: str) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        await _logged(duty, name)

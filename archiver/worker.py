@@ -29,7 +29,7 @@ from archiver import db, jobqueue, metrics
 from archiver.archive.job import open_job, run_job
 from archiver.config import Settings
 from archiver.errors import ArchiverError, LeaseLost, error_line
-from archiver.maintenance import maintenance_tasks
+from archiver.maintenance import Maintenance
 from archiver.model import ArchiveRequest, Job, Progress, Status
 from archiver.storage import Storage
 
@@ -118,7 +118,9 @@ class Worker:
             loop.add_signal_handler(sig, self.request_stop)
         self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
         listener = asyncio.create_task(self._listen())
-        services = maintenance_tasks(self.pool, self.settings, self.wake.set)
+        maintenance = Maintenance(self.pool, self.settings, self.wake.set)
+        await maintenance.once()
+        services = maintenance.start()
         log.info("worker %s started (concurrency %d)", self.name, self.concurrency)
         try:
             while not self.stopping:
