@@ -157,6 +157,57 @@ async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _pause_target(args: argparse.Namespace) -> uuid.UUID | None:
+    if (args.job_id is None) == (args.table is None):
+        raise InputError(f"{args.command}: give either a job id or --table T")
+    return parse_job_id(args.job_id) if args.job_id else None
+
+
+async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = _pause_target(args)
+    if job_id is None:
+        table = await operations.qualified_table(settings, args.table)
+        async with db.connection(settings.database_url) as conn:
+            new = await jobqueue.pause_table(conn, table)
+        print(f"table {table} {'paused' if new else 'was already paused'}")
+        return 0
+    async with db.connection(settings.database_url) as conn:
+        status = await jobqueue.pause_job(conn, job_id)
+    print(
+        f"job {job_id} paused"
+        + (": it stops at its next chunk boundary" if status == Status.RUNNING else "")
+    )
+    return 0
+
+
+async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = _pause_target(args)
+    if job_id is None:
+        table = await operations.qualified_table(settings, args.table)
+        async with db.connection(settings.database_url) as conn:
+            resumed = await jobqueue.resume_table(conn, table)
+        print(f"table {table} {'resumed' if resumed else 'was not paused'}")
+        return 0
+    async with db.connection(settings.database_url) as conn:
+        await jobqueue.resume_job(conn, job_id)
+    print(f"job {job_id} resumed")
+    return 0
+
+
+async def cmd_grants(args: argparse.Namespace, settings: Settings) -> int:
+    print(await operations.grants(settings, args.role, args.table or [], args.config_file))
+    return 0
+
+
+async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.doctor import run_checks
+
+    checks = await run_checks(settings, args.config_file)
+    for check in checks:
+        print(check)
+    return 0 if all(c.ok for c in checks) else 1
+
+
 async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
     checked = await operations.checked_policies(settings, args.config_file)
     now = dt.datetime.now(dt.UTC)
@@ -217,17 +268,40 @@ async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+class _Subcommands:
+    """add_parser with the options every subcommand shares."""
+
+    def __init__(self, sub: Any, common: argparse.ArgumentParser) -> None:
+        self.sub, self.common = sub, common
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = self.sub.add_parser(name, parents=[self.common], **kwargs)
+        return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="archiver",
         description="Move old PostgreSQL rows into Parquet on Azure Blob Storage: "
         "no row lost, none archived twice.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs and tracebacks")
-    parser.add_argument(
-        "--config", help="archiver.toml: [settings] and [[policy]] (default: $ARCHIVER_CONFIG)"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+    # -v and --config go before or after the subcommand: each subparser knows them too,
+    # with SUPPRESS defaults so a value given before the subcommand is not reset.
+    common = argparse.ArgumentParser(add_help=False)
+    for target, default in ((parser, None), (common, argparse.SUPPRESS)):
+        target.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=default if default is not None else False,
+            help="debug logs and tracebacks",
+        )
+        target.add_argument(
+            "--config",
+            default=default,
+            help="archiver.toml: [settings] and [[policy]] (default: $ARCHIVER_CONFIG)",
+        )
+    sub = _Subcommands(parser.add_subparsers(dest="command", required=True), common)
 
     p = sub.add_parser("migrate", help="create or upgrade the schema (safe to repeat)")
     p.set_defaults(func=cmd_migrate)
@@ -294,6 +368,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("retry", help="queue a failed or cancelled job again")
     p.add_argument("job_id")
     p.set_defaults(func=cmd_retry)
+
+    for name, verb in (("pause", "pause"), ("resume", "resume")):
+        p = sub.add_parser(
+            name,
+            help=f"{verb} a table's jobs (and later ones) or one job"
+            + ("; running ones stop at their next chunk" if name == "pause" else ""),
+        )
+        p.add_argument("job_id", nargs="?", help="one job")
+        p.add_argument("--table", help="every job of this table, now and later")
+        p.set_defaults(func=cmd_pause if name == "pause" else cmd_resume)
+
+    p = sub.add_parser("grants", help="print the GRANTs a least-privilege worker role needs")
+    p.add_argument("--role", required=True, help="the role workers and the scheduler log in as")
+    p.add_argument(
+        "--table",
+        action="append",
+        help="a table to archive (repeat; default: the config file's policy tables)",
+    )
+    p.set_defaults(func=cmd_grants)
+
+    p = sub.add_parser("doctor", help="check a deployment: database, schema, rights, storage")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("policies", help="check the config file's policies; list next fire times")
     p.add_argument("--count", type=positive_int, default=3, help="fire times to list (default 3)")

@@ -139,6 +139,17 @@ STATUS_SECTIONS: dict[str, tuple[str, Columns]] = {
     ),
 }
 
+STATUS_SECTIONS["paused"] = (
+    "paused",
+    [
+        ("kind", "paused"),
+        ("source_table", "table"),
+        ("job_id", "job"),
+        ("jobs", "jobs"),
+        ("paused_at", "since"),
+    ],
+)
+
 JOB_COLUMNS: Columns = [
     ("id", "job"),
     ("source_table", "table"),
@@ -194,6 +205,7 @@ def job_report(job: Job, files: list[dict[str, Any]]) -> str:
         ("finished", cell("", job.finished_at)),
         ("next run", cell("", job.run_at) if job.status == Status.QUEUED else "-"),
         ("cancel asked", cell("", job.cancel_requested_at)),
+        ("paused", cell("", job.paused_at)),
         ("last error", job.last_error or "-"),
     ]
     lines = [f"{name:<13}{value}" for name, value in fields]

@@ -9,15 +9,16 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Any, Protocol
 
 import adbc_driver_manager
 import asyncpg
 
-from archiver.errors import DatabaseUnavailable, first_line, redact
+from archiver.errors import ConfigError, DatabaseUnavailable, first_line, redact
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "sql"
+# The top-level sql/ directory, installed as the package `archiver.migrations` (see
+# pyproject.toml), so a wheel is a complete product.
+MIGRATIONS_PACKAGE = "archiver.migrations"
 _MIGRATION_LOCK = 0x61726368  # "arch": one migrate at a time, across processes
 _MIGRATION_FILE = re.compile(r"(\d{3})_[\w-]+\.sql")
 
@@ -162,13 +163,14 @@ def connect_bulk(url: str) -> Iterator[BulkConnection]:
             conn.close()
 
 
-def migration_files() -> list[tuple[int, Path]]:
+def migration_files() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) of every migration shipped with the package, in order."""
     files = []
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        match = _MIGRATION_FILE.fullmatch(path.name)
+    for entry in resources.files(MIGRATIONS_PACKAGE).iterdir():
+        match = _MIGRATION_FILE.fullmatch(entry.name)
         if match:
-            files.append((int(match.group(1)), path))
-    return files
+            files.append((int(match.group(1)), entry.name, entry.read_text()))
+    return sorted(files)
 
 
 async def migrate(url: str) -> list[str]:
@@ -177,6 +179,12 @@ async def migrate(url: str) -> list[str]:
     Safe to run twice, or twice at once: an advisory lock serialises migrators and the
     applied versions are recorded in the same transaction as the change.
     """
+    files = migration_files()
+    if not files:
+        raise ConfigError(
+            f"no migrations found in the installed package ({MIGRATIONS_PACKAGE}); "
+            "reinstall archiver from a complete wheel"
+        )
     conn = await connect(url)
     applied: list[str] = []
     try:
@@ -191,16 +199,16 @@ async def migrate(url: str) -> list[str]:
             done = {
                 r["version"] for r in await conn.fetch("SELECT version FROM archiver_migrations")
             }
-            for version, path in migration_files():
+            for version, name, text in files:
                 if version in done:
                     continue
-                await conn.execute(path.read_text())
+                await conn.execute(text)
                 await conn.execute(
                     "INSERT INTO archiver_migrations (version, name) VALUES ($1, $2)",
                     version,
-                    path.name,
+                    name,
                 )
-                applied.append(path.name)
+                applied.append(name)
     finally:
         await conn.close()
     return applied

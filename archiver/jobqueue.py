@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import random
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -118,10 +119,18 @@ async def seconds_to_next_run(pool: asyncpg.Pool) -> float | None:
     return None if value is None else float(value)
 
 
-async def heartbeat(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool | None:
-    """Renew the lease. None: the job is no longer ours; else whether a cancel was asked."""
+@dataclass(frozen=True)
+class Lease:
+    """What renewing a lease learns: whether an operator asked the job to stop."""
+
+    cancel_requested: bool
+    paused: bool
+
+
+async def heartbeat(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> Lease | None:
+    """Renew the lease; None when the job is no longer this worker's."""
     row = await pool.fetchrow(query("heartbeat"), job_id, worker)
-    return None if row is None else bool(row["cancel_requested"])
+    return None if row is None else Lease(row["cancel_requested"], row["paused"])
 
 
 async def complete(
@@ -196,7 +205,31 @@ async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
         )
 
 
-OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary")
+OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary", "paused")
+
+
+async def pause_table(conn: asyncpg.Connection, table: str) -> bool:
+    """Pause `table` (schema-qualified); False if it already was."""
+    return await conn.fetchval(query("pause_table"), table) is not None
+
+
+async def resume_table(conn: asyncpg.Connection, table: str) -> bool:
+    """Resume `table` and wake the workers; False if it was not paused."""
+    return bool(await conn.fetch(query("resume_table"), table))
+
+
+async def pause_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> Status:
+    status = await conn.fetchval(query("pause_job"), job_id)
+    if status is None:
+        job = await get_job(conn, job_id)
+        raise JobStateError(f"job {job_id} is {job.status}; only queued or running jobs pause")
+    return Status(status)
+
+
+async def resume_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
+    if await conn.fetchval(query("resume_job"), job_id) is None:
+        job = await get_job(conn, job_id)
+        raise JobStateError(f"job {job_id} is not paused (it is {job.status})")
 
 
 async def ops_report(conn: asyncpg.Connection) -> dict[str, list[dict[str, Any]]]:

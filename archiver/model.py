@@ -241,6 +241,7 @@ class Job:
     finished_at: dt.datetime | None
     heartbeat_at: dt.datetime | None
     cancel_requested_at: dt.datetime | None
+    paused_at: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -262,6 +263,7 @@ class Job:
             finished_at=row["finished_at"],
             heartbeat_at=row["heartbeat_at"],
             cancel_requested_at=row["cancel_requested_at"],
+            paused_at=row.get("paused_at"),
         )
 
 

@@ -55,6 +55,15 @@ async def on_source(settings: Settings, read: Callable[[db.BulkConnection], Any]
     return await asyncio.to_thread(_on_source, settings, read)
 
 
+async def qualified_table(settings: Settings, name: str) -> str:
+    """`schema.table` of a table of the source database, found as enqueue finds it."""
+    table = TableName.parse(name)
+    qualified: str = await on_source(
+        settings, lambda conn: ".".join(source.find_table(conn, table)[:2])
+    )
+    return qualified
+
+
 async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
     """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
     from archiver.archive.plan import plan_archive
@@ -222,3 +231,31 @@ def _verify(
         f"{o.name}: not in the catalog" for o in storage.list(prefix) if o.name not in paths
     ]
     return problems
+
+
+async def grants(
+    settings: Settings, role: str, tables: list[str], config: ConfigFile | None
+) -> str:
+    """The GRANT script for `role`: the queue, and each of `tables` (default: the config
+    file's policy tables)."""
+    from archiver.grants import TableAccess, grant_script
+
+    if not role.strip():
+        raise InputError("--role: give the role workers and the scheduler log in as")
+    names = [TableName.parse(t) for t in tables]
+    if not names and config is not None:
+        names = [policy.table for policy, _ in await checked_policies(settings, config)]
+
+    def describe(conn: db.BulkConnection) -> list[TableAccess]:
+        found = []
+        for name in names:
+            info = source.describe_table(conn, name)
+            found.append(TableAccess(info.schema, info.name, tuple(c.name for c in info.key)))
+        return found
+
+    access: list[TableAccess] = await on_source(settings, describe) if names else []
+    async with db.connection(settings.database_url) as conn:
+        schema = await conn.fetchval(db.query("queue_schema"))
+    if schema is None:
+        raise InputError("no archiver schema in the queue database; run `archiver migrate` first")
+    return grant_script(str(schema), role, access, settings.same_database)

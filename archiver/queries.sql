@@ -17,7 +17,7 @@ WHERE dedup_key = $1 AND status IN ('queued', 'running')
 -- backstop when two claims race for one table.
 WITH candidates AS (
     SELECT q.id, q.lock_key, q.priority, q.run_at, q.created_at FROM background_jobs q
-    WHERE q.status = 'queued' AND q.run_at <= now()
+    WHERE q.status = 'queued' AND q.run_at <= now() AND NOT archiver_job_paused(q)
       AND (q.lock_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM background_jobs r WHERE r.status = 'running' AND r.lock_key = q.lock_key))
     ORDER BY q.priority DESC, q.run_at, q.created_at
@@ -37,8 +37,9 @@ RETURNING j.*
 
 -- name: seconds_to_next_run
 -- How long until the earliest queued job may run (a retry waiting out its backoff).
+-- Paused jobs are left out: a table can be paused indefinitely.
 SELECT GREATEST(EXTRACT(epoch FROM min(run_at) - now()), 0)::float8
-FROM background_jobs WHERE status = 'queued'
+FROM background_jobs j WHERE status = 'queued' AND isfinite(run_at) AND NOT archiver_job_paused(j)
 
 -- name: complete_many
 -- Finish several jobs of this worker in one round trip (no-op jobs).
@@ -48,9 +49,9 @@ WHERE id = ANY($1::uuid[]) AND status = 'running' AND locked_by = $2
 RETURNING id
 
 -- name: heartbeat
-UPDATE background_jobs SET heartbeat_at = now()
+UPDATE background_jobs j SET heartbeat_at = now()
 WHERE id = $1 AND status = 'running' AND locked_by = $2
-RETURNING cancel_requested_at IS NOT NULL AS cancel_requested
+RETURNING cancel_requested_at IS NOT NULL AS cancel_requested, archiver_job_paused(j) AS paused
 
 -- name: complete
 UPDATE background_jobs
@@ -249,3 +250,30 @@ WHERE ($1::uuid IS NULL OR job_id = $1::uuid)
   AND ($4::timestamptz IS NULL OR min_cutoff_value < $4::timestamptz)
   AND ($5::text IS NULL OR state = $5)
 ORDER BY source_table, created_at, job_id, part
+
+-- name: pause_table
+INSERT INTO archiver_paused_tables (source_table) VALUES ($1)
+ON CONFLICT (source_table) DO NOTHING
+RETURNING paused_at
+
+-- name: resume_table
+WITH resumed AS (DELETE FROM archiver_paused_tables WHERE source_table = $1 RETURNING source_table)
+SELECT pg_notify('archiver_jobs', source_table) FROM resumed
+
+-- name: pause_job
+UPDATE background_jobs SET paused_at = COALESCE(paused_at, now())
+WHERE id = $1 AND status IN ('queued', 'running')
+RETURNING status
+
+-- name: resume_job
+-- Setting run_at notifies idle workers (the queue's trigger).
+UPDATE background_jobs SET paused_at = NULL, run_at = CASE WHEN status = 'queued' THEN now() ELSE run_at END
+WHERE id = $1 AND paused_at IS NOT NULL
+RETURNING status
+
+-- name: paused
+SELECT kind, source_table, job_id, paused_at, jobs FROM archiver_paused ORDER BY paused_at
+
+-- name: queue_schema
+SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('background_jobs')

@@ -95,12 +95,18 @@ class TableInfo:
         raise InputError(f"column {name!r} not found in table {self.qualified}")
 
 
-def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
-    """Look a table up by name (search_path when unqualified) and read its columns and key."""
+def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, bool]:
+    """(schema, name, oid, partitioned) of a table, by name (search_path when unqualified)."""
     found = fetch_all(conn, _FIND_TABLE, (table.schema or "", table.name))
     if not found:
         raise InputError(f"table {str(table)!r} not found")
     schema, name, oid, partitioned = found[0]
+    return str(schema), str(name), int(oid), bool(partitioned)
+
+
+def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
+    """Look a table up by name and read its columns and key."""
+    schema, name, oid, partitioned = find_table(conn, table)
     rows = fetch_all(conn, _COLUMNS, (oid,))
     columns = tuple(Column(r[0], r[1], r[2], *r[5:]) for r in rows)
     key_rows = sorted((r[4], c) for r, c in zip(rows, columns, strict=True) if r[3])

@@ -45,6 +45,10 @@ class StopRequested(ArchiverError):
     """The worker is shutting down; the job goes back to the queue as it is."""
 
 
+class PauseRequested(StopRequested):
+    """An operator paused the job or its table; it goes back to the queue, paused."""
+
+
 class CancelRequested(ArchiverError):
     """An operator cancelled the job; it stops at the chunk boundary."""
 
@@ -150,10 +154,10 @@ class Worker:
                         wait = min(wait, max(next_run, 0.05))
                 except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
                     log.warning("queue database unreachable (%s); retrying", error_line(exc))
-                    self.pool.expire_connections()  # none of them is to be trusted now
+                    await self.pool.expire_connections()  # none of them is to be trusted now
                 except Exception:  # never let the claim loop die: log it, retry after a wait
                     log.exception("unexpected error in the claim loop; retrying")
-                    self.pool.expire_connections()
+                    await self.pool.expire_connections()
                 # Only a claim that found nothing ends a burst: a pass that could not claim
                 # (every slot busy) may see its last job end during an await above.
                 if self.burst and found_none and not self.runs:
@@ -273,9 +277,10 @@ class Worker:
                 raise CancelRequested("cancelled by an operator")
             loop = asyncio.get_running_loop()
             progress = await loop.run_in_executor(self.executor, self._archive, run)
-        except StopRequested:
+        except StopRequested as stop:
             await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
-            log.info("job %s: handed back to the queue", job.id)
+            paused = isinstance(stop, PauseRequested)
+            log.info("job %s: %s to the queue", job.id, "paused; back" if paused else "handed back")
             metrics.job_finished("handed_back")
         except CancelRequested:
             await self._finish_quietly(jobqueue.finish_cancelled(pool, job.id, self.name))
@@ -344,10 +349,14 @@ class Worker:
             except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 log.warning("job %s: heartbeat failed (%s)", run.job.id, error_line(exc))
                 continue
-            if held is None and run.interrupt is None:
+            if run.interrupt is not None:
+                continue  # the first reason to stop wins
+            if held is None:
                 run.interrupt = LeaseLost(f"job {run.job.id} is no longer held by {self.name}")
-            elif held and run.interrupt is None:
+            elif held.cancel_requested:
                 run.interrupt = CancelRequested("cancelled by an operator")
+            elif held.paused:
+                run.interrupt = PauseRequested("paused by an operator")
 
     def _archive(self, run: JobRun) -> Progress:
         """The job's bulk work, in a thread, on its own connections."""

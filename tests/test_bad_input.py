@@ -133,7 +133,10 @@ def test_not_migrated(env: dict[str, str], database_url: str) -> None:
 def test_migrate_twice_at_once(database_url: str, env: dict[str, str]) -> None:
     from tests.support import archiver_cmd
 
-    sql(database_url, "DROP TABLE background_jobs, archive_files, archiver_migrations CASCADE")
+    sql(
+        database_url,
+        "DROP TABLE background_jobs, archive_files, archiver_paused_tables, archiver_migrations CASCADE",
+    )
     sql(database_url, "DROP FUNCTION archiver_notify_job")
     procs = [
         subprocess.Popen(archiver_cmd("migrate"), env=env, stdout=subprocess.PIPE, text=True)

@@ -130,3 +130,17 @@ def test_scheduler_refuses_a_grace_longer_than_the_retention(
         result, "ARCHIVER_SCHEDULER_GRACE (7200s)", "ARCHIVER_RETENTION_DAYS (0.05 days)"
     )
     assert sql_value(orders, "SELECT count(*) FROM background_jobs") == 0
+
+
+def test_config_before_or_after_the_subcommand(
+    env: dict[str, str], orders: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "archiver.toml"
+    config.write_text(GOOD)
+    before = run_cli(env, "--config", str(config), "policies", "--count", "1")
+    after = run_cli(env, "policies", "--count", "1", "--config", str(config))
+    verbose_after = run_cli(env, "--config", str(config), "policies", "-v")
+    assert before.returncode == after.returncode == verbose_after.returncode == 0, after.stderr
+    assert before.stdout == after.stdout and before.stdout.startswith("orders-yearly: move")
+    missing = run_cli(env, "policies", "--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 1 and "nope.toml" in missing.stderr

@@ -1,7 +1,7 @@
--- Pause a table: its queued jobs are not claimed until resumed (run_at = infinity).
--- A running job is not stopped (cancel it), and jobs enqueued later are not paused.
+-- Pause a table, as `archiver pause --table T` does: its queued jobs (and any enqueued
+-- later) are not claimed; a running one stops at its next chunk boundary and is queued
+-- again without spending an attempt. `resume_table.sql` undoes it.
 --   psql "$ARCHIVER_DATABASE_URL" -v table=public.orders -f sql/ops/pause_table.sql
-UPDATE background_jobs
-SET run_at = 'infinity'
-WHERE status = 'queued' AND payload->>'table' = :'table'
-RETURNING id, run_at;
+INSERT INTO archiver_paused_tables (source_table) VALUES (:'table')
+ON CONFLICT (source_table) DO NOTHING
+RETURNING source_table, paused_at;

@@ -1,6 +1,6 @@
--- Resume a table paused with pause_table.sql: its paused jobs become runnable now.
+-- Resume a table paused with pause_table.sql (or `archiver pause --table T`), as
+-- `archiver resume --table T` does; idle workers are woken at once.
 --   psql "$ARCHIVER_DATABASE_URL" -v table=public.orders -f sql/ops/resume_table.sql
-UPDATE background_jobs
-SET run_at = now()
-WHERE status = 'queued' AND run_at = 'infinity' AND payload->>'table' = :'table'
-RETURNING id, run_at;
+WITH resumed AS (
+    DELETE FROM archiver_paused_tables WHERE source_table = :'table' RETURNING source_table)
+SELECT source_table, pg_notify('archiver_jobs', source_table) FROM resumed;

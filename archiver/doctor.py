@@ -1,0 +1,166 @@
+"""`archiver doctor`: the checks a fresh deployment fails on, one line each. Every check
+runs even when an earlier one failed (unless it needs what failed), so one run lists
+everything to fix."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from archiver import db
+from archiver.config import ConfigFile, Settings
+from archiver.errors import ArchiverError, first_line
+from archiver.grants import QUEUE_TABLES
+from archiver.model import Mode
+
+MAX_CLOCK_SKEW = 5.0  # seconds; leases use the database's clock, schedules the worker's
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+
+
+class Failed(ArchiverError):
+    """A check's finding; its message is the line printed."""
+
+
+async def _check(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
+    try:
+        return Check(name, True, await probe())
+    except Failed as exc:
+        return Check(name, False, str(exc))
+    except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
+        return Check(name, False, first_line(exc))
+
+
+async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Check]:
+    """Every check, in the order a fresh deployment meets them."""
+    from archiver import operations
+
+    checks = [await _check("queue database", lambda: _reachable(settings.database_url))]
+    if not checks[0].ok:
+        return checks
+    checks.append(await _check("schema", lambda: _schema_current(settings)))
+    checks.append(await _check("queue privileges", lambda: _queue_privileges(settings)))
+    if not settings.same_database:
+        checks.append(
+            await _check("source database", lambda: _reachable(settings.effective_source_url))
+        )
+    checks.append(await _check("clock", lambda: _clock_skew(settings)))
+    policies: list[tuple[str, Mode]] = []
+
+    async def valid_policies() -> str:
+        if config is None:
+            return "no config file (--config or ARCHIVER_CONFIG): nothing scheduled"
+        checked = await operations.checked_policies(settings, config)
+        policies.extend((table, policy.mode) for policy, table in checked)
+        return f"{len(checked)} valid in {config.path}"
+
+    checks.append(await _check("policies", valid_policies))
+    for table, mode in policies:
+        checks.append(await _check(f"privileges on {table}", _privileges_on(settings, table, mode)))
+    checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, settings)))
+    return checks
+
+
+def _privileges_on(settings: Settings, table: str, mode: Mode) -> Callable[[], Awaitable[str]]:
+    return lambda: _table_privileges(settings, table, mode)
+
+
+async def _reachable(url: str) -> str:
+    async with db.connection(url) as conn:
+        version = await conn.fetchval("SHOW server_version")
+        user = await conn.fetchval("SELECT current_user")
+    return f"PostgreSQL {version}, as {user}"
+
+
+async def _schema_current(settings: Settings) -> str:
+    expected = [name for _, name, _ in db.migration_files()]
+    async with db.connection(settings.database_url) as conn:
+        if await conn.fetchval("SELECT to_regclass('archiver_migrations')") is None:
+            raise Failed("no archiver schema: run `archiver migrate` as the schema's owner")
+        applied = {r["name"] for r in await conn.fetch("SELECT name FROM archiver_migrations")}
+    missing = [name for name in expected if name not in applied]
+    if missing:
+        raise Failed(f"not applied: {', '.join(missing)}; run `archiver migrate` as the owner")
+    return f"current ({len(expected)} migrations)"
+
+
+async def _queue_privileges(settings: Settings) -> str:
+    missing = []
+    async with db.connection(settings.database_url) as conn:
+        for table, privileges, _ in QUEUE_TABLES:
+            for privilege in privileges.split(", "):
+                if not await conn.fetchval(
+                    "SELECT has_table_privilege(to_regclass($1), $2)", table, privilege
+                ):
+                    missing.append(f"{privilege} on {table}")
+    if missing:
+        raise Failed(f"missing {', '.join(missing)} (see `archiver grants`)")
+    return "every table the queue uses"
+
+
+async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
+    needed = ["SELECT"] + (["DELETE"] if mode == Mode.MOVE else [])
+    async with db.connection(settings.effective_source_url) as conn:
+        missing = [
+            p
+            for p in needed
+            if not await conn.fetchval("SELECT has_table_privilege($1::regclass, $2)", table, p)
+        ]
+        if mode == Mode.MOVE and not await conn.fetchval(
+            "SELECT has_any_column_privilege($1::regclass, 'UPDATE')", table
+        ):
+            missing.append("UPDATE on its key (row locks)")
+    if missing:
+        raise Failed(f"missing {', '.join(missing)} for {mode} (see `archiver grants`)")
+    return f"enough to {mode}"
+
+
+async def _clock_skew(settings: Settings) -> str:
+    async with db.connection(settings.database_url) as conn:
+        before = time.time()
+        server: dt.datetime = await conn.fetchval("SELECT clock_timestamp()")
+        after = time.time()
+    skew = server.timestamp() - (before + after) / 2
+    if abs(skew) > MAX_CLOCK_SKEW:
+        raise Failed(
+            f"this machine's clock is {skew:+.1f} s off the database's (more than "
+            f"{MAX_CLOCK_SKEW:g} s): policy slots would fire early or late; run NTP"
+        )
+    return f"{skew:+.3f} s from the database"
+
+
+def _storage_writable(settings: Settings) -> str:
+    from archiver.storage import file_md5, open_storage
+
+    storage = open_storage(settings)
+    storage.check()
+    name = storage.object_name(f".archiver-doctor-{uuid.uuid4().hex[:12]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe"
+        probe.write_bytes(b"archiver doctor\n")
+        storage.put_file(name, probe, file_md5(probe))
+    storage.delete(name)
+    auth = ""
+    if storage.location.scheme == "az":
+        auth = (
+            ", auth: connection string"
+            if settings.azure_connection_string
+            else ", auth: DefaultAzureCredential"
+        )
+    return f"{storage.location} writable{auth}"

@@ -1,0 +1,86 @@
+"""Least privilege: the GRANT statements a role needs to run workers, the scheduler and the
+operator commands, and nothing more. Migrations run as the schema's owner; everything
+else can run as a role given exactly these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archiver.ident import quote_ident
+
+# What the queue's code reads and writes (jobqueue, catalog, the views); one line each.
+QUEUE_TABLES = (
+    ("background_jobs", "SELECT, INSERT, UPDATE, DELETE", "enqueue, claim, finish, prune"),
+    ("archive_files", "SELECT, INSERT, UPDATE, DELETE", "the catalog: record, confirm, forget"),
+    ("archiver_paused_tables", "SELECT, INSERT, DELETE", "archiver pause/resume --table"),
+    ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
+)
+QUEUE_VIEWS = (
+    "archiver_job_summary",
+    "archiver_running_jobs",
+    "archiver_failed_jobs",
+    "archiver_archive_files",
+    "archiver_paused",
+)
+QUEUE_SEQUENCES = ("archive_files_id_seq",)
+
+
+@dataclass(frozen=True)
+class TableAccess:
+    """An application table and the columns of the key archiver walks it by."""
+
+    schema: str
+    name: str
+    key: tuple[str, ...]
+
+    @property
+    def quoted(self) -> str:
+        return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
+
+
+def queue_grants(schema: str, role: str) -> list[str]:
+    """On the queue database. LISTEN and NOTIFY need no privilege; the queue's functions
+    (its trigger, archiver_job_paused) are executable by PUBLIC."""
+    r, s = quote_ident(role), quote_ident(schema)
+    lines = [f"GRANT USAGE ON SCHEMA {s} TO {r};"]
+    for table, privileges, why in QUEUE_TABLES:
+        lines.append(f"GRANT {privileges} ON {s}.{quote_ident(table)} TO {r};  -- {why}")
+    views = ", ".join(f"{s}.{quote_ident(v)}" for v in QUEUE_VIEWS)
+    lines.append(f"GRANT SELECT ON {views} TO {r};  -- archiver status")
+    for sequence in QUEUE_SEQUENCES:
+        lines.append(f"GRANT USAGE ON SEQUENCE {s}.{quote_ident(sequence)} TO {r};")
+    return lines
+
+
+def table_grants(table: TableAccess, role: str) -> list[str]:
+    """On the source database, for one table: read and delete its rows (move), lock them
+    (FOR UPDATE needs UPDATE on at least one column: the key's, nothing else is ever
+    updated), and insert them back (restore)."""
+    r, t = quote_ident(role), table.quoted
+    keys = ", ".join(quote_ident(k) for k in table.key)
+    return [
+        f"GRANT USAGE ON SCHEMA {quote_ident(table.schema)} TO {r};",
+        f"GRANT SELECT, DELETE ON {t} TO {r};  -- archive (copy mode needs SELECT only)",
+        f"GRANT UPDATE ({keys}) ON {t} TO {r};  -- row locks: FOR UPDATE SKIP LOCKED",
+        f"GRANT INSERT ON {t} TO {r};  -- restore",
+    ]
+
+
+def grant_script(
+    queue_schema: str, role: str, tables: list[TableAccess], same_database: bool
+) -> str:
+    """The whole script, in sections by database, deduplicated."""
+    out = ["-- on the queue database (ARCHIVER_DATABASE_URL)", *queue_grants(queue_schema, role)]
+    if tables:
+        where = (
+            "the same database" if same_database else "the source database (ARCHIVER_SOURCE_URL)"
+        )
+        out += ["", f"-- on {where}"]
+        for table in tables:
+            out += [line for line in table_grants(table, role) if line not in out]
+        out += [
+            "-- restore stages rows in a temporary table: PUBLIC has TEMPORARY on a database",
+            "-- by default; where it was revoked, GRANT TEMPORARY ON DATABASE <db> TO the role.",
+            "-- restore --into a new table also needs CREATE on that table's schema.",
+        ]
+    return "\n".join(out)

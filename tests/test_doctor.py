@@ -1,0 +1,63 @@
+"""`archiver doctor` on a good deployment and on a broken one: one line per check, and a
+non-zero exit naming every problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.reference import seed_orders
+from tests.support import free_port, fresh_database, run_cli, sql
+
+POLICY = """
+[[policy]]
+name = "orders"
+table = "public.orders"
+older_than = "30 days"
+schedule = "0 2 * * *"
+"""
+
+
+def test_a_good_deployment(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
+    seed_orders(database_url, 10)
+    config = tmp_path / "archiver.toml"
+    config.write_text(POLICY)
+    result = run_cli(env, "doctor", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert all(line.startswith("ok  ") for line in lines), lines
+    names = [line.split(":")[0][6:] for line in lines]
+    assert names == [
+        "queue database",
+        "schema",
+        "queue privileges",
+        "clock",
+        "policies",
+        "privileges on public.orders",
+        "storage",
+    ]
+    assert "auth: connection string" in lines[-1] and "1 valid" in lines[4]
+
+
+def test_a_broken_deployment(env: dict[str, str], tmp_path: Path) -> None:
+    config = tmp_path / "archiver.toml"
+    config.write_text(POLICY)
+    dead = f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:{free_port()}/devstoreaccount1;"
+    with fresh_database("archiver_doctor") as empty:  # never migrated, no orders table
+        broken = {**env, "ARCHIVER_DATABASE_URL": empty, "AZURE_STORAGE_CONNECTION_STRING": dead}
+        result = run_cli(broken, "doctor", "--config", str(config))
+        sql(empty, "SELECT 1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = {
+        line.split(":")[0][6:]: line
+        for line in result.stdout.splitlines()
+        if line.startswith("FAIL")
+    }
+    assert set(failed) == {"schema", "queue privileges", "policies", "storage"}, result.stdout
+    assert "run `archiver migrate`" in failed["schema"]
+    assert "table 'public.orders' not found" in failed["policies"]
+    assert "a2V5" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+    unreachable = {**env, "ARCHIVER_DATABASE_URL": f"postgresql://u:pw@127.0.0.1:{free_port()}/x"}
+    result = run_cli(unreachable, "doctor")
+    assert result.returncode == 1 and result.stdout.startswith("FAIL  queue database")
+    assert "pw" not in result.stdout

@@ -1,0 +1,90 @@
+"""Least privilege, really used: a worker logged in as a role given exactly what
+`archiver grants` prints moves rows, and that role can touch nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from bench.reference import seed_orders
+from tests.support import run_cli, sql, sql_value, start_worker
+
+
+def as_role(url: str, role: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+
+
+@pytest.fixture
+def role(database_url: str) -> Iterator[str]:
+    name = f"archiver_worker_{uuid.uuid4().hex[:8]}"
+    sql(database_url, f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
+    yield name
+    sql(database_url, f'DROP OWNED BY "{name}"')
+    sql(database_url, f'DROP ROLE "{name}"')
+
+
+def test_a_worker_runs_with_only_the_printed_grants(
+    env: dict[str, str], database_url: str, role: str
+) -> None:
+    seed_orders(database_url, 3_000)
+    sql(database_url, "CREATE TABLE secrets (id int PRIMARY KEY, created_at date)")
+    printed = run_cli(env, "grants", "--role", role, "--table", "orders")
+    assert printed.returncode == 0, printed.stderr
+    script = printed.stdout
+    assert '"public"."orders"' in script and "secrets" not in script
+    assert "SUPERUSER" not in script.upper() and "ALL PRIVILEGES" not in script.upper()
+    sql(database_url, script)  # as the owner, the way an operator applies it
+
+    worker_env = {**env, "ARCHIVER_DATABASE_URL": as_role(database_url, role)}
+    job = run_cli(worker_env, "enqueue", "--table", "orders", "--before", "2024-12-31")
+    assert job.returncode == 0, job.stderr
+    assert start_worker(worker_env, "--burst").wait(60) == 0
+    row = sql(database_url, "SELECT status, last_error FROM background_jobs")[0]
+    assert row["status"] == "completed", row["last_error"]
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM orders WHERE created_at < '2024-12-31'") == 0
+    )
+    for command in (
+        ["status"],
+        ["jobs"],
+        ["pause", "--table", "orders"],
+        ["resume", "--table", "orders"],
+    ):
+        result = run_cli(worker_env, *command)
+        assert result.returncode == 0, (command, result.stderr)
+
+    async def denied() -> list[str]:
+        conn = await asyncpg.connect(as_role(database_url, role))
+        refused = []
+        try:
+            for statement in (
+                "SELECT * FROM secrets",
+                "UPDATE orders SET status = 'paid'",
+                "CREATE TABLE public.mine (i int)",
+                "DROP TABLE background_jobs",
+            ):
+                try:
+                    await conn.execute(statement)
+                except asyncpg.InsufficientPrivilegeError:
+                    refused.append(statement)
+        finally:
+            await conn.close()
+        return refused
+
+    assert len(asyncio.run(denied())) == 4
+
+
+def test_grants_refuses_bad_input(env: dict[str, str], database_url: str) -> None:
+    for args, needle in (
+        (["grants", "--role", "w", "--table", "nope"], "table 'nope' not found"),
+        (["grants", "--role", " "], "--role"),
+    ):
+        result = run_cli(env, *args)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert needle in result.stderr

@@ -1,0 +1,59 @@
+"""Installed the way production installs it: a wheel built from this checkout, into a fresh
+virtualenv outside it, then `archiver migrate` on an empty database and a real move."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.reference import seed_orders
+from tests.support import ROOT, fresh_database, sql, sql_value
+
+pytestmark = pytest.mark.slow
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (args, result.stdout[-3000:], result.stderr[-3000:])
+    return result.stdout
+
+
+def test_wheel_migrates_an_empty_database_and_moves_rows(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        tmp_path,
+    )
+    (wheel,) = dist.glob("archiver-*.whl")
+    listing = run([sys.executable, "-m", "zipfile", "-l", str(wheel)], tmp_path)
+    assert "archiver/migrations/001_queue_and_catalog.sql" in listing
+    assert "archiver/migrations/ops/pause_table.sql" in listing
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], tmp_path)
+    run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], tmp_path)
+    archiver = str(venv / "bin" / "archiver")
+    store = tmp_path / "store"
+    with fresh_database("archiver_wheel") as url:  # empty: no template
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "ARCHIVER_DATABASE_URL": url,
+            "ARCHIVER_STORAGE_URL": f"file://{store}",
+        }
+        outside = tmp_path  # not the checkout: nothing may come from it
+        applied = run([archiver, "migrate"], outside, env)
+        assert applied.startswith("applied 001_queue_and_catalog.sql"), applied
+        assert run([archiver, "migrate"], outside, env).strip() == "schema is up to date"
+        seed_orders(url, 2_000)
+        run([archiver, "enqueue", "--table", "orders", "--before", "2024-12-31"], outside, env)
+        run([archiver, "worker", "--burst"], outside, env)
+        assert sql_value(url, "SELECT status FROM background_jobs") == "completed"
+        moved = sql_value(url, "SELECT sum(row_count) FROM archive_files")
+        assert moved > 0 and moved == 2_000 - sql_value(url, "SELECT count(*) FROM orders")
+        assert sorted(p.name for p in store.rglob("*.parquet")) == sorted(
+            Path(r["path"]).name for r in sql(url, "SELECT path FROM archive_files")
+        )
