@@ -19,7 +19,8 @@ from archiver import db, jobqueue, source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, CatalogFile
+from archiver.model import ArchiveRequest, CatalogFile, Mode
+from archiver.references import check_unreferenced
 
 if TYPE_CHECKING:
     from archiver.policy import Policy
@@ -85,7 +86,7 @@ async def enqueue_archive(
     storage = open_storage(settings)
 
     def check(conn: db.BulkConnection) -> tuple[str, list[Any]]:
-        queries = source.describe_archive(conn, request.table, request.column)
+        queries = source.describe_archive(conn, request.table, request.column, request.mode)
         split = queries.split(conn, request.cutoff, parallel) if parallel > 1 else []
         return queries.table.qualified, split
 
@@ -137,6 +138,11 @@ async def checked_policies(
                 source.check_cutoff_column(info, policy.column)
             except InputError as exc:
                 raise InputError(f"policy {policy.name!r}: column: {exc}") from None
+            if policy.mode == Mode.MOVE:
+                try:
+                    check_unreferenced(conn, info.qualified, info.oid)
+                except InputError as exc:
+                    raise InputError(f"policy {policy.name!r}: table: {exc}") from None
             checked.append((policy, info.qualified))
         return checked
 

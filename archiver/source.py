@@ -20,7 +20,8 @@ from archiver import pgtypes
 from archiver.db import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
-from archiver.model import KeyRange
+from archiver.model import KeyRange, Mode
+from archiver.references import check_unreferenced
 
 CUTOFF_TYPES = ("date", "timestamp", "timestamptz")
 SPLIT_SAMPLE_ROWS = 100_000  # rows sampled to place the boundaries of --parallel ranges
@@ -79,6 +80,7 @@ class TableInfo:
     columns: tuple[Column, ...]
     key: tuple[Column, ...]  # primary key, in index order
     partitioned: bool = False
+    oid: int = 0
 
     @property
     def qualified(self) -> str:
@@ -110,7 +112,7 @@ def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
     rows = fetch_all(conn, _COLUMNS, (oid,))
     columns = tuple(Column(r[0], r[1], r[2], *r[5:]) for r in rows)
     key_rows = sorted((r[4], c) for r, c in zip(rows, columns, strict=True) if r[3])
-    info = TableInfo(schema, name, columns, tuple(c for _, c in key_rows), bool(partitioned))
+    info = TableInfo(schema, name, columns, tuple(c for _, c in key_rows), partitioned, oid)
     if not info.key:
         raise InputError(
             f"table {info.qualified} has no primary key; archiver walks tables by primary key"
@@ -134,12 +136,17 @@ def check_cutoff_column(info: TableInfo, name: str) -> Column:
     return column
 
 
-def describe_archive(conn: BulkConnection, table: TableName | str, column: str) -> ChunkQueries:
-    """The table looked up (with its key checked) and its cutoff column checked: what every
-    command and job starts from."""
+def describe_archive(
+    conn: BulkConnection, table: TableName | str, column: str, mode: Mode
+) -> ChunkQueries:
+    """The table looked up (with its key checked), its cutoff column checked and, to move
+    rows, no foreign key pointing at it: what every command and job starts from."""
     name = table if isinstance(table, TableName) else TableName.parse(table)
     info = describe_table(conn, name)
-    return ChunkQueries(info, check_cutoff_column(info, column))
+    queries = ChunkQueries(info, check_cutoff_column(info, column))
+    if mode == Mode.MOVE:
+        check_unreferenced(conn, info.qualified, info.oid)
+    return queries
 
 
 @dataclass(frozen=True)

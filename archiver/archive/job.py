@@ -54,7 +54,7 @@ def open_job(
         commit = SameDatabase(source_tx, catalog, PgCatalog(src, job_id, worker))
     else:
         commit = SeparateDatabase(source_tx, catalog)
-    queries = source.describe_archive(src, request.table, request.column)
+    queries = source.describe_archive(src, request.table, request.column, request.mode)
     return JobContext(job_id, attempt, request, queries, src, storage, catalog, commit, workdir)
 
 

@@ -53,7 +53,7 @@ def plan_archive(
 ) -> ArchivePlan:
     """EXPLAIN the archive on the source connection; writes nothing."""
     if queries is None:
-        queries = source.describe_archive(conn, request.table, request.column)
+        queries = source.describe_archive(conn, request.table, request.column, request.mode)
     _, width = source.estimate_rows(conn, queries.table)
     chunk_rows = request.chunk_rows or chunk_rows_for_width(width)
     plan = source.explain_archive(

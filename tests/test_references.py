@@ -1,0 +1,110 @@
+"""Tables that foreign keys reference are never moved: ON DELETE CASCADE would delete
+referencing rows nobody archived, SET NULL would change them, RESTRICT would fail every
+chunk. Refused at enqueue, dry run and for policies, with one line naming each key, and
+again when a job starts (a key added after enqueue)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import run_cli, sql, sql_value, start_worker, wait_for_status
+
+SCHEMA = """
+CREATE TABLE orders (id bigint PRIMARY KEY, created_at date NOT NULL);
+INSERT INTO orders SELECT g, date '2020-01-01' + g FROM generate_series(1, 100) g;
+CREATE TABLE shipments (id bigint PRIMARY KEY, order_id bigint REFERENCES orders ON DELETE CASCADE);
+INSERT INTO shipments SELECT g, g FROM generate_series(1, 100) g;
+CREATE TABLE payments (id bigint PRIMARY KEY, order_id bigint,
+                       CONSTRAINT pay_order FOREIGN KEY (order_id) REFERENCES orders ON DELETE RESTRICT);
+CREATE TABLE notes (id bigint PRIMARY KEY, order_id bigint REFERENCES orders ON DELETE SET NULL);
+CREATE SCHEMA billing;
+CREATE TABLE billing.invoices (id bigint PRIMARY KEY, order_id bigint REFERENCES orders);
+-- a partitioned child whose key is declared on each partition, not on the parent
+CREATE TABLE events (id bigint, order_id bigint, at date NOT NULL) PARTITION BY RANGE (at);
+CREATE TABLE events_2020 PARTITION OF events FOR VALUES FROM ('2020-01-01') TO ('2021-01-01');
+CREATE TABLE events_2021 PARTITION OF events FOR VALUES FROM ('2021-01-01') TO ('2022-01-01');
+ALTER TABLE events_2020 ADD CONSTRAINT ev20_order FOREIGN KEY (order_id) REFERENCES orders;
+ALTER TABLE events_2021 ADD CONSTRAINT ev21_order FOREIGN KEY (order_id) REFERENCES orders;
+CREATE TABLE staff (id bigint PRIMARY KEY, boss bigint REFERENCES staff, created_at date NOT NULL);
+"""
+
+
+def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 1, result
+    stderr = result.stderr
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    for needle in needles:
+        assert needle in stderr, (needle, stderr)
+
+
+def test_a_referenced_table_is_never_moved(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    sql(database_url, SCHEMA)
+    enqueue = ["enqueue", "--table", "orders", "--before", "2020-03-01"]
+    refused(
+        run_cli(env, *enqueue),
+        "table public.orders is referenced by foreign keys",
+        "public.shipments (shipments_order_id_fkey, ON DELETE CASCADE)",
+        "public.payments (pay_order, ON DELETE RESTRICT)",
+        "public.notes (notes_order_id_fkey, ON DELETE SET NULL)",
+        "billing.invoices (invoices_order_id_fkey, ON DELETE NO ACTION)",
+        "public.events_2020 (ev20_order",
+        "public.events_2021 (ev21_order",
+        "--mode copy",
+    )
+    refused(run_cli(env, *enqueue, "--dry-run"), "referenced by foreign keys")
+    refused(run_cli(env, *enqueue, "--parallel", "2"), "referenced by foreign keys")
+    refused(
+        run_cli(env, "enqueue", "--table", "staff", "--before", "2020-03-01"),
+        "public.staff (staff_boss_fkey, ON DELETE NO ACTION)",
+    )
+    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 0
+
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        '[[policy]]\nname = "o"\ntable = "orders"\nolder_than = "30 days"\nschedule = "0 2 * * *"\n'
+    )
+    refused(
+        run_cli(env, "policies", "--config", str(config)),
+        "policy 'o': table: table public.orders is referenced",
+    )
+
+    # copy mode deletes nothing: allowed, and it archives
+    copy = run_cli(env, *enqueue, "--mode", "copy")
+    assert copy.returncode == 0, copy.stderr
+    assert start_worker(env, "--burst").wait(60) == 0
+    assert wait_for_status(database_url, copy.stdout.strip(), "completed")
+    assert sql_value(database_url, "SELECT count(*) FROM orders") == 100
+    assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == 59
+
+
+@pytest.mark.parametrize("on_delete", ["CASCADE", "SET NULL"])
+def test_a_key_added_after_enqueue_stops_the_job_before_any_delete(
+    env: dict[str, str], database_url: str, on_delete: str
+) -> None:
+    sql(
+        database_url,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, created_at date NOT NULL);"
+        "INSERT INTO orders SELECT g, date '2020-01-01' + g FROM generate_series(1, 100) g;"
+        "CREATE TABLE shipments (id bigint PRIMARY KEY, order_id bigint);"
+        "INSERT INTO shipments SELECT g, g FROM generate_series(1, 100) g;",
+    )
+    job_id = run_cli(
+        env, "enqueue", "--table", "orders", "--before", "2020-03-01", "--max-attempts", "1"
+    ).stdout.strip()
+    sql(
+        database_url,
+        f"ALTER TABLE shipments ADD FOREIGN KEY (order_id) REFERENCES orders ON DELETE {on_delete}",
+    )
+    assert start_worker(env, "--burst").wait(60) == 0
+    job = wait_for_status(database_url, job_id, "failed")
+    assert "referenced by foreign keys: public.shipments" in job["last_error"]
+    assert sql_value(database_url, "SELECT count(*) FROM orders") == 100
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM shipments WHERE order_id IS NOT NULL") == 100
+    )
+    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
