@@ -178,6 +178,7 @@ async def restore(
     into: str | None,
     skip_conflicts: bool,
     dry_run: bool,
+    ignore_dropped_columns: bool,
     report: Callable[[str], None],
 ) -> tuple[int, list[CatalogFile]]:
     """Restore the selected committed files in one transaction: (rows, files)."""
@@ -191,7 +192,13 @@ async def restore(
         raise InputError("no archived files match")
     storage = open_storage(settings)
     plan = RestorePlan(
-        files, into, skip_conflicts, selection.cutoff_from, selection.cutoff_to, dry_run
+        files,
+        into,
+        skip_conflicts,
+        selection.cutoff_from,
+        selection.cutoff_to,
+        dry_run,
+        ignore_dropped_columns,
     )
 
     def run(conn: db.BulkConnection) -> int:

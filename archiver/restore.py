@@ -47,6 +47,7 @@ class RestorePlan:
     cutoff_from: str | None  # ISO 8601, inclusive
     cutoff_to: str | None  # ISO 8601, exclusive
     dry_run: bool
+    ignore_dropped_columns: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,19 +112,100 @@ def _target(cur: BulkCursor, plan: RestorePlan, source_table: str, columns: Arch
     return quoted
 
 
+_TARGET_COLUMNS = """
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attgenerated <> ''
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+@dataclass(frozen=True)
+class ColumnMap:
+    """How one file's columns land in the table as it is today, matched by name."""
+
+    values: dict[str, str]  # column to insert -> SQL value from the staged row
+    added: tuple[str, ...]  # in today's table only: they take their defaults
+    dropped: tuple[str, ...]  # in the archive only: refused, or left out when asked
+    generated: tuple[str, ...]  # generated today: PostgreSQL computes them again
+    # (column, archived type, today's type): assigned as an INSERT assigns, so a value that
+    # does not fit is an error (an explicit ::varchar(5) would truncate it silently)
+    retyped: tuple[tuple[str, str, str], ...]
+
+    def differences(self) -> str:
+        parts = [f"added {c} (its default)" for c in self.added]
+        parts += [f"dropped {c} (left out)" for c in self.dropped]
+        parts += [f"generated {c} (computed again)" for c in self.generated]
+        parts += [f"{c}: {old} -> {new} (cast)" for c, old, new in self.retyped]
+        return "; ".join(parts)
+
+
+def map_columns(
+    cur: BulkCursor, target: str, archived: ArchivedColumns, staged: set[str], plan: RestorePlan
+) -> ColumnMap:
+    today = {str(n): (str(t), bool(g)) for n, t, g in _execute(cur, _TARGET_COLUMNS, (target,))}
+    values: dict[str, str] = {}
+    dropped, generated, retyped = [], [], []
+    for name, type_sql in archived.types.items():
+        if name not in today:
+            dropped.append(name)
+            continue
+        current, is_generated = today[name]
+        if is_generated:
+            generated.append(name)
+            continue
+        value = pgtypes.restore_expression(
+            name, type_sql, name + pgtypes.PG_TEXT_SUFFIX in staged, "s"
+        )
+        if current != type_sql:  # INSERT assigns it: never an explicit cast, which truncates
+            retyped.append((name, type_sql, current))
+        values[name] = value
+    lost = [k for k in (*archived.key, archived.cutoff) if k not in values]
+    if lost:
+        raise InputError(
+            f"{target} no longer has the archived key or cutoff column {', '.join(lost)} "
+            "as an ordinary column; nothing restored"
+        )
+    if dropped and not plan.ignore_dropped_columns:
+        raise InputError(
+            f"archived columns {', '.join(dropped)} no longer exist in {target}; nothing "
+            "restored (--ignore-dropped-columns restores the other columns)"
+        )
+    added = tuple(n for n, (_, g) in today.items() if n not in archived.types and not g)
+    return ColumnMap(values, added, tuple(dropped), tuple(generated), tuple(retyped))
+
+
+def _check_casts(
+    cur: BulkCursor, columns: ColumnMap, stage: str, where: str, params: tuple[Any, ...]
+) -> None:
+    """Assign each retyped column's values to today's type on its own, so a value that
+    does not fit names its column. Any failure aborts the one restore transaction."""
+    check = quote_ident("archiver_restore_cast")
+    for name, old, new in columns.retyped:
+        try:
+            _execute(cur, f"CREATE TEMPORARY TABLE {check} (v {new})")
+            _execute(
+                cur,
+                f"INSERT INTO {check} SELECT {columns.values[name]} FROM {stage} WHERE {where}",
+                params,
+            )
+            _execute(cur, f"DROP TABLE {check}")
+        except adbc_driver_manager.Error as exc:
+            raise InputError(
+                f"column {name!r}: an archived {old} value does not fit today's type {new} "
+                f"({first_line(exc)}); nothing restored"
+            ) from None
+
+
 def _restore_file(
     cur: BulkCursor, local: Path, target: str, plan: RestorePlan, columns: ArchivedColumns
-) -> int:
-    """Stage one file and insert its rows (in range) into target; returns rows inserted."""
+) -> tuple[int, ColumnMap]:
+    """Stage one file and insert its rows (in range) into target: (rows inserted, how its
+    columns were matched)."""
     data = staging_table(pq.read_table(local))
-    present = set(data.column_names)
     cur.adbc_ingest(STAGE, data, mode="create", temporary=True)
-    values = {
-        name: pgtypes.restore_expression(
-            name, type_sql, name + pgtypes.PG_TEXT_SUFFIX in present, "s"
-        )
-        for name, type_sql in columns.types.items()
-    }
+    mapped = map_columns(cur, target, columns, set(data.column_names), plan)
+    values = mapped.values
     cutoff = values[columns.cutoff]
     where = (
         f"($1::text IS NULL OR {cutoff} >= $1::timestamptz) "
@@ -131,6 +213,7 @@ def _restore_file(
     )
     params = (plan.cutoff_from, plan.cutoff_to)
     stage = f"{quote_ident(STAGE)} s"
+    _check_casts(cur, mapped, stage, where, params)
     if not plan.skip_conflicts:
         match = " AND ".join(f"t.{quote_ident(k)} = {values[k]}" for k in columns.key)
         taken = _execute(
@@ -144,7 +227,7 @@ def _restore_file(
                 f"{taken} archived rows of {local.name} have keys already in {target}; "
                 "nothing restored (--on-conflict skip restores the others)"
             )
-    names = ", ".join(quote_ident(n) for n in columns.types)
+    names = ", ".join(quote_ident(n) for n in values)
     exprs = ", ".join(values.values())
     conflict = " ON CONFLICT DO NOTHING" if plan.skip_conflicts else ""
     inserted = _execute(
@@ -155,7 +238,7 @@ def _restore_file(
         params,
     )[0][0]
     _execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
-    return int(inserted)
+    return int(inserted), mapped
 
 
 def restore(
@@ -169,17 +252,21 @@ def restore(
     source_table = tables.pop()
     total = 0
     target = ""
+    said = ""  # the column differences last reported
     try:
         with conn.cursor() as cur, tempfile.TemporaryDirectory(dir=workdir) as tmp:
             for i, f in enumerate(plan.files, 1):
                 local = Path(tmp) / "restore.parquet"
                 storage.download(f.path, local)
                 columns = ArchivedColumns.of(local)
+                _check_types(cur, columns)  # files may come from different schema versions
                 if not target:
-                    _check_types(cur, columns)
                     target = _target(cur, plan, source_table, columns)
-                rows = _restore_file(cur, local, target, plan, columns)
+                rows, mapped = _restore_file(cur, local, target, plan, columns)
                 total += rows
+                if mapped.differences() != said:
+                    said = mapped.differences()
+                    report(f"{f.path}: columns: {said or 'as archived'}")
                 report(
                     f"{f.path}: {rows} of {f.row_count} rows "
                     f"{'would be ' if plan.dry_run else ''}restored ({i}/{len(plan.files)} files)"

@@ -1,0 +1,249 @@
+"""What each command prints: the `archiver` subcommands, from parsed arguments to output.
+The work itself is in operations (and the modules it calls); argument parsing is in cli."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import logging
+import os
+import sys
+import uuid
+
+from archiver import console, db, jobqueue, operations
+from archiver.config import Settings
+from archiver.errors import InputError, JobFailed, VerificationError
+from archiver.ident import TableName
+from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
+from archiver.operations import FileSelection, parse_cutoff
+
+
+async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    applied = await db.migrate(settings.database_url)
+    print(f"applied {', '.join(applied)}" if applied else "schema is up to date")
+    return 0
+
+
+async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    cutoff = parse_cutoff(args.before)
+    table = TableName.parse(args.table)
+    request = ArchiveRequest(str(table), args.column, cutoff, Mode(args.mode), args.chunk_rows)
+    if args.dry_run:
+        if args.wait:
+            raise InputError("--dry-run and --wait exclude each other")
+        plan = await operations.plan(settings, request)
+        print(console.plan_report(plan, cutoff, args.mode))
+        return 0
+    group, queued = await operations.enqueue_archive(
+        settings,
+        request,
+        parallel=args.parallel,
+        priority=args.priority,
+        max_attempts=args.max_attempts,
+    )
+    for i, job in enumerate(queued):
+        if not job.created:
+            print(
+                f"part {i} is already queued or running: job {job.job_id}"
+                if group
+                else f"an identical archive is already queued or running: job {job.job_id}",
+                file=sys.stderr,
+            )
+    for job in queued:
+        print(job.job_id)
+    if group:
+        print(f"group {group}: {len(queued)} key ranges", file=sys.stderr)
+    if args.wait:
+        sys.stdout.flush()
+        for job in queued:
+            await _wait(settings, job.job_id)
+    return 0
+
+
+async def _wait(settings: Settings, job_id: uuid.UUID) -> None:
+    """Draw the job's progress on stderr until it ends; a failed or cancelled job is an error."""
+    async with db.connection(settings.database_url) as conn:
+        job = await console.wait_for_job(conn, job_id, sys.stderr)
+    if job.status != Status.COMPLETED:
+        raise JobFailed(f"job {job_id} {job.status}: {job.last_error or 'no error recorded'}")
+    print(f"job {job_id} completed: {console.progress_text(job.progress)}", file=sys.stderr)
+
+
+async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.storage import open_storage
+    from archiver.worker import Worker
+
+    storage = open_storage(settings)
+    await asyncio.to_thread(storage.check)
+    if args.metrics_port is not None:
+        from archiver import metrics
+
+        metrics.serve(args.metrics_port, settings.database_url)
+    worker = Worker(settings, storage, concurrency=args.concurrency, burst=args.burst)
+    await worker.run()
+    if worker.abandoned:  # a job thread is stuck in I/O; its job was handed back
+        logging.shutdown()
+        os._exit(0)
+    return 0
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    async with db.connection(settings.database_url) as conn:
+        report = await jobqueue.ops_report(conn)
+    print(console.dumps(report) if args.json else console.status_report(report))
+    return 0
+
+
+async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    async with db.connection(settings.database_url) as conn:
+        rows = await jobqueue.list_jobs(conn, args.status, args.table, args.limit)
+    if args.json:
+        print(console.dumps(rows))
+    else:
+        print(console.table(rows, console.JOB_COLUMNS) if rows else "no jobs")
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = parse_job_id(args.job_id)
+    async with db.connection(settings.database_url) as conn:
+        job = await jobqueue.get_job(conn, job_id)
+        files = await jobqueue.job_files(conn, job_id)
+    if args.json:
+        print(console.dumps({"job": job, "files": files}))
+    else:
+        print(console.job_report(job, files))
+    return 0
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = parse_job_id(args.job_id)
+    async with db.connection(settings.database_url) as conn:
+        status = await jobqueue.cancel(conn, job_id)
+    print(
+        f"job {job_id} cancelled"
+        if status == Status.CANCELLED
+        else f"job {job_id} will stop at its next chunk boundary"
+    )
+    return 0
+
+
+async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = parse_job_id(args.job_id)
+    async with db.connection(settings.database_url) as conn:
+        await jobqueue.retry(conn, job_id)
+    print(f"job {job_id} queued again")
+    return 0
+
+
+def _pause_target(args: argparse.Namespace) -> uuid.UUID | None:
+    if (args.job_id is None) == (args.table is None):
+        raise InputError(f"{args.command}: give either a job id or --table T")
+    return parse_job_id(args.job_id) if args.job_id else None
+
+
+async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = _pause_target(args)
+    if job_id is None:
+        table = await operations.qualified_table(settings, args.table)
+        async with db.connection(settings.database_url) as conn:
+            new = await jobqueue.pause_table(conn, table)
+        print(f"table {table} {'paused' if new else 'was already paused'}")
+        return 0
+    async with db.connection(settings.database_url) as conn:
+        status = await jobqueue.pause_job(conn, job_id)
+    print(
+        f"job {job_id} paused"
+        + (": it stops at its next chunk boundary" if status == Status.RUNNING else "")
+    )
+    return 0
+
+
+async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = _pause_target(args)
+    if job_id is None:
+        table = await operations.qualified_table(settings, args.table)
+        async with db.connection(settings.database_url) as conn:
+            resumed = await jobqueue.resume_table(conn, table)
+        print(f"table {table} {'resumed' if resumed else 'was not paused'}")
+        return 0
+    async with db.connection(settings.database_url) as conn:
+        await jobqueue.resume_job(conn, job_id)
+    print(f"job {job_id} resumed")
+    return 0
+
+
+async def cmd_grants(args: argparse.Namespace, settings: Settings) -> int:
+    print(await operations.grants(settings, args.role, args.table or [], args.config_file))
+    return 0
+
+
+async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.doctor import run_checks
+
+    checks = await run_checks(settings, args.config_file)
+    for check in checks:
+        print(check)
+    return 0 if all(c.ok for c in checks) else 1
+
+
+async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
+    checked = await operations.checked_policies(settings, args.config_file)
+    now = dt.datetime.now(dt.UTC)
+    for policy, table in checked:
+        print(
+            f"{policy.name}: {policy.mode} {table}.{policy.column} older than "
+            f"{policy.older_than.days} days, schedule {policy.schedule!r} ({policy.timezone.key})"
+        )
+        for at in policy.next_fire_times(now, args.count):
+            print(f"  next {at.isoformat()}  cutoff {policy.cutoff(at).isoformat()}")
+    return 0
+
+
+async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.scheduler import PolicyScheduler
+
+    checked = await operations.checked_policies(settings, args.config_file)
+    await PolicyScheduler(settings, checked).run()
+    return 0
+
+
+async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
+    if (args.job is None) == (args.table is None):
+        raise InputError("restore: give either --job ID or --table T")
+    if args.job and (args.cutoff_from or args.cutoff_to):
+        raise InputError("restore: --from/--to go with --table, not --job")
+    selection = FileSelection(
+        job_id=parse_job_id(args.job) if args.job else None,
+        table=args.table,
+        cutoff_from=parse_cutoff(args.cutoff_from, "--from") if args.cutoff_from else None,
+        cutoff_to=parse_cutoff(args.cutoff_to, "--to") if args.cutoff_to else None,
+    )
+    out = sys.stdout if args.dry_run else sys.stderr
+    rows, files = await operations.restore(
+        settings,
+        selection,
+        into=args.into,
+        skip_conflicts=args.on_conflict == "skip",
+        dry_run=args.dry_run,
+        ignore_dropped_columns=args.ignore_dropped_columns,
+        report=lambda line: print(line, file=out, flush=True),
+    )
+    target = args.into or files[0].source_table
+    verb = "would restore" if args.dry_run else "restored"
+    print(f"{verb} {rows} rows from {len(files)} files into {target}")
+    return 0
+
+
+async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+    if args.job and args.table:
+        raise InputError("verify: give --job ID or --table T, not both")
+    selection = FileSelection(job_id=parse_job_id(args.job) if args.job else None, table=args.table)
+    checked, problems = await operations.verify(settings, selection)
+    for line in problems:
+        print(line)
+    print(f"verified {checked} files: {len(problems)} problems", file=sys.stderr)
+    if problems:
+        raise VerificationError(f"verify found {len(problems)} problems (listed above)")
+    return 0
