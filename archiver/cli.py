@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--chunk-rows", type=positive_int, help="rows per chunk (default: ~160 MB of data)"
     )
+    p.add_argument(
+        "--no-cdc-marker",
+        action="store_true",
+        help="move mode: no logical decoding message marking each chunk's deletes as archival",
+    )
     p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
     p.add_argument("--max-attempts", type=positive_int, default=5)
     p.add_argument(

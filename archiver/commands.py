@@ -28,7 +28,14 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     cutoff = parse_cutoff(args.before)
     table = TableName.parse(args.table)
-    request = ArchiveRequest(str(table), args.column, cutoff, Mode(args.mode), args.chunk_rows)
+    request = ArchiveRequest(
+        str(table),
+        args.column,
+        cutoff,
+        Mode(args.mode),
+        args.chunk_rows,
+        cdc_marker=not args.no_cdc_marker,
+    )
     if args.dry_run:
         if args.wait:
             raise InputError("--dry-run and --wait exclude each other")

@@ -58,6 +58,9 @@ class ArchiveRequest:
     # `group` ties the parts together.
     key_range: KeyRange | None = None
     group: str | None = None
+    # Move mode: each chunk's transaction carries a logical decoding message (prefix
+    # `archiver`) so CDC consumers can tell archival deletes from the application's.
+    cdc_marker: bool = True
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> ArchiveRequest:
@@ -70,6 +73,7 @@ class ArchiveRequest:
             chunk_rows=payload.get("chunk_rows"),
             key_range=KeyRange(bounds["after"], bounds["through"]) if bounds else None,
             group=payload.get("group"),
+            cdc_marker=payload.get("cdc_marker", True),
         )
 
     def payload(self) -> dict[str, Any]:
@@ -80,6 +84,8 @@ class ArchiveRequest:
             "mode": str(self.mode),
             "chunk_rows": self.chunk_rows,
         }
+        if not self.cdc_marker:
+            data["cdc_marker"] = False
         if self.key_range is not None:
             data["key_range"] = {"after": self.key_range.after, "through": self.key_range.through}
             data["group"] = self.group

@@ -20,7 +20,15 @@ from archiver.ident import TableName
 from archiver.model import ArchiveRequest, Mode
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
-OPTIONAL_KEYS = ("column", "timezone", "mode", "chunk_rows", "priority", "max_attempts")
+OPTIONAL_KEYS = (
+    "column",
+    "timezone",
+    "mode",
+    "chunk_rows",
+    "priority",
+    "max_attempts",
+    "cdc_marker",
+)
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 
@@ -40,6 +48,7 @@ class Policy:
     chunk_rows: int | None
     priority: int
     max_attempts: int
+    cdc_marker: bool = True
 
     def cutoff(self, slot: dt.datetime) -> dt.datetime:
         """Slot time minus older_than, truncated to the day, in the policy's time zone."""
@@ -48,7 +57,14 @@ class Policy:
 
     def request(self, slot: dt.datetime, qualified_table: str) -> ArchiveRequest:
         cutoff = self.cutoff(slot).isoformat()
-        return ArchiveRequest(qualified_table, self.column, cutoff, self.mode, self.chunk_rows)
+        return ArchiveRequest(
+            qualified_table,
+            self.column,
+            cutoff,
+            self.mode,
+            self.chunk_rows,
+            cdc_marker=self.cdc_marker,
+        )
 
     def fire_times(self, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
         """Every slot in (after, until], oldest first."""
@@ -95,6 +111,8 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     for key in ("name", "table", "older_than", "schedule", "column", "timezone", "mode"):
         if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
             raise fail(key, "expected a non-empty string")
+    if "cdc_marker" in raw and not isinstance(raw["cdc_marker"], bool):
+        raise fail("cdc_marker", "expected true or false")
     for key in ("chunk_rows", "priority", "max_attempts"):
         if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], int)):
             raise fail(key, "expected a whole number")
@@ -127,6 +145,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         trigger=cron_trigger(raw["schedule"], timezone, label),
         mode=Mode(mode),
         chunk_rows=raw.get("chunk_rows"),
+        cdc_marker=raw.get("cdc_marker", True),
         priority=raw.get("priority", 0),
         max_attempts=raw.get("max_attempts", 5),
     )

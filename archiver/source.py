@@ -288,6 +288,16 @@ def bind_chunk(
     cur.fetchall()
 
 
+CDC_PREFIX = "archiver"
+
+
+def emit_cdc_marker(cur: BulkCursor, content: str) -> None:
+    """A transactional logical decoding message in the chunk's transaction: decoded with
+    its deletes, and only if they commit (pg_logical_emit_message, any wal_level)."""
+    cur.execute("SELECT pg_logical_emit_message(true, $1::text, $2::text)", (CDC_PREFIX, content))
+    cur.fetchall()
+
+
 def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
     """(estimated rows, estimated bytes per row) from the planner's statistics."""
     rows = fetch_all(

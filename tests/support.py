@@ -242,6 +242,7 @@ class PrivateCluster:
         self.data = self.root / "pgdata"
         self.port = free_port()
         self.as_owner: list[str] = []
+        self.settings: list[str] = []  # extra `-c name=value` server settings
         if os.geteuid() == 0:
             self.as_owner = ["runuser", "-u", "postgres", "--"]
             shutil.chown(self.root, "postgres")
@@ -285,17 +286,20 @@ class PrivateCluster:
             capture_output=True,
         )
 
+    @property
+    def _options(self) -> str:
+        extra = "".join(f" -c {setting}" for setting in self.settings)
+        return f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c fsync=off{extra}"
+
     def start(self) -> None:
-        self._pg_ctl(
-            "-o", f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c fsync=off", "start"
-        )
+        self._pg_ctl("-o", self._options, "start")
 
     def restart(self) -> None:
         self._pg_ctl(
             "-m",
             "fast",
             "-o",
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c fsync=off",
+            self._options,
             "restart",
         )
 

@@ -5,6 +5,7 @@ source back, and the rows are still in the table."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import tempfile
@@ -24,7 +25,7 @@ from archiver.db import BulkConnection, BulkCursor
 from archiver.errors import VerificationError
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
-from archiver.source import ChunkQueries, bind_chunk
+from archiver.source import ChunkQueries, bind_chunk, emit_cdc_marker
 from archiver.storage import Storage, StoredObject, file_md5
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
             # 4. verify what the service holds, and that the file holds every row taken
             archived = verify(job, name, local, md5, stored, rows_taken, part, stats)
             new_progress = progress.after(archived)
+            if move and job.request.cdc_marker:
+                emit_cdc_marker(cur, cdc_content(archived))
             # 5. record the file and the job's progress; 6. COMMIT
             job.commit.commit_chunk(archived, new_progress)
             failpoints.reach("after_commit")
@@ -216,6 +219,19 @@ def _overlapped(reader: pa.RecordBatchReader, encode: Callable[[pa.RecordBatch],
         encoder.join()
     if failed:
         raise failed[0]
+
+
+def cdc_content(f: ArchivedFile) -> str:
+    """What a CDC consumer reads in the marker of a chunk's deletes."""
+    return json.dumps(
+        {
+            "job_id": f.job_id,
+            "table": f.source_table,
+            "part": f.part,
+            "rows": f.row_count,
+            "path": f.path,
+        }
+    )
 
 
 def rollback_quietly(conn: BulkConnection) -> None:

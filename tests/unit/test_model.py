@@ -56,6 +56,9 @@ def test_request_payload_round_trip_and_keys() -> None:
         "public.t", "c", "2024-01-01", Mode.MOVE, key_range=KeyRange("10", None), group="g"
     )
     assert ArchiveRequest.from_payload(part.payload()) == part
+    quiet = ArchiveRequest("public.t", "c", "2024-01-01", Mode.MOVE, cdc_marker=False)
+    assert ArchiveRequest.from_payload(quiet.payload()) == quiet
+    assert "cdc_marker" not in r.payload()  # the default is not written: old payloads read the same
     dedup, lock = part.range_keys(1, 4)
     assert dedup.endswith(":range:1/4") and lock == "table:public.t:range:1"
 

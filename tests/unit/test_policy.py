@@ -44,6 +44,7 @@ def test_a_good_policy() -> None:
         ({"priority": "high"}, "priority: expected a whole number"),
         ({"colour": "red"}, "colour: unknown key"),
         ({"table": "a."}, "table: invalid table name"),
+        ({"cdc_marker": "no"}, "cdc_marker: expected true or false"),
     ],
 )
 def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: str) -> None:

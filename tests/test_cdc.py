@@ -1,0 +1,77 @@
+"""The CDC marker, read back as a consumer reads it: on a wal_level = logical cluster of
+the test's own, a test_decoding slot sees one transactional `archiver` message in the
+transaction of each committed move chunk, and none with --no-cdc-marker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.reference import seed_orders
+from tests.support import PrivateCluster, run_cli, sql, sql_value, start_worker, with_database
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def logical() -> Iterator[str]:
+    cluster = PrivateCluster()
+    cluster.settings = ["wal_level=logical", "max_replication_slots=4", "max_wal_senders=4"]
+    cluster.init()
+    cluster.start()
+    try:
+        sql(cluster.admin_url, "CREATE DATABASE app")
+        yield with_database(cluster.admin_url, "app")
+    finally:
+        cluster.stop()
+
+
+def changes(url: str) -> list[str]:
+    rows = sql(url, "SELECT data FROM pg_logical_slot_get_changes('cdc', NULL, NULL)")
+    return [str(r["data"]) for r in rows]
+
+
+def test_one_marker_per_committed_chunk(logical: str, tmp_path: Path) -> None:
+    url = logical
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "ARCHIVER_DATABASE_URL": url,
+        "ARCHIVER_STORAGE_URL": f"file://{tmp_path}/store",
+        "TMPDIR": str(tmp_path),
+    }
+    assert run_cli(env, "migrate").returncode == 0
+    seed_orders(url, 7_000)  # 2,680 rows older than 2024-12-29: three chunks
+    sql(url, "SELECT pg_create_logical_replication_slot('cdc', 'test_decoding')")
+    enqueue = ["enqueue", "--table", "orders", "--chunk-rows", "1000", "--before"]
+    job = run_cli(env, *enqueue, "2024-12-29").stdout.strip()
+    assert start_worker(env, "--burst").wait(60) == 0
+
+    lines = changes(url)
+    markers = [
+        line for line in lines if line.startswith("message: transactional: 1 prefix: archiver")
+    ]
+    files = sql(url, "SELECT part, row_count, path FROM archive_files ORDER BY part")
+    assert len(files) >= 3 and len(markers) == len(files)
+    contents = [json.loads(line.split("content:", 1)[1]) for line in markers]
+    assert [(c["job_id"], c["table"], c["part"], c["rows"], c["path"]) for c in contents] == [
+        (job, "public.orders", f["part"], f["row_count"], f["path"]) for f in files
+    ]
+    # each marker sits inside the transaction that deleted that chunk's rows
+    for marker in markers:
+        at = lines.index(marker)
+        begin = max(i for i in range(at) if lines[i].startswith("BEGIN"))
+        commit = min(i for i in range(at, len(lines)) if lines[i].startswith("COMMIT"))
+        deletes = [x for x in lines[begin:commit] if x.startswith("table public.orders: DELETE")]
+        assert len(deletes) == json.loads(marker.split("content:", 1)[1])["rows"]
+
+    quiet = run_cli(env, *enqueue, "2024-12-31", "--no-cdc-marker")
+    assert quiet.returncode == 0, quiet.stderr
+    assert start_worker(env, "--burst").wait(60) == 0
+    after = changes(url)
+    assert any(x.startswith("table public.orders: DELETE") for x in after)
+    assert not [x for x in after if "prefix: archiver" in x]
+    assert sql_value(url, "SELECT count(*) FROM background_jobs WHERE status = 'completed'") == 2
+    sql(url, "SELECT pg_drop_replication_slot('cdc')")
