@@ -201,6 +201,24 @@ class Settings:
     retry_max_seconds: float = _setting(
         600.0, "ARCHIVER_RETRY_MAX_SECONDS", "the longest backoff", _number(float, 0.0)
     )
+    lock_timeout: float = _setting(
+        5.0,
+        "ARCHIVER_LOCK_TIMEOUT",
+        "seconds a chunk statement waits for a table lock an application holds before it rolls back and retries later (lock_timeout)",
+        _number(float, 0.01),
+    )
+    lock_retries: int = _setting(
+        10,
+        "ARCHIVER_LOCK_RETRIES",
+        "chunk retries after a lock timeout, with backoff up to 30 s, before the attempt fails; they spend no attempt",
+        _number(int, 0),
+    )
+    statement_timeout: float = _setting(
+        1800.0,
+        "ARCHIVER_STATEMENT_TIMEOUT",
+        "seconds a chunk statement may run, streaming included (statement_timeout; 0: none)",
+        _number(float, 0.0),
+    )
     log_format: str = _setting(
         "text", "ARCHIVER_LOG_FORMAT", "`text` or `json`", _choice("text", "json")
     )

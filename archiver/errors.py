@@ -36,6 +36,10 @@ class LeaseLost(ArchiverError):
     """This worker no longer holds the job (it was rescued, cancelled or deleted)."""
 
 
+class LockBusy(ArchiverError):
+    """A chunk gave up waiting for a lock an application holds; it was rolled back."""
+
+
 class JobFailed(ArchiverError):
     """A job waited on (`enqueue --wait`) ended failed or cancelled."""
 

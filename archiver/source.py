@@ -266,12 +266,21 @@ def bind_chunk(
     after: list[str] | None,
     limit: int,
     key_range: KeyRange | None = None,
+    timeouts: tuple[float, float] = (0.0, 0.0),
 ) -> None:
-    """Hand the chunk's values to the next statement as transaction-local settings."""
+    """Hand the chunk's values to the next statement as transaction-local settings, with
+    its (lock_timeout, statement_timeout) in seconds (0: none)."""
     # jit off: compiling the chunk's expressions costs ~0.1 s per chunk and gains nothing
     # on a statement that only streams rows (measured on the reference orders table).
-    names = ["archiver.cutoff", "archiver.limit", "jit"]
-    values = [cutoff, str(limit), "off"]
+    lock_timeout, statement_timeout = timeouts
+    names = ["archiver.cutoff", "archiver.limit", "jit", "lock_timeout", "statement_timeout"]
+    values = [
+        cutoff,
+        str(limit),
+        "off",
+        str(round(lock_timeout * 1000)),
+        str(round(statement_timeout * 1000)),
+    ]
     for i, value in enumerate(after or []):
         names.append(f"archiver.key_{i}")
         values.append(value)
@@ -286,6 +295,23 @@ def bind_chunk(
         params += [name, value]
     cur.execute(f"SELECT {calls}", tuple(params))
     cur.fetchall()
+
+
+LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
+_LOCK_HOLDERS = r"""
+SELECT l.pid, l.mode, COALESCE(NULLIF(a.application_name, ''), 'unnamed'),
+       left(regexp_replace(a.query, '\s+', ' ', 'g'), 80)
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.relation = $1::bigint::oid AND l.granted AND l.pid <> pg_backend_pid()
+  AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+ORDER BY l.pid
+"""
+
+
+def lock_holders(conn: BulkConnection, table: TableInfo) -> str:
+    """Who holds a lock on `table` that a chunk's DELETE or SELECT would wait for."""
+    rows = fetch_all(conn, _LOCK_HOLDERS, (table.oid,))
+    return "; ".join(f"pid {p} ({mode}, {app}: {query})" for p, mode, app, query in rows)
 
 
 CDC_PREFIX = "archiver"

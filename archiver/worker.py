@@ -26,6 +26,7 @@ import adbc_driver_manager
 import asyncpg
 
 from archiver import db, jobqueue, metrics
+from archiver.archive.chunk import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.config import Settings
 from archiver.errors import ArchiverError, LeaseLost, error_line
@@ -377,6 +378,9 @@ class Worker:
                 storage=self.storage,
                 same_database=settings.same_database,
                 workdir=self.workdir,
+                limits=ChunkLimits(
+                    settings.lock_timeout, settings.statement_timeout, settings.lock_retries
+                ),
             )
             return run_job(
                 context,

@@ -22,15 +22,31 @@ from archiver.archive.commit import CommitStrategy
 from archiver.archive.stats import ChunkStats, key_text
 from archiver.catalog import Catalog
 from archiver.db import BulkConnection, BulkCursor
-from archiver.errors import VerificationError
+from archiver.errors import LockBusy, VerificationError
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
-from archiver.source import ChunkQueries, bind_chunk, emit_cdc_marker
+from archiver.source import (
+    LOCK_NOT_AVAILABLE,
+    ChunkQueries,
+    bind_chunk,
+    emit_cdc_marker,
+    lock_holders,
+)
 from archiver.storage import Storage, StoredObject, file_md5
 
 log = logging.getLogger(__name__)
 
 ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder (~13 MB each on orders)
+
+
+@dataclass(frozen=True)
+class ChunkLimits:
+    """How long a chunk statement waits for locks and runs (seconds; 0: no limit), and
+    how often a chunk that timed out on a lock is retried before the attempt fails."""
+
+    lock_timeout: float = 5.0
+    statement_timeout: float = 0.0
+    lock_retries: int = 10
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ class JobContext:
     catalog: Catalog
     commit: CommitStrategy
     workdir: Path
+    limits: ChunkLimits = ChunkLimits()
 
     @property
     def key_names(self) -> list[str]:
@@ -84,9 +101,15 @@ def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
             # 5. record the file and the job's progress; 6. COMMIT
             job.commit.commit_chunk(archived, new_progress)
             failpoints.reach("after_commit")
-    except BaseException:
-        if move:
+    except BaseException as exc:
+        if move or getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
             rollback_quietly(job.source)
+        if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            holders = lock_holders(job.source, job.queries.table) or "no holder left"
+            raise LockBusy(
+                f"waited {job.limits.lock_timeout:g}s for a lock on "
+                f"{job.queries.table.qualified} held by {holders}"
+            ) from None
         raise
     log.info(
         "job %s: chunk %d of ~%d, %d rows, %d bytes -> %s (%d of ~%d rows done)",
@@ -105,7 +128,8 @@ def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
 def take_rows(job: JobContext, cur: BulkCursor, progress: Progress) -> None:
     """Run the chunk's statement: DELETE ... RETURNING in move mode, a read in copy mode."""
     key_range = job.request.key_range
-    bind_chunk(cur, job.request.cutoff, progress.last_key, progress.chunk_rows, key_range)
+    limits = (job.limits.lock_timeout, job.limits.statement_timeout)
+    bind_chunk(cur, job.request.cutoff, progress.last_key, progress.chunk_rows, key_range, limits)
     after = progress.last_key is not None
     if job.request.mode == Mode.MOVE:
         cur.execute(job.queries.take(after_key=after, key_range=key_range))

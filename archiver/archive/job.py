@@ -5,13 +5,14 @@ between chunks, whether to stop."""
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from archiver import source
 from archiver.archive import names
-from archiver.archive.chunk import JobContext, archive_chunk, rollback_quietly
+from archiver.archive.chunk import ChunkLimits, JobContext, archive_chunk, rollback_quietly
 from archiver.archive.commit import (
     CommitStrategy,
     CopyOnly,
@@ -22,6 +23,7 @@ from archiver.archive.commit import (
 from archiver.archive.plan import plan_archive
 from archiver.catalog import PgCatalog
 from archiver.db import BulkConnection
+from archiver.errors import LockBusy
 from archiver.model import ArchiveRequest, Mode, Progress
 from archiver.storage import Storage
 
@@ -42,6 +44,7 @@ def open_job(
     storage: Storage,
     same_database: bool,
     workdir: Path,
+    limits: ChunkLimits,
 ) -> JobContext:
     """The job's context on its two connections, with the commit strategy its mode and
     databases call for."""
@@ -55,7 +58,9 @@ def open_job(
     else:
         commit = SeparateDatabase(source_tx, catalog)
     queries = source.describe_archive(src, request.table, request.column, request.mode)
-    return JobContext(job_id, attempt, request, queries, src, storage, catalog, commit, workdir)
+    return JobContext(
+        job_id, attempt, request, queries, src, storage, catalog, commit, workdir, limits
+    )
 
 
 def start_job(job: JobContext, saved: Progress) -> Progress:
@@ -92,6 +97,16 @@ def sweep_stale_uploads(job: JobContext) -> None:
             job.storage.delete(stored.name)
 
 
+def _sleep(seconds: float, interrupt: Interrupt) -> None:
+    """Wait, but let a stop, a cancel or a lost lease end the wait early."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        reason = interrupt()
+        if reason is not None:
+            raise reason
+        time.sleep(min(0.2, left))
+
+
 def run_job(
     job: JobContext, saved: Progress, interrupt: Interrupt, on_chunk: ChunkDone | None = None
 ) -> Progress:
@@ -103,13 +118,32 @@ def run_job(
     if copy:  # every chunk of this job reads the same consistent snapshot
         with job.source.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    busy = 0  # lock timeouts in a row
     try:
         while True:
             reason = interrupt()
             if reason is not None:
                 raise reason
             started = time.monotonic()
-            advanced = archive_chunk(job, progress)
+            try:
+                advanced = archive_chunk(job, progress)
+            except LockBusy as exc:
+                busy += 1
+                if busy > job.limits.lock_retries:
+                    raise
+                delay = min(30.0, 2.0 ** (busy - 1)) * random.uniform(0.5, 1.0)
+                log.warning(
+                    "job %s: chunk rolled back: %s; retrying in %.1fs (%d of %d, the "
+                    "attempt is not spent)",
+                    job.job_id,
+                    exc,
+                    delay,
+                    busy,
+                    job.limits.lock_retries,
+                )
+                _sleep(delay, interrupt)
+                continue
+            busy = 0
             if advanced is None:
                 return progress.finished()
             if on_chunk is not None:
