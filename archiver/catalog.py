@@ -47,6 +47,12 @@ class Catalog(Protocol):
     def checkpoint(self, progress: Progress) -> None:
         """Save the job's progress (LeaseLost if not held)."""
 
+    def limits(self) -> dict[str, Any]:
+        """The job's limits as they are now (operators change them while it runs)."""
+
+    def set_throttled(self, reason: str | None) -> None:
+        """Say why the job waits (None: it no longer does), in its own transaction."""
+
     def commit(self) -> None: ...
 
     def rollback(self) -> None: ...
@@ -128,6 +134,15 @@ class PgCatalog:
     def checkpoint(self, progress: Progress) -> None:
         self._held("checkpoint", self.job_id, self.worker, json.dumps(progress.to_json()))
 
+    def limits(self) -> dict[str, Any]:
+        rows = fetch_all(self.conn, query("job_limits"), (self.job_id,))
+        found: dict[str, Any] = json.loads(rows[0][0]) if rows else {}
+        return found
+
+    def set_throttled(self, reason: str | None) -> None:
+        self._run("set_throttled", self.job_id, self.worker, reason or "")
+        self.conn.commit()
+
     def commit(self) -> None:
         self.conn.commit()
 
@@ -149,6 +164,8 @@ class _Tables:
     files: dict[int, tuple[ArchivedFile, FileState, str | None]] = field(default_factory=dict)
     progress: Progress = field(default_factory=Progress)
     held: bool = True  # the job is still this worker's
+    limits: dict[str, Any] = field(default_factory=dict)
+    throttled: list[str | None] = field(default_factory=list)  # every reason said, in order
 
 
 class MemoryDatabase:
@@ -248,3 +265,9 @@ class MemoryDatabase:
     def checkpoint(self, progress: Progress) -> None:
         self._check_held()
         self._open.append(("progress", progress))
+
+    def limits(self) -> dict[str, Any]:
+        return dict(self.committed.limits)
+
+    def set_throttled(self, reason: str | None) -> None:
+        self.committed.throttled.append(reason)

@@ -30,6 +30,7 @@ from archiver.commands import (
     cmd_scheduler,
     cmd_show,
     cmd_status,
+    cmd_throttle,
     cmd_verify,
     cmd_worker,
 )
@@ -41,6 +42,10 @@ from archiver.model import Mode, Status
 log = logging.getLogger("archiver")
 
 Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+
+
+def non_negative_int(text: str) -> int:
+    return positive_int(text) if text.strip() != "0" else 0
 
 
 def positive_int(text: str) -> int:
@@ -100,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=[str(m) for m in Mode], default=str(Mode.MOVE))
     p.add_argument(
         "--chunk-rows", type=positive_int, help="rows per chunk (default: ~160 MB of data)"
+    )
+    p.add_argument(
+        "--max-rows-per-second",
+        type=positive_int,
+        metavar="N",
+        help="pace the job to N rows a second (change it later with archiver throttle)",
     )
     p.add_argument(
         "--no-cdc-marker",
@@ -168,6 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("job_id", nargs="?", help="one job")
         p.add_argument("--table", help="every job of this table, now and later")
         p.set_defaults(func=cmd_pause if name == "pause" else cmd_resume)
+
+    p = sub.add_parser("throttle", help="change a queued or running job's limits")
+    p.add_argument("job_id")
+    p.add_argument(
+        "--max-rows-per-second",
+        type=non_negative_int,
+        metavar="N",
+        help="rows a second; 0 removes the limit (a running job obeys at once)",
+    )
+    p.set_defaults(func=cmd_throttle)
 
     p = sub.add_parser("grants", help="print the GRANTs a least-privilege worker role needs")
     p.add_argument("--role", required=True, help="the role workers and the scheduler log in as")

@@ -48,6 +48,9 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         parallel=args.parallel,
         priority=args.priority,
         max_attempts=args.max_attempts,
+        limits={"max_rows_per_second": args.max_rows_per_second}
+        if args.max_rows_per_second
+        else None,
     )
     for i, job in enumerate(queued):
         if not job.created:
@@ -178,6 +181,17 @@ async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
     async with db.connection(settings.database_url) as conn:
         await jobqueue.resume_job(conn, job_id)
     print(f"job {job_id} resumed")
+    return 0
+
+
+async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
+    job_id = parse_job_id(args.job_id)
+    if args.max_rows_per_second is None:
+        raise InputError("throttle: give --max-rows-per-second N (0 removes the limit)")
+    changes = {"max_rows_per_second": args.max_rows_per_second or None}
+    async with db.connection(settings.database_url) as conn:
+        limits = await jobqueue.set_limits(conn, job_id, changes)
+    print(f"job {job_id} limits: {console.dumps(limits) if limits else 'none'}")
     return 0
 
 

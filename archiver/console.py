@@ -113,6 +113,7 @@ STATUS_SECTIONS: dict[str, tuple[str, Columns]] = {
             ("rows_done", "rows"),
             ("rows_per_second", "rows/s"),
             ("eta_seconds", "eta"),
+            ("throttled_reason", "waiting on"),
         ],
     ),
     "failed_jobs": (
@@ -206,6 +207,13 @@ def job_report(job: Job, files: list[dict[str, Any]]) -> str:
         ("next run", cell("", job.run_at) if job.status == Status.QUEUED else "-"),
         ("cancel asked", cell("", job.cancel_requested_at)),
         ("paused", cell("", job.paused_at)),
+        ("limits", json.dumps(job.limits) if job.limits else "-"),
+        (
+            "throttled",
+            f"{job.throttled_reason} since {cell('', job.throttled_since)}"
+            if job.throttled_reason
+            else "-",
+        ),
         ("last error", job.last_error or "-"),
     ]
     lines = [f"{name:<13}{value}" for name, value in fields]
@@ -244,6 +252,7 @@ class ProgressBar:
             f"[{'#' * filled}{'.' * (self.width - filled)}] {done:4.0%}  {rows:,} rows  "
             f"{size(p.get('bytes', 0))}  {f'{rate:,.0f}' if rate else '-'} rows/s  "
             f"ETA {duration(eta)}  {job.status}"
+            + (f" (waiting on {job.throttled_reason})" if job.throttled_reason else "")
         )
 
     def draw(self, job: Job) -> None:

@@ -33,6 +33,7 @@ async def enqueue(
     max_attempts: int = 5,
     run_at: dt.datetime | None = None,
     task_name: str = ARCHIVE_TASK,
+    limits: dict[str, Any] | None = None,
 ) -> tuple[uuid.UUID, bool]:
     """Queue a job; (id, True) if new, or (id of the queued/running twin, False)."""
     while True:
@@ -45,6 +46,7 @@ async def enqueue(
             dedup_key,
             lock_key,
             run_at,
+            json.dumps(limits) if limits else None,
         )
         if job_id is not None:
             return job_id, True
@@ -206,6 +208,20 @@ async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
 
 
 OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary", "paused")
+
+
+async def set_limits(
+    conn: asyncpg.Connection, job_id: uuid.UUID, changes: dict[str, Any]
+) -> dict[str, Any]:
+    """Change a queued or running job's limits (a None value removes one): the new limits."""
+    row = await conn.fetchrow(query("set_limits"), job_id, json.dumps(changes))
+    if row is None:
+        job = await get_job(conn, job_id)
+        raise JobStateError(
+            f"job {job_id} is {job.status}; only queued or running jobs change limits"
+        )
+    limits: dict[str, Any] = json.loads(row["limits"])
+    return limits
 
 
 async def pause_table(conn: asyncpg.Connection, table: str) -> bool:

@@ -43,6 +43,11 @@ JOBS_FINISHED = Counter(
     "cancelled, handed_back, lease_lost)",
     ["outcome"],
 )
+THROTTLED_SECONDS = Counter(
+    "archiver_throttled_seconds",
+    "Seconds this worker's jobs waited on a limit, by reason (max_rows_per_second)",
+    ["reason"],
+)
 ERRORS = Counter("archiver_errors", "Failed job attempts, by exception type", ["kind"])
 
 
@@ -56,6 +61,10 @@ def chunk_done(table: str, rows: int, nbytes: int, seconds: float) -> None:
     ROWS_ARCHIVED.labels(table).inc(rows)
     BYTES_ARCHIVED.labels(table).inc(nbytes)
     CHUNK_SECONDS.labels(table).observe(seconds)
+
+
+def throttled(reason: str, seconds: float) -> None:
+    THROTTLED_SECONDS.labels(reason).inc(seconds)
 
 
 def job_finished(outcome: str) -> None:

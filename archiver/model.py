@@ -248,6 +248,9 @@ class Job:
     heartbeat_at: dt.datetime | None
     cancel_requested_at: dt.datetime | None
     paused_at: dt.datetime | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    throttled_reason: str | None = None
+    throttled_since: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -270,6 +273,9 @@ class Job:
             heartbeat_at=row["heartbeat_at"],
             cancel_requested_at=row["cancel_requested_at"],
             paused_at=row.get("paused_at"),
+            limits=json.loads(row.get("limits") or "{}"),
+            throttled_reason=row.get("throttled_reason"),
+            throttled_since=row.get("throttled_since"),
         )
 
 

@@ -76,7 +76,13 @@ async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
 
 
 async def enqueue_archive(
-    settings: Settings, request: ArchiveRequest, *, parallel: int, priority: int, max_attempts: int
+    settings: Settings,
+    request: ArchiveRequest,
+    *,
+    parallel: int,
+    priority: int,
+    max_attempts: int,
+    limits: dict[str, Any] | None = None,
 ) -> tuple[str | None, list[Enqueued]]:
     """Check the archive on the source and the storage, then queue it: one job, or with
     `parallel` > 1 one job per key range, all queued or none, sharing a group id:
@@ -110,6 +116,7 @@ async def enqueue_archive(
                 lock_key=lock_key,
                 priority=priority,
                 max_attempts=max_attempts,
+                limits=limits,
             )
             queued.append(Enqueued(job_id, created))
     return group, queued

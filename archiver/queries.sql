@@ -2,8 +2,8 @@
 -- Loaded by archiver/db.py (query); `-- name: X` starts a query. The schema lives in sql/.
 
 -- name: enqueue
-INSERT INTO background_jobs (task_name, payload, priority, max_attempts, dedup_key, lock_key, run_at)
-VALUES ($1, $2::jsonb, $3, $4, $5, $6, COALESCE($7, now()))
+INSERT INTO background_jobs (task_name, payload, priority, max_attempts, dedup_key, lock_key, run_at, limits)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, COALESCE($7, now()), COALESCE($8::jsonb, '{}'))
 ON CONFLICT (dedup_key) WHERE status IN ('queued', 'running') DO NOTHING
 RETURNING id
 
@@ -148,7 +148,8 @@ SELECT id, source_table, worker, attempts, started_at,
        extract(epoch FROM heartbeat_age)::float8 AS heartbeat_age_seconds,
        rows_done, rows_estimated, chunks_done, chunks_estimated, bytes_done,
        progress_pct::float8 AS progress_pct, rows_per_second::float8 AS rows_per_second,
-       extract(epoch FROM eta)::float8 AS eta_seconds, cancel_requested
+       extract(epoch FROM eta)::float8 AS eta_seconds, cancel_requested,
+       throttled_reason, throttled_since
 FROM archiver_running_jobs ORDER BY started_at
 
 -- name: failed_jobs
@@ -277,3 +278,20 @@ SELECT kind, source_table, job_id, paused_at, jobs FROM archiver_paused ORDER BY
 -- name: queue_schema
 SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = to_regclass('background_jobs')
+
+-- name: job_limits
+SELECT limits::text FROM background_jobs WHERE id = $1::uuid
+
+-- name: set_throttled
+-- Why a running job waits ('' = it no longer does), and since when.
+UPDATE background_jobs
+SET throttled_reason = NULLIF($3, ''),
+    throttled_since = CASE WHEN $3 = '' THEN NULL ELSE COALESCE(throttled_since, now()) END
+WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
+
+-- name: set_limits
+-- Change a queued or running job's limits; a running job obeys from its next chunk.
+UPDATE background_jobs
+SET limits = jsonb_strip_nulls(limits || $2::jsonb)
+WHERE id = $1 AND status IN ('queued', 'running')
+RETURNING status, limits::text AS limits

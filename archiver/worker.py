@@ -387,4 +387,5 @@ class Worker:
                 Progress.from_json(job.progress),
                 lambda: run.interrupt,
                 functools.partial(metrics.chunk_done, request.table),
+                metrics.throttled,
             )

@@ -4,6 +4,7 @@ between chunks, whether to stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 Interrupt = Callable[[], BaseException | None]
 ChunkDone = Callable[[int, int, float], None]
+Waited = Callable[[str, float], None]
 
 
 def open_job(
@@ -107,26 +109,70 @@ def _sleep(seconds: float, interrupt: Interrupt) -> None:
         time.sleep(min(0.2, left))
 
 
+CHUNK_BUDGET_SECONDS = 5.0  # under a rate limit, a chunk is at most this much of it
+RATE_LIMIT = "max_rows_per_second"
+
+
+def _pace(
+    job: JobContext,
+    last: tuple[float, int] | None,
+    interrupt: Interrupt,
+    on_wait: Waited | None,
+) -> int | None:
+    """Wait until the job's rate limit allows its next chunk: the previous one, of `rows`
+    started at `started` (monotonic), may not have come faster than the limit. The limit
+    is read from the job row again while waiting, so an operator's change takes effect at
+    once. Returns the chunk size the limit allows (None: no limit)."""
+    rate = job.catalog.limits().get(RATE_LIMIT)
+    waited_from = time.monotonic()
+    said = False
+    while rate and last is not None:
+        started, rows = last
+        due = started + rows / rate - time.monotonic()
+        if due <= 0:
+            break
+        if not said:
+            job.catalog.set_throttled(RATE_LIMIT)
+            said = True
+        _sleep(min(due, 1.0), interrupt)
+        rate = job.catalog.limits().get(RATE_LIMIT)
+    if said:
+        job.catalog.set_throttled(None)
+        if on_wait is not None:
+            on_wait(RATE_LIMIT, time.monotonic() - waited_from)
+    return max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None
+
+
 def run_job(
-    job: JobContext, saved: Progress, interrupt: Interrupt, on_chunk: ChunkDone | None = None
+    job: JobContext,
+    saved: Progress,
+    interrupt: Interrupt,
+    on_chunk: ChunkDone | None = None,
+    on_wait: Waited | None = None,
 ) -> Progress:
     """Start the job, then archive chunks until none is left. `interrupt()` is asked
     between chunks and whatever it returns (stop, cancel, lease lost) is raised there;
-    `on_chunk(rows, bytes, seconds)` hears of every committed chunk (metrics)."""
+    `on_chunk(rows, bytes, seconds)` hears of every committed chunk and `on_wait(reason,
+    seconds)` of every wait on a limit (metrics)."""
     progress = start_job(job, saved)
     copy = job.request.mode == Mode.COPY
     if copy:  # every chunk of this job reads the same consistent snapshot
         with job.source.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     busy = 0  # lock timeouts in a row
+    last: tuple[float, int] | None = None  # the previous chunk: (started, rows)
     try:
         while True:
             reason = interrupt()
             if reason is not None:
                 raise reason
+            allowed = _pace(job, last, interrupt, on_wait)
             started = time.monotonic()
+            chunk = progress
+            if allowed is not None and allowed < progress.chunk_rows:
+                chunk = dataclasses.replace(progress, chunk_rows=allowed)
             try:
-                advanced = archive_chunk(job, progress)
+                advanced = archive_chunk(job, chunk)
             except LockBusy as exc:
                 busy += 1
                 if busy > job.limits.lock_retries:
@@ -146,6 +192,8 @@ def run_job(
             busy = 0
             if advanced is None:
                 return progress.finished()
+            advanced.chunk_rows = progress.chunk_rows  # the planned size, not the paced one
+            last = (started, advanced.rows - progress.rows)
             if on_chunk is not None:
                 on_chunk(
                     advanced.rows - progress.rows,

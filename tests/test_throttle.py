@@ -1,0 +1,92 @@
+"""Rate limits live in the job row: a paced job takes at least rows / rate, says why it
+waits (view, `show`, metric), and obeys a limit changed while it runs."""
+
+from __future__ import annotations
+
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.reference import seed_orders
+from tests.support import (
+    free_port,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_for_status,
+    wait_for_text,
+    wait_until,
+)
+
+BEFORE = "2024-12-29"  # with 6,000 seeded orders: 1,680 older
+
+
+def test_rows_per_second(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
+    seed_orders(database_url, 6_000)
+    rate, chunk = 400, 500
+    paced = run_cli(
+        env, "enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", str(chunk),
+        "--max-rows-per-second", str(rate),
+    ).stdout.strip()  # fmt: skip
+    port = free_port()
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, "--metrics-port", str(port), log=log)
+    waiting = wait_until(
+        lambda: sql(
+            database_url, "SELECT * FROM archiver_running_jobs WHERE throttled_reason IS NOT NULL"
+        ),
+        timeout=30,
+        what="a throttled running job",
+    )[0]
+    assert waiting["throttled_reason"] == "max_rows_per_second" and waiting["throttled_since"]
+    shown = run_cli(env, "show", paced).stdout
+    assert "max_rows_per_second since" in shown and '"max_rows_per_second": 400' in shown
+    job = wait_for_status(database_url, paced, "completed", timeout=60)
+    seconds = (job["finished_at"] - job["started_at"]).total_seconds()
+    assert seconds >= (1_680 - chunk) / rate  # the first chunk is not waited for
+    assert job["throttled_reason"] is None
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    line = next(
+        x for x in scraped.splitlines() if x.startswith("archiver_throttled_seconds_total{")
+    )
+    assert 'reason="max_rows_per_second"' in line and float(line.split()[-1]) > 1.0
+
+    # a limit lifted while the job runs takes effect at once, not after the planned wait
+    sql(database_url, "DELETE FROM archive_files")
+    seed_orders(database_url, 2_000, first=6_001)
+    slow = run_cli(
+        env, "enqueue", "--table", "orders", "--before", "2025-01-01", "--chunk-rows", str(chunk),
+        "--max-rows-per-second", "20",
+    ).stdout.strip()  # fmt: skip
+    wait_for_text(log, f"job {slow}: chunk 1 of")
+    time.sleep(1)
+    lifted = run_cli(env, "throttle", slow, "--max-rows-per-second", "0")
+    assert lifted.returncode == 0 and lifted.stdout.strip().endswith("limits: none"), lifted
+    changed_at = time.monotonic()
+    wait_for_status(database_url, slow, "completed", timeout=30)
+    assert time.monotonic() - changed_at < chunk / 20  # far less than one paced chunk
+    assert (
+        sql_value(database_url, "SELECT attempts FROM background_jobs WHERE id = $1::uuid", slow)
+        == 1
+    )
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_throttle_refuses_bad_input(env: dict[str, str], database_url: str) -> None:
+    for args, needle in (
+        (
+            ["throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "5"],
+            "no job",
+        ),
+        (["throttle", "00000000-0000-0000-0000-000000000000"], "give --max-rows-per-second"),
+    ):
+        result = run_cli(env, *args)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert needle in result.stderr
+    bad = run_cli(
+        env, "throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "-3"
+    )
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
