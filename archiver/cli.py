@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="pace the job to N rows a second (change it later with archiver throttle)",
     )
     p.add_argument(
+        "--max-replica-lag",
+        metavar="LIMIT",
+        help="move mode: wait while a replica or slot is behind by more (30s or 64MB)",
+    )
+    p.add_argument(
         "--no-cdc-marker",
         action="store_true",
         help="move mode: no logical decoding message marking each chunk's deletes as archival",
@@ -188,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rows a second; 0 removes the limit (a running job obeys at once)",
     )
+    p.add_argument("--max-replica-lag", metavar="LIMIT", help="30s or 64MB; 0 removes the limit")
     p.set_defaults(func=cmd_throttle)
 
     p = sub.add_parser("grants", help="print the GRANTs a least-privilege worker role needs")

@@ -10,12 +10,13 @@ import logging
 import os
 import sys
 import uuid
+from typing import Any
 
 from archiver import console, db, jobqueue, operations
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed, VerificationError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
+from archiver.model import ArchiveRequest, Mode, Status, parse_job_id, replica_lag_limit
 from archiver.operations import FileSelection, parse_cutoff
 
 
@@ -48,9 +49,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         parallel=args.parallel,
         priority=args.priority,
         max_attempts=args.max_attempts,
-        limits={"max_rows_per_second": args.max_rows_per_second}
-        if args.max_rows_per_second
-        else None,
+        limits=_limits(args) or None,
     )
     for i, job in enumerate(queued):
         if not job.created:
@@ -184,11 +183,30 @@ async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The limits an enqueue or throttle command gives; a None value removes one."""
+    limits: dict[str, Any] = {}
+    if args.max_rows_per_second is not None:
+        limits["max_rows_per_second"] = args.max_rows_per_second or None
+    if args.max_replica_lag is not None:
+        lag = args.max_replica_lag.strip()
+        limits.update(
+            {"max_replica_lag_bytes": None, "max_replica_lag_seconds": None}
+            if lag in ("0", "none")
+            else replica_lag_limit(lag)
+        )
+    return (
+        {k: v for k, v in limits.items() if v is not None} if args.command == "enqueue" else limits
+    )
+
+
 async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
     job_id = parse_job_id(args.job_id)
-    if args.max_rows_per_second is None:
-        raise InputError("throttle: give --max-rows-per-second N (0 removes the limit)")
-    changes = {"max_rows_per_second": args.max_rows_per_second or None}
+    changes = _limits(args)
+    if not changes:
+        raise InputError(
+            "throttle: give --max-rows-per-second N or --max-replica-lag LIMIT (0 removes one)"
+        )
     async with db.connection(settings.database_url) as conn:
         limits = await jobqueue.set_limits(conn, job_id, changes)
     print(f"job {job_id} limits: {console.dumps(limits) if limits else 'none'}")

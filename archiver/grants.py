@@ -82,5 +82,6 @@ def grant_script(
             "-- restore stages rows in a temporary table: PUBLIC has TEMPORARY on a database",
             "-- by default; where it was revoked, GRANT TEMPORARY ON DATABASE <db> TO the role.",
             "-- restore --into a new table also needs CREATE on that table's schema.",
+            "-- --max-replica-lag reads replicas' positions: GRANT pg_monitor TO the role.",
         ]
     return "\n".join(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -284,3 +285,29 @@ def parse_job_id(text: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise InputError(f"{text!r} is not a job id (a UUID)") from None
+
+
+_LAG = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|B|kB|MB|GB|TB)\s*")
+_LAG_UNITS: dict[str, tuple[str, float]] = {
+    "ms": ("max_replica_lag_seconds", 0.001),
+    "s": ("max_replica_lag_seconds", 1),
+    "min": ("max_replica_lag_seconds", 60),
+    "h": ("max_replica_lag_seconds", 3600),
+    "B": ("max_replica_lag_bytes", 1),
+    "kB": ("max_replica_lag_bytes", 1024),
+    "MB": ("max_replica_lag_bytes", 1024**2),
+    "GB": ("max_replica_lag_bytes", 1024**3),
+    "TB": ("max_replica_lag_bytes", 1024**4),
+}
+
+
+def replica_lag_limit(text: str) -> dict[str, float]:
+    """`30s`, `5min` (replay lag) or `64MB`, `1GB` (WAL not yet replayed, or retained by a
+    slot), PostgreSQL's own units, as the job row's limit."""
+    match = _LAG.fullmatch(text)
+    if not match:
+        raise InputError(
+            f"max replica lag: {text!r} is neither a duration (30s, 5min) nor a size (64MB, 1GB)"
+        )
+    key, unit = _LAG_UNITS[match.group(2)]
+    return {key: float(match.group(1)) * unit}

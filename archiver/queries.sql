@@ -286,7 +286,9 @@ SELECT limits::text FROM background_jobs WHERE id = $1::uuid
 -- Why a running job waits ('' = it no longer does), and since when.
 UPDATE background_jobs
 SET throttled_reason = NULLIF($3, ''),
-    throttled_since = CASE WHEN $3 = '' THEN NULL ELSE COALESCE(throttled_since, now()) END
+    throttled_since = CASE WHEN $3 = '' THEN NULL
+                           WHEN throttled_reason IS DISTINCT FROM $3 THEN now()
+                           ELSE throttled_since END
 WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
 
 -- name: set_limits

@@ -297,33 +297,6 @@ def bind_chunk(
     cur.fetchall()
 
 
-LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
-_LOCK_HOLDERS = r"""
-SELECT l.pid, l.mode, COALESCE(NULLIF(a.application_name, ''), 'unnamed'),
-       left(regexp_replace(a.query, '\s+', ' ', 'g'), 80)
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.relation = $1::bigint::oid AND l.granted AND l.pid <> pg_backend_pid()
-  AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-ORDER BY l.pid
-"""
-
-
-def lock_holders(conn: BulkConnection, table: TableInfo) -> str:
-    """Who holds a lock on `table` that a chunk's DELETE or SELECT would wait for."""
-    rows = fetch_all(conn, _LOCK_HOLDERS, (table.oid,))
-    return "; ".join(f"pid {p} ({mode}, {app}: {query})" for p, mode, app, query in rows)
-
-
-CDC_PREFIX = "archiver"
-
-
-def emit_cdc_marker(cur: BulkCursor, content: str) -> None:
-    """A transactional logical decoding message in the chunk's transaction: decoded with
-    its deletes, and only if they commit (pg_logical_emit_message, any wal_level)."""
-    cur.execute("SELECT pg_logical_emit_message(true, $1::text, $2::text)", (CDC_PREFIX, content))
-    cur.fetchall()
-
-
 def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
     """(estimated rows, estimated bytes per row) from the planner's statistics."""
     rows = fetch_all(

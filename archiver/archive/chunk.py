@@ -23,15 +23,10 @@ from archiver.archive.stats import ChunkStats, key_text
 from archiver.catalog import Catalog
 from archiver.db import BulkConnection, BulkCursor
 from archiver.errors import LockBusy, VerificationError
+from archiver.guardrails import LOCK_NOT_AVAILABLE, emit_cdc_marker, lock_holders
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
-from archiver.source import (
-    LOCK_NOT_AVAILABLE,
-    ChunkQueries,
-    bind_chunk,
-    emit_cdc_marker,
-    lock_holders,
-)
+from archiver.source import ChunkQueries, bind_chunk
 from archiver.storage import Storage, StoredObject, file_md5
 
 log = logging.getLogger(__name__)

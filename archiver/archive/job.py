@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from archiver import source
 from archiver.archive import names
@@ -25,6 +26,7 @@ from archiver.archive.plan import plan_archive
 from archiver.catalog import PgCatalog
 from archiver.db import BulkConnection
 from archiver.errors import LockBusy
+from archiver.guardrails import replica_lag
 from archiver.model import ArchiveRequest, Mode, Progress
 from archiver.storage import Storage
 
@@ -111,6 +113,26 @@ def _sleep(seconds: float, interrupt: Interrupt) -> None:
 
 CHUNK_BUDGET_SECONDS = 5.0  # under a rate limit, a chunk is at most this much of it
 RATE_LIMIT = "max_rows_per_second"
+LAG_LIMIT = "max_replica_lag"  # the reason; the limits are in bytes or seconds:
+LAG_BYTES, LAG_SECONDS = "max_replica_lag_bytes", "max_replica_lag_seconds"
+
+
+def _over_limit(
+    job: JobContext, limits: dict[str, Any], last: tuple[float, int] | None
+) -> tuple[str, float] | None:
+    """The limit the next chunk would break now, and how long to wait before asking again."""
+    rate = limits.get(RATE_LIMIT)
+    if rate and last is not None:
+        started, rows = last
+        due = started + rows / rate - time.monotonic()
+        if due > 0:
+            return RATE_LIMIT, min(due, 1.0)
+    lag_bytes, lag_seconds = limits.get(LAG_BYTES), limits.get(LAG_SECONDS)
+    if (lag_bytes or lag_seconds) and job.request.mode == Mode.MOVE:  # copy writes no WAL
+        behind, seconds = replica_lag(job.source)
+        if (lag_bytes and behind > lag_bytes) or (lag_seconds and seconds > lag_seconds):
+            return LAG_LIMIT, 1.0
+    return None
 
 
 def _pace(
@@ -119,27 +141,28 @@ def _pace(
     interrupt: Interrupt,
     on_wait: Waited | None,
 ) -> int | None:
-    """Wait until the job's rate limit allows its next chunk: the previous one, of `rows`
-    started at `started` (monotonic), may not have come faster than the limit. The limit
-    is read from the job row again while waiting, so an operator's change takes effect at
-    once. Returns the chunk size the limit allows (None: no limit)."""
-    rate = job.catalog.limits().get(RATE_LIMIT)
-    waited_from = time.monotonic()
+    """Wait while the next chunk would break one of the job's limits: its rate (the
+    previous chunk, `last` = (started, rows), may not have come faster) or its replicas'
+    lag. Limits are read from the job row again each second, so an operator's change takes
+    effect at once. Returns the chunk size the rate allows (None: no rate limit)."""
+    waiting: tuple[str, float] | None = None  # (reason, since)
     said = False
-    while rate and last is not None:
-        started, rows = last
-        due = started + rows / rate - time.monotonic()
-        if due <= 0:
+    while True:
+        limits = job.catalog.limits()
+        over = _over_limit(job, limits, last)
+        if waiting is not None and (over is None or over[0] != waiting[0]):
+            if on_wait is not None:
+                on_wait(waiting[0], time.monotonic() - waiting[1])
+            waiting = None
+        if over is None:
             break
-        if not said:
-            job.catalog.set_throttled(RATE_LIMIT)
-            said = True
-        _sleep(min(due, 1.0), interrupt)
-        rate = job.catalog.limits().get(RATE_LIMIT)
+        if waiting is None:
+            job.catalog.set_throttled(over[0])
+            waiting, said = (over[0], time.monotonic()), True
+        _sleep(over[1], interrupt)
     if said:
         job.catalog.set_throttled(None)
-        if on_wait is not None:
-            on_wait(RATE_LIMIT, time.monotonic() - waited_from)
+    rate = limits.get(RATE_LIMIT)
     return max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None
 
 

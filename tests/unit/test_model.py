@@ -18,6 +18,7 @@ from archiver.model import (
     Progress,
     Status,
     parse_job_id,
+    replica_lag_limit,
 )
 
 
@@ -81,3 +82,22 @@ def test_parse_job_id() -> None:
     assert parse_job_id(str(value)) == value
     with pytest.raises(InputError, match="is not a job id"):
         parse_job_id("42")
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        ("64MB", {"max_replica_lag_bytes": 64 * 1024**2}),
+        ("512kB", {"max_replica_lag_bytes": 512 * 1024}),
+        ("30s", {"max_replica_lag_seconds": 30}),
+        ("1.5 min", {"max_replica_lag_seconds": 90}),
+    ],
+)
+def test_replica_lag_limits(text: str, limit: dict[str, float]) -> None:
+    assert replica_lag_limit(text) == limit
+
+
+@pytest.mark.parametrize("text", ["64", "fast", "10 parsecs", "-1s"])
+def test_bad_replica_lag_limits(text: str) -> None:
+    with pytest.raises(InputError, match="neither a duration"):
+        replica_lag_limit(text)
