@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="move mode: wait while a replica or slot is behind by more (30s or 64MB)",
     )
     p.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="move mode: VACUUM (ANALYZE) the table when the job completes",
+    )
+    p.add_argument(
         "--no-cdc-marker",
         action="store_true",
         help="move mode: no logical decoding message marking each chunk's deletes as archival",

@@ -36,6 +36,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         Mode(args.mode),
         args.chunk_rows,
         cdc_marker=not args.no_cdc_marker,
+        vacuum=args.vacuum,
     )
     if args.dry_run:
         if args.wait:
@@ -121,8 +122,15 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         files = await jobqueue.job_files(conn, job_id)
     if args.json:
         print(console.dumps({"job": job, "files": files}))
-    else:
-        print(console.job_report(job, files))
+        return 0
+    print(console.job_report(job, files))
+    if "dead_tuples" in job.progress and job.finished_at is not None:
+        # since the job's last delete: before its own VACUUM, if it ran one
+        last_delete = job.finished_at - dt.timedelta(
+            seconds=job.progress.get("vacuum_seconds", 0) + 1
+        )
+        since = await operations.vacuumed_since(settings, job.payload["table"], last_delete)
+        print(f"{'vacuum since':<13}{since}")
     return 0
 
 

@@ -193,12 +193,23 @@ def progress_text(progress: dict[str, Any]) -> str:
     return text
 
 
+def _dead_tuples_text(progress: dict[str, Any]) -> str:
+    """What a completed move left for vacuum: dead row versions, and whether it ran VACUUM."""
+    if "dead_tuples" not in progress:
+        return "-"
+    vacuumed = progress.get("vacuum_seconds")
+    return f"{progress['dead_tuples']:,} at completion" + (
+        f", after VACUUM (ANALYZE) ({vacuumed:.1f}s)" if vacuumed is not None else ", no VACUUM run"
+    )
+
+
 def job_report(job: Job, files: list[dict[str, Any]]) -> str:
     fields = [
         ("job", str(job.id)),
         ("status", f"{job.status} (attempt {job.attempts} of {job.max_attempts})"),
         ("payload", json.dumps(job.payload)),
         ("progress", progress_text(job.progress)),
+        ("dead tuples", _dead_tuples_text(job.progress)),
         ("worker", cell("", job.locked_by)),
         ("created", cell("", job.created_at)),
         ("started", cell("", job.started_at)),

@@ -4,6 +4,8 @@ archival."""
 
 from __future__ import annotations
 
+import time
+
 from archiver.db import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError
 from archiver.source import TableInfo
@@ -56,3 +58,24 @@ def emit_cdc_marker(cur: BulkCursor, content: str) -> None:
     its deletes, and only if they commit (pg_logical_emit_message, any wal_level)."""
     cur.execute("SELECT pg_logical_emit_message(true, $1::text, $2::text)", (CDC_PREFIX, content))
     cur.fetchall()
+
+
+_DEAD_TUPLES = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = $1::bigint::oid"
+
+
+def dead_tuples(conn: BulkConnection, table: TableInfo) -> int:
+    """Dead row versions in `table`, as the statistics say now (they lag by a second)."""
+    rows = fetch_all(conn, _DEAD_TUPLES, (table.oid,))
+    return int(rows[0][0] or 0) if rows else 0
+
+
+def vacuum(conn: BulkConnection, table: TableInfo) -> float:
+    """VACUUM (ANALYZE) the table (outside a transaction, as it must run); its seconds."""
+    started = time.monotonic()
+    conn.adbc_connection.set_autocommit(True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"VACUUM (ANALYZE) {table.quoted}")
+    finally:
+        conn.adbc_connection.set_autocommit(False)
+    return time.monotonic() - started

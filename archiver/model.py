@@ -62,6 +62,7 @@ class ArchiveRequest:
     # Move mode: each chunk's transaction carries a logical decoding message (prefix
     # `archiver`) so CDC consumers can tell archival deletes from the application's.
     cdc_marker: bool = True
+    vacuum: bool = False  # move mode: VACUUM (ANALYZE) the table when the job completes
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> ArchiveRequest:
@@ -75,6 +76,7 @@ class ArchiveRequest:
             key_range=KeyRange(bounds["after"], bounds["through"]) if bounds else None,
             group=payload.get("group"),
             cdc_marker=payload.get("cdc_marker", True),
+            vacuum=payload.get("vacuum", False),
         )
 
     def payload(self) -> dict[str, Any]:
@@ -87,6 +89,8 @@ class ArchiveRequest:
         }
         if not self.cdc_marker:
             data["cdc_marker"] = False
+        if self.vacuum:
+            data["vacuum"] = True
         if self.key_range is not None:
             data["key_range"] = {"after": self.key_range.after, "through": self.key_range.through}
             data["group"] = self.group

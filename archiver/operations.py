@@ -279,3 +279,15 @@ async def grants(
     if schema is None:
         raise InputError("no archiver schema in the queue database; run `archiver migrate` first")
     return grant_script(str(schema), role, access, settings.same_database)
+
+
+async def vacuumed_since(settings: Settings, table: str, since: dt.datetime) -> str:
+    """Whether (auto)vacuum has run on `table` since `since`, as its statistics say."""
+    async with db.connection(settings.effective_source_url) as conn:
+        row = await conn.fetchrow(
+            "SELECT last_autovacuum, last_vacuum FROM pg_stat_user_tables "
+            "WHERE relid = to_regclass($1)",
+            table,
+        )
+    runs = [t for t in (row or {}).values() if t is not None and t >= since]
+    return f"yes, at {max(runs).isoformat()}" if runs else "not yet"

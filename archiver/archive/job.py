@@ -26,7 +26,7 @@ from archiver.archive.plan import plan_archive
 from archiver.catalog import PgCatalog
 from archiver.db import BulkConnection
 from archiver.errors import LockBusy
-from archiver.guardrails import replica_lag
+from archiver.guardrails import dead_tuples, replica_lag, vacuum
 from archiver.model import ArchiveRequest, Mode, Progress
 from archiver.storage import Storage
 
@@ -166,6 +166,19 @@ def _pace(
     return max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None
 
 
+def _finished(job: JobContext, progress: Progress) -> Progress:
+    """Done: the estimates give way to what was counted; after a move, what it left for
+    vacuum (and VACUUM itself when asked)."""
+    done = progress.finished()
+    if job.request.mode == Mode.MOVE:
+        if job.request.vacuum:
+            seconds = vacuum(job.source, job.queries.table)
+            log.info("job %s: VACUUM (ANALYZE) took %.1fs", job.job_id, seconds)
+            done.extra["vacuum_seconds"] = round(seconds, 3)
+        done.extra["dead_tuples"] = dead_tuples(job.source, job.queries.table)
+    return done
+
+
 def run_job(
     job: JobContext,
     saved: Progress,
@@ -214,7 +227,7 @@ def run_job(
                 continue
             busy = 0
             if advanced is None:
-                return progress.finished()
+                return _finished(job, progress)
             advanced.chunk_rows = progress.chunk_rows  # the planned size, not the paced one
             last = (started, advanced.rows - progress.rows)
             if on_chunk is not None:
