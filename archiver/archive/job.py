@@ -4,6 +4,7 @@ between chunks, whether to stop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
@@ -147,21 +148,24 @@ def _pace(
     effect at once. Returns the chunk size the rate allows (None: no rate limit)."""
     waiting: tuple[str, float] | None = None  # (reason, since)
     said = False
-    while True:
-        limits = job.catalog.limits()
-        over = _over_limit(job, limits, last)
-        if waiting is not None and (over is None or over[0] != waiting[0]):
-            if on_wait is not None:
-                on_wait(waiting[0], time.monotonic() - waiting[1])
-            waiting = None
-        if over is None:
-            break
-        if waiting is None:
-            job.catalog.set_throttled(over[0])
-            waiting, said = (over[0], time.monotonic()), True
-        _sleep(over[1], interrupt)
-    if said:
-        job.catalog.set_throttled(None)
+    try:
+        while True:
+            limits = job.catalog.limits()
+            over = _over_limit(job, limits, last)
+            if waiting is not None and (over is None or over[0] != waiting[0]):
+                if on_wait is not None:
+                    on_wait(waiting[0], time.monotonic() - waiting[1])
+                waiting = None
+            if over is None:
+                break
+            if waiting is None:
+                job.catalog.set_throttled(over[0])
+                waiting, said = (over[0], time.monotonic()), True
+            _sleep(over[1], interrupt)
+    finally:
+        if said:  # also when a stop, a cancel or a lost lease ends the wait
+            with contextlib.suppress(Exception):
+                job.catalog.set_throttled(None)
     rate = limits.get(RATE_LIMIT)
     return max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None
 
