@@ -63,6 +63,7 @@ async def enqueue_slot(
     slot: dt.datetime,
     priority: int = 0,
     max_attempts: int = 5,
+    limits: dict[str, Any] | None = None,
 ) -> tuple[uuid.UUID, bool]:
     """Queue a policy's slot unless the database has it: (id, True) if new, else the id of
     the job any scheduler enqueued for this slot before, and False.
@@ -81,6 +82,7 @@ async def enqueue_slot(
             lock_key,
             policy,
             slot,
+            json.dumps(limits or {}),
         )
         if job_id is not None:
             return job_id, True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -17,7 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, Mode
+from archiver.model import ArchiveRequest, Mode, replica_lag_limit
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
 OPTIONAL_KEYS = (
@@ -28,6 +28,8 @@ OPTIONAL_KEYS = (
     "priority",
     "max_attempts",
     "cdc_marker",
+    "max_rows_per_second",
+    "max_replica_lag",
 )
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
@@ -49,6 +51,7 @@ class Policy:
     priority: int
     max_attempts: int
     cdc_marker: bool = True
+    limits: dict[str, Any] = field(default_factory=dict)  # the job row's, see archiver throttle
 
     def cutoff(self, slot: dt.datetime) -> dt.datetime:
         """Slot time minus older_than, truncated to the day, in the policy's time zone."""
@@ -113,7 +116,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             raise fail(key, "expected a non-empty string")
     if "cdc_marker" in raw and not isinstance(raw["cdc_marker"], bool):
         raise fail("cdc_marker", "expected true or false")
-    for key in ("chunk_rows", "priority", "max_attempts"):
+    for key in ("chunk_rows", "priority", "max_attempts", "max_rows_per_second"):
         if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], int)):
             raise fail(key, "expected a whole number")
 
@@ -132,7 +135,17 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     mode = raw.get("mode", Mode.MOVE)
     if mode not in tuple(Mode):
         raise fail("mode", f"expected move or copy, got {mode!r}")
-    for key, minimum in (("chunk_rows", 1), ("max_attempts", 1)):
+    limits: dict[str, Any] = {}
+    if "max_replica_lag" in raw:
+        if not isinstance(raw["max_replica_lag"], str):
+            raise fail("max_replica_lag", "expected a size or duration such as '64MB' or '30s'")
+        try:
+            limits.update(replica_lag_limit(raw["max_replica_lag"]))
+        except InputError as exc:
+            raise fail("max_replica_lag", str(exc).split(": ", 1)[1]) from None
+    if "max_rows_per_second" in raw:
+        limits["max_rows_per_second"] = raw["max_rows_per_second"]
+    for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
         if key in raw and raw[key] < minimum:
             raise fail(key, f"must be at least {minimum}, got {raw[key]}")
     return Policy(
@@ -146,6 +159,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         mode=Mode(mode),
         chunk_rows=raw.get("chunk_rows"),
         cdc_marker=raw.get("cdc_marker", True),
+        limits=limits,
         priority=raw.get("priority", 0),
         max_attempts=raw.get("max_attempts", 5),
     )

@@ -227,8 +227,8 @@ FROM archive_files WHERE job_id = $1::uuid AND state = 'committed'
 -- name: enqueue_policy_slot
 -- A policy's slot, unless any scheduler ever enqueued it (unique policy_name, slot_at).
 INSERT INTO background_jobs (task_name, payload, priority, max_attempts, lock_key,
-                             policy_name, slot_at)
-VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7)
+                             policy_name, slot_at, limits)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb)
 ON CONFLICT DO NOTHING
 RETURNING id
 

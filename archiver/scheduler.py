@@ -138,6 +138,7 @@ class PolicyScheduler:
             slot=slot,
             priority=policy.priority,
             max_attempts=policy.max_attempts,
+            limits=policy.limits,
         )
         self.last_slot[policy.name] = slot
         log.info(

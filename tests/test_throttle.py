@@ -3,6 +3,7 @@ waits (view, `show`, metric), and obeys a limit changed while it runs."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import urllib.request
@@ -10,10 +11,12 @@ from pathlib import Path
 
 from bench.reference import seed_orders
 from tests.support import (
+    archiver_cmd,
     free_port,
     run_cli,
     sql,
     sql_value,
+    start_process,
     start_worker,
     wait_for_status,
     wait_for_text,
@@ -90,3 +93,29 @@ def test_throttle_refuses_bad_input(env: dict[str, str], database_url: str) -> N
         env, "throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "-3"
     )
     assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_policies_carry_limits_into_their_jobs(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 100)
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        '[[policy]]\nname = "paced"\ntable = "orders"\nolder_than = "1 days"\n'
+        'schedule = "* * * * * *"\nmax_rows_per_second = 500\nmax_replica_lag = "64MB"\n'
+    )
+    log = tmp_path / "scheduler.log"
+    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), env, log)
+    try:
+        row = wait_until(
+            lambda: sql(database_url, "SELECT limits::text FROM background_jobs LIMIT 1"),
+            timeout=30,
+            what="a policy slot's job",
+        )[0]
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        assert scheduler.wait(30) == 0, log.read_text()
+    assert json.loads(row["limits"]) == {
+        "max_rows_per_second": 500,
+        "max_replica_lag_bytes": 64 * 1024**2,
+    }

@@ -45,11 +45,19 @@ def test_a_good_policy() -> None:
         ({"colour": "red"}, "colour: unknown key"),
         ({"table": "a."}, "table: invalid table name"),
         ({"cdc_marker": "no"}, "cdc_marker: expected true or false"),
+        ({"max_rows_per_second": 0}, "max_rows_per_second: must be at least 1"),
+        ({"max_replica_lag": "soon"}, "max_replica_lag: 'soon' is neither a duration"),
+        ({"max_replica_lag": 64}, "max_replica_lag: expected a size or duration"),
     ],
 )
 def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_policy({**GOOD, **change}, 1)
+
+
+def test_limits() -> None:
+    policy = parse_policy({**GOOD, "max_rows_per_second": 50, "max_replica_lag": "30s"}, 1)
+    assert policy.limits == {"max_rows_per_second": 50, "max_replica_lag_seconds": 30}
 
 
 def test_missing_name_and_duplicates() -> None:
