@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="move mode: wait while a replica or slot is behind by more (30s or 64MB)",
     )
     p.add_argument(
+        "--max-wal-per-second",
+        metavar="SIZE",
+        help="move mode: pace chunks to this much WAL a second (16MB)",
+    )
+    p.add_argument(
         "--vacuum",
         action="store_true",
         help="move mode: VACUUM (ANALYZE) the table when the job completes",
@@ -199,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="rows a second; 0 removes the limit (a running job obeys at once)",
     )
     p.add_argument("--max-replica-lag", metavar="LIMIT", help="30s or 64MB; 0 removes the limit")
+    p.add_argument("--max-wal-per-second", metavar="SIZE", help="16MB; 0 removes the limit")
     p.set_defaults(func=cmd_throttle)
 
     p = sub.add_parser("grants", help="print the GRANTs a least-privilege worker role needs")

@@ -16,7 +16,14 @@ from archiver import console, db, jobqueue, operations
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed, VerificationError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, Mode, Status, parse_job_id, replica_lag_limit
+from archiver.model import (
+    ArchiveRequest,
+    Mode,
+    Status,
+    parse_job_id,
+    replica_lag_limit,
+    wal_rate_limit,
+)
 from archiver.operations import FileSelection, parse_cutoff
 
 
@@ -196,6 +203,9 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     limits: dict[str, Any] = {}
     if args.max_rows_per_second is not None:
         limits["max_rows_per_second"] = args.max_rows_per_second or None
+    if args.max_wal_per_second is not None:
+        wal = args.max_wal_per_second.strip()
+        limits.update({"max_wal_per_second": None} if wal == "0" else wal_rate_limit(wal))
     if args.max_replica_lag is not None:
         lag = args.max_replica_lag.strip()
         limits.update(
@@ -213,7 +223,8 @@ async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
     changes = _limits(args)
     if not changes:
         raise InputError(
-            "throttle: give --max-rows-per-second N or --max-replica-lag LIMIT (0 removes one)"
+            "throttle: give --max-rows-per-second N, --max-wal-per-second SIZE or "
+            "--max-replica-lag LIMIT (0 removes one)"
         )
     async with db.connection(settings.database_url) as conn:
         limits = await jobqueue.set_limits(conn, job_id, changes)

@@ -60,6 +60,11 @@ def emit_cdc_marker(cur: BulkCursor, content: str) -> None:
     cur.fetchall()
 
 
+def wal_position(conn: BulkConnection) -> int:
+    """The source cluster's WAL insert position, in bytes."""
+    return int(fetch_all(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")[0][0])
+
+
 _DEAD_TUPLES = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = $1::bigint::oid"
 
 

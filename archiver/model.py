@@ -305,6 +305,15 @@ _LAG_UNITS: dict[str, tuple[str, float]] = {
 }
 
 
+def wal_rate_limit(text: str) -> dict[str, float]:
+    """`16MB` (of WAL a second) as the job row's limit."""
+    match = _LAG.fullmatch(text)
+    key, unit = _LAG_UNITS[match.group(2)] if match else ("", 0.0)
+    if match is None or key != "max_replica_lag_bytes":
+        raise InputError(f"max WAL per second: {text!r} is not a size (16MB, 512kB)")
+    return {"max_wal_per_second": float(match.group(1)) * unit}
+
+
 def replica_lag_limit(text: str) -> dict[str, float]:
     """`30s`, `5min` (replay lag) or `64MB`, `1GB` (WAL not yet replayed, or retained by a
     slot), PostgreSQL's own units, as the job row's limit."""

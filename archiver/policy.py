@@ -17,7 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, Mode, replica_lag_limit
+from archiver.model import ArchiveRequest, Mode, replica_lag_limit, wal_rate_limit
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
 OPTIONAL_KEYS = (
@@ -30,6 +30,7 @@ OPTIONAL_KEYS = (
     "cdc_marker",
     "max_rows_per_second",
     "max_replica_lag",
+    "max_wal_per_second",
 )
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
@@ -143,6 +144,13 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             limits.update(replica_lag_limit(raw["max_replica_lag"]))
         except InputError as exc:
             raise fail("max_replica_lag", str(exc).split(": ", 1)[1]) from None
+    if "max_wal_per_second" in raw:
+        if not isinstance(raw["max_wal_per_second"], str):
+            raise fail("max_wal_per_second", "expected a size such as '16MB'")
+        try:
+            limits.update(wal_rate_limit(raw["max_wal_per_second"]))
+        except InputError as exc:
+            raise fail("max_wal_per_second", str(exc).split(": ", 1)[1]) from None
     if "max_rows_per_second" in raw:
         limits["max_rows_per_second"] = raw["max_rows_per_second"]
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):

@@ -119,3 +119,35 @@ def test_policies_carry_limits_into_their_jobs(
         "max_rows_per_second": 500,
         "max_replica_lag_bytes": 64 * 1024**2,
     }
+
+
+def test_wal_per_second(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
+    seed_orders(database_url, 6_000)
+    position = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+    wal_before = sql_value(database_url, position)
+    paced = run_cli(
+        env, "enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", "500",
+        "--max-wal-per-second", "256kB",
+    ).stdout.strip()  # fmt: skip
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, log=log)
+    try:
+        waiting = wait_until(
+            lambda: sql(
+                database_url,
+                "SELECT * FROM archiver_running_jobs WHERE throttled_reason IS NOT NULL",
+            ),
+            timeout=30,
+            what="a job waiting on its WAL rate",
+        )[0]
+        assert waiting["throttled_reason"] == "max_wal_per_second"
+        job = wait_for_status(database_url, paced, "completed", timeout=90)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    wal = sql_value(database_url, position) - wal_before
+    seconds = (job["finished_at"] - job["started_at"]).total_seconds()
+    files = sql_value(database_url, "SELECT count(*) FROM archive_files")
+    # every chunk but the last waited for its own WAL at 256 kB/s: a lower bound that the
+    # cluster's other WAL (the queue's own writes) only makes longer
+    assert files == 4 and seconds >= (wal / files) * (files - 1) / (256 * 1024) * 0.5

@@ -27,7 +27,7 @@ from archiver.archive.plan import plan_archive
 from archiver.catalog import PgCatalog
 from archiver.db import BulkConnection
 from archiver.errors import LockBusy
-from archiver.guardrails import dead_tuples, replica_lag, vacuum
+from archiver.guardrails import dead_tuples, replica_lag, vacuum, wal_position
 from archiver.model import ArchiveRequest, Mode, Progress
 from archiver.storage import Storage
 
@@ -114,20 +114,24 @@ def _sleep(seconds: float, interrupt: Interrupt) -> None:
 
 CHUNK_BUDGET_SECONDS = 5.0  # under a rate limit, a chunk is at most this much of it
 RATE_LIMIT = "max_rows_per_second"
+WAL_LIMIT = "max_wal_per_second"
 LAG_LIMIT = "max_replica_lag"  # the reason; the limits are in bytes or seconds:
 LAG_BYTES, LAG_SECONDS = "max_replica_lag_bytes", "max_replica_lag_seconds"
 
 
+Last = tuple[float, int, int]  # the previous chunk: (started, rows, WAL bytes)
+
+
 def _over_limit(
-    job: JobContext, limits: dict[str, Any], last: tuple[float, int] | None
+    job: JobContext, limits: dict[str, Any], last: Last | None
 ) -> tuple[str, float] | None:
     """The limit the next chunk would break now, and how long to wait before asking again."""
-    rate = limits.get(RATE_LIMIT)
-    if rate and last is not None:
-        started, rows = last
-        due = started + rows / rate - time.monotonic()
-        if due > 0:
-            return RATE_LIMIT, min(due, 1.0)
+    for reason, amount in ((RATE_LIMIT, 1), (WAL_LIMIT, 2)):
+        rate = limits.get(reason)
+        if rate and last is not None:
+            due = last[0] + last[amount] / rate - time.monotonic()
+            if due > 0:
+                return reason, min(due, 1.0)
     lag_bytes, lag_seconds = limits.get(LAG_BYTES), limits.get(LAG_SECONDS)
     if (lag_bytes or lag_seconds) and job.request.mode == Mode.MOVE:  # copy writes no WAL
         behind, seconds = replica_lag(job.source)
@@ -138,14 +142,14 @@ def _over_limit(
 
 def _pace(
     job: JobContext,
-    last: tuple[float, int] | None,
+    last: Last | None,
     interrupt: Interrupt,
     on_wait: Waited | None,
-) -> int | None:
-    """Wait while the next chunk would break one of the job's limits: its rate (the
-    previous chunk, `last` = (started, rows), may not have come faster) or its replicas'
-    lag. Limits are read from the job row again each second, so an operator's change takes
-    effect at once. Returns the chunk size the rate allows (None: no rate limit)."""
+) -> tuple[int | None, dict[str, Any]]:
+    """Wait while the next chunk would break one of the job's limits: its rate of rows or
+    of WAL (the previous chunk, `last`, may not have come faster) or its replicas' lag. Limits are read from the job row again each second, so an operator's change takes
+    effect at once. Returns the chunk size the rate allows (None: no rate limit) and the
+    limits as last read."""
     waiting: tuple[str, float] | None = None  # (reason, since)
     said = False
     try:
@@ -167,7 +171,7 @@ def _pace(
             with contextlib.suppress(Exception):
                 job.catalog.set_throttled(None)
     rate = limits.get(RATE_LIMIT)
-    return max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None
+    return (max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None), limits
 
 
 def _finished(job: JobContext, progress: Progress) -> Progress:
@@ -200,13 +204,15 @@ def run_job(
         with job.source.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     busy = 0  # lock timeouts in a row
-    last: tuple[float, int] | None = None  # the previous chunk: (started, rows)
+    last: Last | None = None
     try:
         while True:
             reason = interrupt()
             if reason is not None:
                 raise reason
-            allowed = _pace(job, last, interrupt, on_wait)
+            allowed, limits = _pace(job, last, interrupt, on_wait)
+            measure_wal = job.request.mode == Mode.MOVE and bool(limits.get(WAL_LIMIT))
+            wal_before = wal_position(job.source) if measure_wal else 0
             started = time.monotonic()
             chunk = progress
             if allowed is not None and allowed < progress.chunk_rows:
@@ -233,7 +239,8 @@ def run_job(
             if advanced is None:
                 return _finished(job, progress)
             advanced.chunk_rows = progress.chunk_rows  # the planned size, not the paced one
-            last = (started, advanced.rows - progress.rows)
+            wal = wal_position(job.source) - wal_before if measure_wal else 0
+            last = (started, advanced.rows - progress.rows, wal)
             if on_chunk is not None:
                 on_chunk(
                     advanced.rows - progress.rows,

@@ -48,6 +48,7 @@ def test_a_good_policy() -> None:
         ({"max_rows_per_second": 0}, "max_rows_per_second: must be at least 1"),
         ({"max_replica_lag": "soon"}, "max_replica_lag: 'soon' is neither a duration"),
         ({"max_replica_lag": 64}, "max_replica_lag: expected a size or duration"),
+        ({"max_wal_per_second": "30s"}, "max_wal_per_second: '30s' is not a size"),
     ],
 )
 def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: str) -> None:
@@ -56,8 +57,15 @@ def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: 
 
 
 def test_limits() -> None:
-    policy = parse_policy({**GOOD, "max_rows_per_second": 50, "max_replica_lag": "30s"}, 1)
-    assert policy.limits == {"max_rows_per_second": 50, "max_replica_lag_seconds": 30}
+    policy = parse_policy(
+        {**GOOD, "max_rows_per_second": 50, "max_replica_lag": "30s", "max_wal_per_second": "1MB"},
+        1,
+    )
+    assert policy.limits == {
+        "max_rows_per_second": 50,
+        "max_replica_lag_seconds": 30,
+        "max_wal_per_second": 1024**2,
+    }
 
 
 def test_missing_name_and_duplicates() -> None:
