@@ -137,20 +137,18 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     if mode not in tuple(Mode):
         raise fail("mode", f"expected move or copy, got {mode!r}")
     limits: dict[str, Any] = {}
-    if "max_replica_lag" in raw:
-        if not isinstance(raw["max_replica_lag"], str):
-            raise fail("max_replica_lag", "expected a size or duration such as '64MB' or '30s'")
+    for key, parse, expected in (
+        ("max_replica_lag", replica_lag_limit, "a size or duration such as '64MB' or '30s'"),
+        ("max_wal_per_second", wal_rate_limit, "a size such as '16MB'"),
+    ):
+        if key not in raw:
+            continue
+        if not isinstance(raw[key], str):
+            raise fail(key, f"expected {expected}")
         try:
-            limits.update(replica_lag_limit(raw["max_replica_lag"]))
+            limits.update(parse(raw[key]))
         except InputError as exc:
-            raise fail("max_replica_lag", str(exc).split(": ", 1)[1]) from None
-    if "max_wal_per_second" in raw:
-        if not isinstance(raw["max_wal_per_second"], str):
-            raise fail("max_wal_per_second", "expected a size such as '16MB'")
-        try:
-            limits.update(wal_rate_limit(raw["max_wal_per_second"]))
-        except InputError as exc:
-            raise fail("max_wal_per_second", str(exc).split(": ", 1)[1]) from None
+            raise fail(key, str(exc).split(": ", 1)[1]) from None
     if "max_rows_per_second" in raw:
         limits["max_rows_per_second"] = raw["max_rows_per_second"]
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
