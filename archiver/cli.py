@@ -123,9 +123,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="move mode: pace chunks to this much WAL a second (16MB)",
     )
     p.add_argument(
+        "--window",
+        metavar="HH:MM-HH:MM[ ZONE]",
+        help="run only inside this daily window (default zone UTC); a running job stops "
+        "at a chunk boundary when it closes and goes on in the next",
+    )
+    p.add_argument(
         "--vacuum",
         action="store_true",
         help="move mode: VACUUM (ANALYZE) the table when the job completes",
+    )
+    p.add_argument(
+        "--partitions",
+        choices=["drop", "detach", "rows"],
+        default="auto",
+        help="move mode on a table range-partitioned by the cutoff column: partitions "
+        "entirely older than the cutoff leave whole, archived then dropped (default) or "
+        "detached; rows: delete row by row",
+    )
+    p.add_argument(
+        "--with-children",
+        action="store_true",
+        help="take every row referencing a chunk's rows (foreign keys, transitively) with "
+        "it, each table to its own files",
     )
     p.add_argument(
         "--no-cdc-marker",
@@ -205,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-replica-lag", metavar="LIMIT", help="30s or 64MB; 0 removes the limit")
     p.add_argument("--max-wal-per-second", metavar="SIZE", help="16MB; 0 removes the limit")
+    p.add_argument(
+        "--window",
+        metavar="HH:MM-HH:MM[ ZONE]",
+        help="a daily maintenance window; none removes it",
+    )
     p.set_defaults(func=cmd_throttle)
 
     p = sub.add_parser("grants", help="print the GRANTs a least-privilege worker role needs")

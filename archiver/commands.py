@@ -17,9 +17,11 @@ from archiver.config import Settings
 from archiver.errors import InputError, JobFailed, VerificationError
 from archiver.ident import TableName
 from archiver.model import (
+    WINDOW,
     ArchiveRequest,
     Mode,
     Status,
+    Window,
     parse_job_id,
     replica_lag_limit,
     wal_rate_limit,
@@ -44,6 +46,8 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         args.chunk_rows,
         cdc_marker=not args.no_cdc_marker,
         vacuum=args.vacuum,
+        with_children=args.with_children,
+        partitions=args.partitions,
     )
     if args.dry_run:
         if args.wait:
@@ -70,7 +74,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     for job in queued:
         print(job.job_id)
     if group:
-        print(f"group {group}: {len(queued)} key ranges", file=sys.stderr)
+        print(f"group {group}: {len(queued)} jobs", file=sys.stderr)
     if args.wait:
         sys.stdout.flush()
         for job in queued:
@@ -213,6 +217,9 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
             if lag in ("0", "none")
             else replica_lag_limit(lag)
         )
+    if args.window is not None:
+        text = args.window.strip()
+        limits[WINDOW] = None if text in ("0", "none") else str(Window.parse(text))
     return (
         {k: v for k, v in limits.items() if v is not None} if args.command == "enqueue" else limits
     )
@@ -223,8 +230,8 @@ async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
     changes = _limits(args)
     if not changes:
         raise InputError(
-            "throttle: give --max-rows-per-second N, --max-wal-per-second SIZE or "
-            "--max-replica-lag LIMIT (0 removes one)"
+            "throttle: give --max-rows-per-second N, --max-wal-per-second SIZE, "
+            "--max-replica-lag LIMIT or --window HH:MM-HH:MM (0 or none removes one)"
         )
     async with db.connection(settings.database_url) as conn:
         limits = await jobqueue.set_limits(conn, job_id, changes)

@@ -311,6 +311,25 @@ def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
         ("chunks", f"{plan['chunks']:,} of up to {plan['chunk_rows']:,} rows"),
         ("uses an index", index),
     ]
+    for p in plan.get("partitions", []):
+        how = "whole: archived, then dropped or detached" if p["whole"] else "by rows"
+        fields.append(
+            ("partition", f"{p['partition']}: {how} (~{p['rows']:,} rows, {size(p['bytes'])})")
+        )
+    for child in plan.get("children", []):
+        missing = child["unindexed_keys"]
+        fields.append(
+            (
+                "with children",
+                f"{child['table']}: ~{child['rows']:,} rows"
+                + (
+                    f"; no index leads with the columns of {', '.join(missing)}: every chunk "
+                    "scans it (create one)"
+                    if missing
+                    else ""
+                ),
+            )
+        )
     return "dry run: nothing was queued, read or written\n" + "\n".join(
         f"{name:<15}{value}" for name, value in fields
     )

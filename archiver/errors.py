@@ -2,6 +2,7 @@
 each as one line; tracebacks only with --verbose."""
 
 import re
+from datetime import datetime
 
 
 class ArchiverError(Exception):
@@ -38,6 +39,14 @@ class LeaseLost(ArchiverError):
 
 class LockBusy(ArchiverError):
     """A chunk gave up waiting for a lock an application holds; it was rolled back."""
+
+
+class OutsideWindow(ArchiverError):
+    """The job's maintenance window is closed: it goes back to the queue until `opens`."""
+
+    def __init__(self, message: str, opens: datetime) -> None:
+        super().__init__(message)
+        self.opens = opens
 
 
 class JobFailed(ArchiverError):

@@ -21,7 +21,14 @@ class FailpointError(ArchiverError):
     """Raised where a `name=raise` failpoint is reached."""
 
 
-NAMES = ("before_upload", "upload_staged", "before_commit", "source_committed", "after_commit")
+NAMES = (
+    "before_upload",
+    "upload_staged",
+    "before_detach",
+    "before_commit",
+    "source_committed",
+    "after_commit",
+)
 _active: dict[str, tuple[str, float]] = {}
 
 

@@ -79,8 +79,11 @@ def grant_script(
         for table in tables:
             out += [line for line in table_grants(table, role) if line not in out]
         out += [
-            "-- restore stages rows in a temporary table: PUBLIC has TEMPORARY on a database",
-            "-- by default; where it was revoked, GRANT TEMPORARY ON DATABASE <db> TO the role.",
+            "-- restore and --with-children stage rows in temporary tables: PUBLIC has",
+            "-- TEMPORARY on a database by default; where it was revoked, GRANT TEMPORARY ON",
+            "-- DATABASE <db> TO the role.",
+            "-- Whole partitions (--partitions drop|detach) are DETACHed and DROPped, which only",
+            "-- the table's owner may do; without ownership, enqueue moves their rows instead.",
             "-- restore --into a new table also needs CREATE on that table's schema.",
             "-- --max-replica-lag reads replicas' positions: GRANT pg_monitor TO the role.",
         ]

@@ -11,6 +11,7 @@ from archiver.errors import InputError
 from archiver.source import TableInfo
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
+DEADLOCK_DETECTED = "40P01"
 _LOCK_HOLDERS = r"""
 SELECT l.pid, l.mode, COALESCE(NULLIF(a.application_name, ''), 'unnamed'),
        left(regexp_replace(a.query, '\s+', ' ', 'g'), 80)

@@ -15,7 +15,7 @@ import asyncpg
 
 from archiver.db import BulkConnection, fetch_all, query
 from archiver.errors import JobStateError
-from archiver.model import ArchiveRequest, CatalogFile, Job, Status
+from archiver.model import WINDOW, ArchiveRequest, CatalogFile, Job, Status, window_opens
 
 ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
@@ -56,37 +56,52 @@ async def enqueue(
 
 
 async def enqueue_slot(
-    conn: asyncpg.Connection | asyncpg.Pool,
-    request: ArchiveRequest,
+    pool: asyncpg.Pool,
+    parts: list[tuple[ArchiveRequest, tuple[str, str]]],
     *,
     policy: str,
     slot: dt.datetime,
     priority: int = 0,
     max_attempts: int = 5,
     limits: dict[str, Any] | None = None,
+    run_at: dt.datetime | None = None,
 ) -> tuple[uuid.UUID, bool]:
-    """Queue a policy's slot unless the database has it: (id, True) if new, else the id of
-    the job any scheduler enqueued for this slot before, and False.
+    """Queue a policy's slot -- its jobs, all or none (several: one per old partition)
+    -- unless the database has it: (id of the first job, True) if new, else the id of the
+    job any scheduler enqueued for this slot before, and False.
 
-    The (policy, slot) key is the slot's dedup key, kept for as long as the job row lives,
+    The first job carries the (policy, slot) key, kept for as long as its row lives,
     whatever its status; two slots' jobs on one table still never run at once (lock_key).
     """
-    _, lock_key = request.keys()
     while True:
-        job_id = await conn.fetchval(
-            query("enqueue_policy_slot"),
-            ARCHIVE_TASK,
-            json.dumps(request.payload()),
-            priority,
-            max_attempts,
-            lock_key,
-            policy,
-            slot,
-            json.dumps(limits or {}),
-        )
-        if job_id is not None:
-            return job_id, True
-        twin = await conn.fetchval(query("policy_slot_job"), policy, slot)
+        async with pool.acquire() as conn, conn.transaction():
+            first, (_, lock_key) = parts[0]
+            job_id = await conn.fetchval(
+                query("enqueue_policy_slot"),
+                ARCHIVE_TASK,
+                json.dumps(first.payload()),
+                priority,
+                max_attempts,
+                lock_key,
+                policy,
+                slot,
+                json.dumps(limits or {}),
+                run_at,
+            )
+            if job_id is not None:
+                for part, (dedup_key, part_lock) in parts[1:]:
+                    await enqueue(
+                        conn,
+                        part.payload(),
+                        dedup_key=dedup_key,
+                        lock_key=part_lock,
+                        priority=priority,
+                        max_attempts=max_attempts,
+                        run_at=run_at,
+                        limits=limits,
+                    )
+                return job_id, True
+        twin = await pool.fetchval(query("policy_slot_job"), policy, slot)
         if twin is not None:  # else pruned in between: try again
             return twin, False
 
@@ -163,8 +178,12 @@ async def fail_attempt(
     return None if row is None else Status(row["status"])
 
 
-async def release(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool:
-    return await pool.fetchval(query("release"), job_id, worker) is not None
+async def release(
+    pool: asyncpg.Pool, job_id: uuid.UUID, worker: str, until: dt.datetime | None = None
+) -> bool:
+    """Hand a job back to the queue, to run again at once or at `until`; the attempt does
+    not count."""
+    return await pool.fetchval(query("release"), job_id, worker, until) is not None
 
 
 async def finish_cancelled(pool: asyncpg.Pool, job_id: uuid.UUID, worker: str) -> bool:
@@ -215,8 +234,13 @@ OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary",
 async def set_limits(
     conn: asyncpg.Connection, job_id: uuid.UUID, changes: dict[str, Any]
 ) -> dict[str, Any]:
-    """Change a queued or running job's limits (a None value removes one): the new limits."""
-    row = await conn.fetchrow(query("set_limits"), job_id, json.dumps(changes))
+    """Change a queued or running job's limits (a None value removes one): the new limits.
+    A changed maintenance window reschedules a queued job to its next opening."""
+    run_at = None
+    if WINDOW in changes:
+        now = dt.datetime.now(dt.UTC)
+        run_at = window_opens(changes, now) or now
+    row = await conn.fetchrow(query("set_limits"), job_id, json.dumps(changes), run_at)
     if row is None:
         job = await get_job(conn, job_id)
         raise JobStateError(

@@ -40,7 +40,7 @@ CLAIM_LATENCY = Histogram(
 JOBS_FINISHED = Counter(
     "archiver_jobs_finished",
     "Jobs this worker stopped running, by outcome (completed, failed, requeued, "
-    "cancelled, handed_back, lease_lost)",
+    "cancelled, handed_back, window_closed, lease_lost)",
     ["outcome"],
 )
 THROTTLED_SECONDS = Counter(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from archiver.errors import InputError
 
@@ -63,6 +64,13 @@ class ArchiveRequest:
     # `archiver`) so CDC consumers can tell archival deletes from the application's.
     cdc_marker: bool = True
     vacuum: bool = False  # move mode: VACUUM (ANALYZE) the table when the job completes
+    # Every row referencing a chunk's rows, transitively, goes with it (see aggregates).
+    with_children: bool = False
+    # Move mode on a range-partitioned table (see archiver.partitions): "drop" or "detach"
+    # old partitions whole, "rows" as any table. `partition` (schema.name): this job
+    # takes that one partition whole; without it, the rows of the other partitions.
+    partitions: str = "rows"
+    partition: str | None = None
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> ArchiveRequest:
@@ -77,6 +85,9 @@ class ArchiveRequest:
             group=payload.get("group"),
             cdc_marker=payload.get("cdc_marker", True),
             vacuum=payload.get("vacuum", False),
+            with_children=payload.get("with_children", False),
+            partitions=payload.get("partitions", "rows"),
+            partition=payload.get("partition"),
         )
 
     def payload(self) -> dict[str, Any]:
@@ -91,6 +102,12 @@ class ArchiveRequest:
             data["cdc_marker"] = False
         if self.vacuum:
             data["vacuum"] = True
+        if self.with_children:
+            data["with_children"] = True
+        if self.partitions != "rows":
+            data["partitions"] = self.partitions
+        if self.partition is not None:
+            data["partition"] = self.partition
         if self.key_range is not None:
             data["key_range"] = {"after": self.key_range.after, "through": self.key_range.through}
             data["group"] = self.group
@@ -103,6 +120,12 @@ class ArchiveRequest:
             f"archive:{self.table}:{self.column}:{self.cutoff}:{self.mode}",
             f"table:{self.table}",
         )
+
+    def partition_keys(self) -> tuple[str, str]:
+        """(dedup_key, lock_key) of a whole-partition job: partitions of one table leave
+        in parallel, each by one job at a time."""
+        dedup_key, lock_key = self.keys()
+        return f"{dedup_key}:partition:{self.partition}", f"{lock_key}:partition:{self.partition}"
 
     def range_keys(self, index: int, parts: int) -> tuple[str, str]:
         """(dedup_key, lock_key) of part `index` of a split archive: the parts of one
@@ -324,3 +347,79 @@ def replica_lag_limit(text: str) -> dict[str, float]:
         )
     key, unit = _LAG_UNITS[match.group(2)]
     return {key: float(match.group(1)) * unit}
+
+
+def _time_of_day(text: str) -> dt.time:
+    hour, rest = text.split(":", 1)
+    return dt.time.fromisoformat(f"{int(hour):02d}:{rest}")
+
+
+_WINDOW = re.compile(r"\s*(\d{1,2}:\d{2}(?::\d{2})?)\s*-\s*(\d{1,2}:\d{2}(?::\d{2})?)\s*(\S+)?\s*")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A maintenance window, `01:00-05:00` local time in a zone, every day; one that
+    closes before it opens spans midnight (`22:00-04:00`). Kept in the job row's limits as
+    its text, so plain SQL can read and change it."""
+
+    opens: dt.time
+    closes: dt.time
+    zone: ZoneInfo
+
+    @classmethod
+    def parse(cls, text: str, zone: str = "UTC") -> Window:
+        """`HH:MM-HH:MM` (seconds allowed), optionally followed by a time zone that
+        overrides `zone`."""
+        match = _WINDOW.fullmatch(text)
+        if match is None:
+            raise InputError(f"window: expected 'HH:MM-HH:MM [time zone]', got {text!r}")
+        try:
+            opens, closes = (_time_of_day(match.group(i)) for i in (1, 2))
+        except ValueError:
+            raise InputError(f"window: {text!r} is not a time of day range") from None
+        if opens == closes:
+            raise InputError(f"window: {text!r} opens and closes at the same time")
+        name = match.group(3) or zone
+        try:
+            return cls(opens, closes, ZoneInfo(name))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InputError(f"window: unknown time zone {name!r}") from None
+
+    def __str__(self) -> str:
+        def hhmm(t: dt.time) -> str:
+            return t.isoformat("seconds" if t.second else "minutes")
+
+        return f"{hhmm(self.opens)}-{hhmm(self.closes)} {self.zone.key}"
+
+    def is_open(self, now: dt.datetime) -> bool:
+        at = now.astimezone(self.zone).time()
+        if self.opens < self.closes:
+            return self.opens <= at < self.closes
+        return at >= self.opens or at < self.closes
+
+    def next_open(self, now: dt.datetime) -> dt.datetime:
+        """`now` if the window is open, else when it opens next (in UTC)."""
+        if self.is_open(now):
+            return now
+        local = now.astimezone(self.zone)
+        day = local.date()
+        for _ in range(3):  # today's opening, or tomorrow's (a DST gap may skip one)
+            opening = dt.datetime.combine(day, self.opens, self.zone)
+            opening = opening.astimezone(dt.UTC)  # a time in a DST gap moves on here
+            if opening > now and self.is_open(opening):
+                return opening
+            day += dt.timedelta(days=1)
+        raise AssertionError(f"window {self} never opens after {now}")  # pragma: no cover
+
+
+WINDOW = "window"  # the job row's limits key
+
+
+def window_opens(limits: Mapping[str, Any], now: dt.datetime) -> dt.datetime | None:
+    """None if the limits have no window or it is open at `now`; else when it opens."""
+    text = limits.get(WINDOW)
+    if not text:
+        return None
+    window = Window.parse(text)
+    return None if window.is_open(now) else window.next_open(now)

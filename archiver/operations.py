@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archiver import db, jobqueue, source
+from archiver import db, jobqueue, partitions, source
+from archiver.aggregates import describe_aggregate
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, CatalogFile, Mode
+from archiver.model import ArchiveRequest, CatalogFile, Mode, window_opens
 from archiver.references import check_unreferenced
 
 if TYPE_CHECKING:
@@ -84,29 +85,16 @@ async def enqueue_archive(
     max_attempts: int,
     limits: dict[str, Any] | None = None,
 ) -> tuple[str | None, list[Enqueued]]:
-    """Check the archive on the source and the storage, then queue it: one job, or with
-    `parallel` > 1 one job per key range, all queued or none, sharing a group id:
-    (the group id or None, the jobs)."""
+    """Check the archive on the source and the storage, then queue its jobs (see
+    archive_parts), all or none: (the group id or None, the jobs)."""
     from archiver.storage import open_storage
 
     storage = open_storage(settings)
 
-    def check(conn: db.BulkConnection) -> tuple[str, list[Any]]:
-        queries = source.describe_archive(conn, request.table, request.column, request.mode)
-        split = queries.split(conn, request.cutoff, parallel) if parallel > 1 else []
-        return queries.table.qualified, split
-
-    qualified, ranges = await on_source(settings, check)
+    group, parts = await on_source(settings, lambda conn: archive_parts(conn, request, parallel))
     await asyncio.to_thread(storage.check)
-    request = dataclasses.replace(request, table=qualified)
-    group = str(uuid.uuid4()) if ranges else None
-    parts = [(request, request.keys())]
-    if ranges:
-        parts = []
-        for i, key_range in enumerate(ranges):
-            part = dataclasses.replace(request, key_range=key_range, group=group)
-            parts.append((part, part.range_keys(i, len(ranges))))
     queued = []
+    run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
     async with db.connection(settings.database_url) as conn, conn.transaction():
         for part, (dedup_key, lock_key) in parts:
             job_id, created = await jobqueue.enqueue(
@@ -117,9 +105,50 @@ async def enqueue_archive(
                 priority=priority,
                 max_attempts=max_attempts,
                 limits=limits,
+                run_at=run_at,
             )
             queued.append(Enqueued(job_id, created))
     return group, queued
+
+
+Part = tuple[ArchiveRequest, tuple[str, str]]  # a job to queue, with its dedup and lock keys
+
+
+def archive_parts(
+    conn: db.BulkConnection, request: ArchiveRequest, parallel: int = 1
+) -> tuple[str | None, list[Part]]:
+    """Check an archive on the source and split it into the jobs that do it: one, or one
+    per key range (`parallel` > 1), or one per old partition (whole, or its older rows).
+    Several share a group id: (the group id or None, the jobs)."""
+    queries = source.describe_archive(
+        conn, request.table, request.column, request.mode, request.with_children
+    )
+    if request.with_children:
+        describe_aggregate(conn, queries)  # refuses cycles and keyless children
+    action, whole, by_rows = partitions.whole_partitions(conn, request, queries)
+    if whole and parallel > 1:
+        raise InputError(
+            f"--parallel splits a row-by-row archive; {queries.table.qualified} has "
+            f"{len(whole)} partitions to take whole, each by a job of its own already "
+            "(--partitions rows to split it by rows instead)"
+        )
+    ranges = queries.split(conn, request.cutoff, parallel) if parallel > 1 else []
+    request = dataclasses.replace(request, table=queries.table.qualified, partitions=action)
+    group = str(uuid.uuid4()) if ranges or whole else None
+    if whole:  # a job per old partition: whole, or its older rows (no lock on the others)
+        parts = []
+        for name in whole + by_rows:
+            how = action if name in whole else partitions.PartitionAction.ROWS
+            part = dataclasses.replace(request, partition=name, partitions=how, group=group)
+            parts.append((part, part.partition_keys()))
+        return group, parts
+    if ranges:
+        parts = []
+        for i, key_range in enumerate(ranges):
+            part = dataclasses.replace(request, key_range=key_range, group=group)
+            parts.append((part, part.range_keys(i, len(ranges))))
+        return group, parts
+    return None, [(request, request.keys())]
 
 
 async def checked_policies(
@@ -145,11 +174,14 @@ async def checked_policies(
                 source.check_cutoff_column(info, policy.column)
             except InputError as exc:
                 raise InputError(f"policy {policy.name!r}: column: {exc}") from None
-            if policy.mode == Mode.MOVE:
-                try:
+            try:
+                if policy.with_children:
+                    queries = source.ChunkQueries(info, info.column(policy.column))
+                    describe_aggregate(conn, queries)
+                elif policy.mode == Mode.MOVE:
                     check_unreferenced(conn, info.qualified, info.oid)
-                except InputError as exc:
-                    raise InputError(f"policy {policy.name!r}: table: {exc}") from None
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: table: {exc}") from None
             checked.append((policy, info.qualified))
         return checked
 
@@ -197,6 +229,8 @@ async def restore(
     files = await selection.files(settings, state="committed")
     if not files:
         raise InputError("no archived files match")
+    if selection.job_id is None:
+        files += await chunk_children(settings, files)
     storage = open_storage(settings)
     plan = RestorePlan(
         files,
@@ -213,6 +247,25 @@ async def restore(
 
     rows: int = await on_source(settings, run)
     return rows, files
+
+
+async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
+    """The files of referencing tables archived in the same chunks as `files`
+    (`--with-children`): a chunk's files are consecutive parts, the root's last, and only
+    the root's has a cutoff column."""
+    chosen = {f.path for f in files}
+    children: list[CatalogFile] = []
+    for job_id in dict.fromkeys(f.job_id for f in files):
+        pending: list[CatalogFile] = []
+        job_files = await FileSelection(job_id=uuid.UUID(job_id)).files(settings, "committed")
+        for f in sorted(job_files, key=lambda f: f.part):
+            if f.cutoff_column:  # a chunk's root file closes it
+                if f.path in chosen:
+                    children += [c for c in pending if c.path not in chosen]
+                pending = []
+            else:
+                pending.append(f)
+    return children
 
 
 async def verify(settings: Settings, selection: FileSelection) -> tuple[int, list[str]]:

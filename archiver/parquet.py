@@ -99,8 +99,10 @@ def file_metadata(
     job_id: str,
     part: int,
     mode: str,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     return {
+        **(extra or {}),
         "source_table": source_table,
         "columns": json.dumps([{"name": n, "type": t} for n, t in columns]),
         "key_columns": json.dumps(key_columns),

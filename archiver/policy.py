@@ -17,7 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, Mode, replica_lag_limit, wal_rate_limit
+from archiver.model import WINDOW, ArchiveRequest, Mode, Window, replica_lag_limit, wal_rate_limit
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
 OPTIONAL_KEYS = (
@@ -31,6 +31,9 @@ OPTIONAL_KEYS = (
     "max_rows_per_second",
     "max_replica_lag",
     "max_wal_per_second",
+    "window",
+    "with_children",
+    "partitions",
 )
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
@@ -52,6 +55,10 @@ class Policy:
     priority: int
     max_attempts: int
     cdc_marker: bool = True
+    with_children: bool = False
+    partitions: str = (
+        "auto"  # as enqueue --partitions: drop, detach, rows; auto: drop if it applies
+    )
     limits: dict[str, Any] = field(default_factory=dict)  # the job row's, see archiver throttle
 
     def cutoff(self, slot: dt.datetime) -> dt.datetime:
@@ -68,6 +75,8 @@ class Policy:
             self.mode,
             self.chunk_rows,
             cdc_marker=self.cdc_marker,
+            with_children=self.with_children,
+            partitions=self.partitions,
         )
 
     def fire_times(self, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
@@ -112,11 +121,12 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     for key in REQUIRED_KEYS:
         if key not in raw:
             raise fail(key, "missing")
-    for key in ("name", "table", "older_than", "schedule", "column", "timezone", "mode"):
+    for key in ("name", "table", "older_than", "schedule", "column", "timezone", "mode", WINDOW):
         if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
             raise fail(key, "expected a non-empty string")
-    if "cdc_marker" in raw and not isinstance(raw["cdc_marker"], bool):
-        raise fail("cdc_marker", "expected true or false")
+    for key in ("cdc_marker", "with_children"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise fail(key, "expected true or false")
     for key in ("chunk_rows", "priority", "max_attempts", "max_rows_per_second"):
         if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], int)):
             raise fail(key, "expected a whole number")
@@ -133,6 +143,8 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         timezone = ZoneInfo(raw.get("timezone", "UTC"))
     except (ZoneInfoNotFoundError, ValueError):
         raise fail("timezone", f"unknown time zone {raw['timezone']!r}") from None
+    if raw.get("partitions", "auto") not in ("auto", "drop", "detach", "rows"):
+        raise fail("partitions", f"expected drop, detach or rows, got {raw['partitions']!r}")
     mode = raw.get("mode", Mode.MOVE)
     if mode not in tuple(Mode):
         raise fail("mode", f"expected move or copy, got {mode!r}")
@@ -151,6 +163,11 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             raise fail(key, str(exc).split(": ", 1)[1]) from None
     if "max_rows_per_second" in raw:
         limits["max_rows_per_second"] = raw["max_rows_per_second"]
+    if WINDOW in raw:  # in the policy's time zone unless it names one
+        try:
+            limits[WINDOW] = str(Window.parse(raw[WINDOW], timezone.key))
+        except InputError as exc:
+            raise fail(WINDOW, str(exc).split(": ", 1)[1]) from None
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
         if key in raw and raw[key] < minimum:
             raise fail(key, f"must be at least {minimum}, got {raw[key]}")
@@ -165,6 +182,8 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         mode=Mode(mode),
         chunk_rows=raw.get("chunk_rows"),
         cdc_marker=raw.get("cdc_marker", True),
+        with_children=raw.get("with_children", False),
+        partitions=raw.get("partitions", "auto"),
         limits=limits,
         priority=raw.get("priority", 0),
         max_attempts=raw.get("max_attempts", 5),

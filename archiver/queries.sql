@@ -79,9 +79,10 @@ WHERE id = $1 AND status = 'running' AND locked_by = $2
 RETURNING status, run_at
 
 -- name: release
--- A graceful stop hands the job back untouched; the attempt does not count.
+-- A graceful stop hands the job back untouched; the attempt does not count. A job whose
+-- maintenance window closed waits for the next opening ($3).
 UPDATE background_jobs
-SET status = 'queued', run_at = now(), attempts = GREATEST(attempts - 1, 0),
+SET status = 'queued', run_at = COALESCE($3::timestamptz, now()), attempts = GREATEST(attempts - 1, 0),
     locked_by = NULL, heartbeat_at = NULL
 WHERE id = $1 AND status = 'running' AND locked_by = $2
 RETURNING id
@@ -227,8 +228,8 @@ FROM archive_files WHERE job_id = $1::uuid AND state = 'committed'
 -- name: enqueue_policy_slot
 -- A policy's slot, unless any scheduler ever enqueued it (unique policy_name, slot_at).
 INSERT INTO background_jobs (task_name, payload, priority, max_attempts, lock_key,
-                             policy_name, slot_at, limits)
-VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb)
+                             policy_name, slot_at, limits, run_at)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8::jsonb, COALESCE($9::timestamptz, now()))
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -292,8 +293,10 @@ SET throttled_reason = NULLIF($3, ''),
 WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
 
 -- name: set_limits
--- Change a queued or running job's limits; a running job obeys from its next chunk.
+-- Change a queued or running job's limits; a running job obeys from its next chunk. A new
+-- maintenance window moves a queued job's run_at to its next opening ($3).
 UPDATE background_jobs
-SET limits = jsonb_strip_nulls(limits || $2::jsonb)
+SET limits = jsonb_strip_nulls(limits || $2::jsonb),
+    run_at = CASE WHEN status = 'queued' AND $3::timestamptz IS NOT NULL THEN $3 ELSE run_at END
 WHERE id = $1 AND status IN ('queued', 'running')
 RETURNING status, limits::text AS limits

@@ -60,6 +60,127 @@ def check_unreferenced(conn: BulkConnection, table: str, table_oid: int) -> None
     if found:
         raise InputError(
             f"table {table} is referenced by foreign keys: {', '.join(map(str, found))}; "
-            "moving its rows would delete, change or orphan theirs (archive it with "
-            "--mode copy, or archive the referencing tables' rows first)"
+            "moving its rows would delete, change or orphan theirs (--with-children "
+            "archives their rows with it; --mode copy deletes nothing)"
         )
+
+
+# Every foreign key pointing at the table or one of its partitions, with the referencing
+# table as its partition tree's root (rows of a partitioned child are taken through it)
+# and both sides' columns by name, in key order.
+_FOREIGN_KEYS = """
+SELECT con.conname::text, con.confdeltype::text,
+       child.oid::bigint, cn.nspname::text || '.' || child.relname::text,
+       ARRAY(SELECT a.attname::text FROM unnest(con.conkey) WITH ORDINALITY k(n, i)
+             JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n ORDER BY k.i),
+       ARRAY(SELECT a.attname::text FROM unnest(con.confkey) WITH ORDINALITY k(n, i)
+             JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n ORDER BY k.i),
+       EXISTS (SELECT FROM pg_index i
+               WHERE i.indrelid IN (con.conrelid, child.oid)
+                 AND (i.indkey::int2[])[0:cardinality(con.conkey) - 1] @> con.conkey
+                 AND con.conkey @> (i.indkey::int2[])[0:cardinality(con.conkey) - 1])
+FROM pg_constraint con
+JOIN pg_class child ON child.oid = COALESCE(pg_partition_root(con.conrelid), con.conrelid)
+JOIN pg_namespace cn ON cn.oid = child.relnamespace
+WHERE con.contype = 'f' AND con.conparentid = 0
+  AND (con.confrelid = $1::bigint::oid
+       OR con.confrelid IN (SELECT relid FROM pg_partition_tree($1::bigint::oid)))
+ORDER BY 4, 1
+"""
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    """`child (columns) REFERENCES parent (referenced)`, by qualified table names."""
+
+    name: str
+    on_delete: str
+    child: str
+    child_oid: int
+    columns: tuple[str, ...]
+    parent: str
+    referenced: tuple[str, ...]
+    indexed: bool  # an index on the child leads with the key's columns
+
+    def __str__(self) -> str:
+        return f"{self.child} ({self.name}, ON DELETE {self.on_delete})"
+
+
+def foreign_keys_to(conn: BulkConnection, table: str, table_oid: int) -> list[ForeignKey]:
+    """Every foreign key referencing `table`; one declared on each partition of a
+    partitioned child counts once, for the partitioned table."""
+    found: dict[tuple[str, tuple[str, ...], tuple[str, ...]], ForeignKey] = {}
+    for name, action, oid, child, columns, referenced, indexed in fetch_all(
+        conn, _FOREIGN_KEYS, (table_oid,)
+    ):
+        key = ForeignKey(
+            str(name),
+            ON_DELETE.get(str(action), str(action)),
+            str(child),
+            int(oid),
+            tuple(columns),
+            table,
+            tuple(referenced),
+            bool(indexed),
+        )
+        found.setdefault((key.child, key.columns, key.referenced), key)
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A table with every table that references it, transitively: `tables` parents
+    before children (the root first), `keys` the foreign keys between them."""
+
+    tables: tuple[str, ...]
+    oids: dict[str, int]
+    keys: tuple[ForeignKey, ...]
+
+    def parents_of(self, table: str) -> list[ForeignKey]:
+        return [k for k in self.keys if k.child == table]
+
+    def referenced_columns(self, table: str) -> list[str]:
+        columns = (c for k in self.keys if k.parent == table for c in k.referenced)
+        return list(dict.fromkeys(columns))
+
+
+def aggregate(conn: BulkConnection, root: str, root_oid: int) -> Aggregate:
+    """The aggregate of `root` along foreign keys, read from pg_constraint. A cycle
+    (a self-reference included) is refused: its rows have no leaf to delete first."""
+    oids, keys = {root: root_oid}, []
+    todo = [root]
+    while todo:
+        parent = todo.pop(0)
+        for key in foreign_keys_to(conn, parent, oids[parent]):
+            keys.append(key)
+            if key.child not in oids:
+                oids[key.child] = key.child_oid
+                todo.append(key.child)
+    return Aggregate(tuple(parents_first(root, list(oids), keys)), oids, tuple(keys))
+
+
+def parents_first(root: str, tables: list[str], keys: list[ForeignKey]) -> list[str]:
+    """`tables` ordered so every table comes after each table it references; a cycle
+    among them is refused, naming it."""
+    parents = {t: {k.parent for k in keys if k.child == t and k.parent in tables} for t in tables}
+    ordered: list[str] = []
+    while len(ordered) < len(tables):
+        ready = sorted(t for t in tables if t not in ordered and parents[t] <= set(ordered))
+        if not ready:
+            cycle = _cycle(parents, [t for t in tables if t not in ordered])
+            raise InputError(
+                f"table {root}: foreign keys form a cycle ({' -> '.join(cycle)}); "
+                "--with-children cannot order its deletes, so it is refused"
+            )
+        ordered += ready
+    return ordered
+
+
+def _cycle(parents: dict[str, set[str]], left: list[str]) -> list[str]:
+    """A cycle among `left` (each of which has a parent among them), as a path."""
+    path = [left[0]]
+    while True:
+        step = min(p for p in parents[path[-1]] if p in left)
+        if step in path:
+            return [*path[path.index(step) :], step][::-1]
+        path.append(step)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,13 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver import pgtypes
-from archiver.archive.stats import key_range, key_text
-from archiver.db import BulkConnection, BulkCursor
+from archiver.archive.stats import in_arrow_order, key_range, key_text
+from archiver.db import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.model import CatalogFile
 from archiver.parquet import read_metadata
 from archiver.pgtypes.arrow import staging_table
+from archiver.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.storage import Storage, file_md5
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class ArchivedColumns:
     types: dict[str, str]  # name -> exact PostgreSQL type, in table order
     key: list[str]
     cutoff: str
+    partition: tuple[str, str] | None = None  # a partition taken whole: (name, bound)
 
     @classmethod
     def of(cls, path: Path) -> ArchivedColumns:
@@ -67,6 +70,7 @@ class ArchivedColumns:
                 {c["name"]: c["type"] for c in columns},
                 list(json.loads(meta["key_columns"])),
                 meta["cutoff_column"],
+                (meta["partition"], meta["partition_bound"]) if "partition" in meta else None,
             )
         except (KeyError, ValueError, TypeError):
             raise InputError(f"{path.name} lacks archiver's column metadata") from None
@@ -160,7 +164,7 @@ def map_columns(
         if current != type_sql:  # INSERT assigns it: never an explicit cast, which truncates
             retyped.append((name, type_sql, current))
         values[name] = value
-    lost = [k for k in (*archived.key, archived.cutoff) if k not in values]
+    lost = [k for k in (*archived.key, archived.cutoff) if k and k not in values]
     if lost:
         raise InputError(
             f"{target} no longer has the archived key or cutoff column {', '.join(lost)} "
@@ -198,7 +202,12 @@ def _check_casts(
 
 
 def _restore_file(
-    cur: BulkCursor, local: Path, target: str, plan: RestorePlan, columns: ArchivedColumns
+    cur: BulkCursor,
+    local: Path,
+    target: str,
+    plan: RestorePlan,
+    columns: ArchivedColumns,
+    parents: list[ForeignKey],
 ) -> tuple[int, ColumnMap]:
     """Stage one file and insert its rows (in range) into target: (rows inserted, how its
     columns were matched)."""
@@ -206,11 +215,16 @@ def _restore_file(
     cur.adbc_ingest(STAGE, data, mode="create", temporary=True)
     mapped = map_columns(cur, target, columns, set(data.column_names), plan)
     values = mapped.values
-    cutoff = values[columns.cutoff]
-    where = (
-        f"($1::text IS NULL OR {cutoff} >= $1::timestamptz) "
-        f"AND ($2::text IS NULL OR {cutoff} < $2::timestamptz)"
-    )
+    if columns.cutoff:
+        cutoff = values[columns.cutoff]
+        where = (
+            f"($1::text IS NULL OR {cutoff} >= $1::timestamptz) "
+            f"AND ($2::text IS NULL OR {cutoff} < $2::timestamptz)"
+        )
+    else:  # a table archived with its parents' rows: in a range restore, the rows
+        # whose parents are (back) in place, the others stay archived
+        present = " AND ".join(f"({_references_present(k, values)})" for k in parents)
+        where = f"(($1::text IS NULL AND $2::text IS NULL) OR ({present or 'false'}))"
     params = (plan.cutoff_from, plan.cutoff_to)
     stage = f"{quote_ident(STAGE)} s"
     _check_casts(cur, mapped, stage, where, params)
@@ -246,30 +260,38 @@ def restore(
 ) -> int:
     """Restore the plan's files in one transaction; returns the rows restored (or, in a
     dry run, that would be)."""
-    tables = {f.source_table for f in plan.files}
-    if len(tables) != 1:
-        raise InputError(f"files of several tables match: {', '.join(sorted(tables))}")
-    source_table = tables.pop()
+    tables = list(dict.fromkeys(f.source_table for f in plan.files))
+    if len(tables) > 1 and plan.into is not None:
+        raise InputError(f"files of several tables match ({', '.join(tables)}); --into takes one")
+    ordered, keys = parents_first_today(conn, tables)
+    order = {t: i for i, t in enumerate(ordered)}
+    # a stable sort: within a table the catalog's order (oldest file first) stands
+    files = sorted(plan.files, key=lambda f: order[f.source_table])
     total = 0
+    targets: dict[str, str] = {}
     target = ""
     said = ""  # the column differences last reported
     try:
         with conn.cursor() as cur, tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            for i, f in enumerate(plan.files, 1):
+            for i, f in enumerate(files, 1):
                 local = Path(tmp) / "restore.parquet"
                 storage.download(f.path, local)
                 columns = ArchivedColumns.of(local)
                 _check_types(cur, columns)  # files may come from different schema versions
-                if not target:
-                    target = _target(cur, plan, source_table, columns)
-                rows, mapped = _restore_file(cur, local, target, plan, columns)
+                if f.source_table not in targets:
+                    targets[f.source_table] = _target(cur, plan, f.source_table, columns)
+                target = targets[f.source_table]
+                if columns.partition and plan.into is None:
+                    _recreate_partition(cur, target, *columns.partition)
+                parents = [k for k in keys if k.child == f.source_table]
+                rows, mapped = _restore_file(cur, local, target, plan, columns, parents)
                 total += rows
                 if mapped.differences() != said:
                     said = mapped.differences()
                     report(f"{f.path}: columns: {said or 'as archived'}")
                 report(
                     f"{f.path}: {rows} of {f.row_count} rows "
-                    f"{'would be ' if plan.dry_run else ''}restored ({i}/{len(plan.files)} files)"
+                    f"{'would be ' if plan.dry_run else ''}restored ({i}/{len(files)} files)"
                 )
         if plan.dry_run:
             conn.rollback()
@@ -278,12 +300,55 @@ def restore(
     except adbc_driver_manager.Error as exc:
         conn.rollback()
         raise RestoreFailed(
-            f"restore into {target or source_table} failed, nothing changed: {first_line(exc)}"
+            f"restore into {target or tables[0]} failed, nothing changed: {first_line(exc)}"
         ) from exc
     except BaseException:
         conn.rollback()
         raise
     return total
+
+
+_BOUND = re.compile(r"FOR VALUES FROM \((?:'[^']*'|MINVALUE)\) TO \((?:'[^']*'|MAXVALUE)\)")
+
+
+def _recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str) -> None:
+    """A partition archived whole and dropped comes back with its recorded bound (its
+    indexes from the parent's) before its rows are inserted; an existing one is kept."""
+    if not _BOUND.fullmatch(bound):  # from a file: only literals, never SQL
+        raise InputError(f"partition {name}: unexpected bound {bound!r} in the file's metadata")
+    partition = TableName.parse(name)
+    quoted = f"{quote_ident(partition.schema or 'public')}.{quote_ident(partition.name)}"
+    _execute(cur, f"CREATE TABLE IF NOT EXISTS {quoted} PARTITION OF {parent} {bound}")
+
+
+def parents_first_today(
+    conn: BulkConnection, tables: list[str]
+) -> tuple[list[str], list[ForeignKey]]:
+    """The tables of a restore, each after every table it references today (an
+    aggregate's parents before its children), so foreign keys hold row by row; and the
+    keys between them. Read (and rolled back) before the restore writes anything."""
+    if len(tables) == 1:
+        return tables, []
+    keys = []
+    for table in tables:
+        found = fetch_all(conn, "SELECT to_regclass($1)::oid::bigint", (table,))
+        if found and found[0][0] is not None:
+            keys += [k for k in foreign_keys_to(conn, table, int(found[0][0])) if k.child in tables]
+    return parents_first(tables[0], tables, keys), keys
+
+
+def _references_present(key: ForeignKey, values: dict[str, str]) -> str:
+    """SQL: the staged row's `key` references nothing (a NULL) or a row now in its parent."""
+    parent = TableName.parse(key.parent)
+    archived = [values.get(c, "NULL") for c in key.columns]  # a column added since: NULL
+    match = " AND ".join(
+        f"p.{quote_ident(r)} = {v}" for v, r in zip(archived, key.referenced, strict=True)
+    )
+    nulls = " OR ".join(f"{v} IS NULL" for v in archived)
+    return (
+        f"{nulls} OR EXISTS (SELECT FROM {quote_ident(parent.schema or 'public')}."
+        f"{quote_ident(parent.name)} p WHERE {match})"
+    )
 
 
 def verify_file(storage: Storage, f: CatalogFile, workdir: Path) -> list[str]:
@@ -309,11 +374,17 @@ def verify_file(storage: Storage, f: CatalogFile, workdir: Path) -> list[str]:
             return [*problems, f"{name}: unreadable Parquet ({exc})"]
     if rows != f.row_count:
         problems.append(f"{name}: {rows} rows, catalog says {f.row_count}")
-    elif rows:
+    elif rows and in_arrow_order([keys.schema.field(k).type for k in f.key_columns]):
         lo, hi = key_range(keys, f.key_columns)
         found = ([key_text(v) for v in lo], [key_text(v) for v in hi])
         if found != (f.min_key, f.max_key):
             problems.append(
                 f"{name}: keys {found[0]}..{found[1]}, catalog says {f.min_key}..{f.max_key}"
             )
+    elif rows:  # ordered by PostgreSQL (a collation): the catalogued ends must be there
+        columns = [keys.column(k).to_pylist() for k in f.key_columns]
+        present = {tuple(key_text(v) for v in row) for row in zip(*columns, strict=True)}
+        for end in (f.min_key, f.max_key):
+            if tuple(end) not in present:
+                problems.append(f"{name}: catalogued key {end} is not in the file")
     return problems

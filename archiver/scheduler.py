@@ -21,7 +21,10 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from archiver import db, jobqueue
 from archiver.config import Settings
-from archiver.errors import ConfigError, error_line
+from archiver.errors import ArchiverError, ConfigError, error_line
+from archiver.model import window_opens
+from archiver.operations import Part, archive_parts, on_source
+from archiver.partitions import PartitionAction
 from archiver.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,9 @@ class PolicyScheduler:
                     error_line(exc),
                     delay,
                 )
+            except ArchiverError as exc:  # the table changed since the scheduler started
+                log.error("policy %s: slot not enqueued: %s", policy.name, error_line(exc))
+                return
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_SECONDS)
 
@@ -131,21 +137,28 @@ class PolicyScheduler:
                 slot.isoformat(),
             )
         request = policy.request(slot, table)
+        parts: list[Part] = [(request, request.keys())]
+        if policy.partitions != PartitionAction.ROWS:  # the table's partitions, as of now
+            _, parts = await on_source(self.settings, lambda c: archive_parts(c, request))
         job_id, created = await jobqueue.enqueue_slot(
             self.pool,
-            request,
+            parts,
             policy=policy.name,
             slot=slot,
             priority=policy.priority,
             max_attempts=policy.max_attempts,
             limits=policy.limits,
+            run_at=window_opens(policy.limits, now),  # None: open now, or no window
         )
         self.last_slot[policy.name] = slot
         log.info(
-            "policy %s: slot %s: %s job %s (cutoff %s)",
+            "policy %s: slot %s: %s job %s (cutoff %s)%s",
             policy.name,
             slot.isoformat(),
             "enqueued" if created else "already enqueued as",
             job_id,
             request.cutoff,
+            f" and {len(parts) - 1} more, one per old partition"
+            if created and len(parts) > 1
+            else "",
         )

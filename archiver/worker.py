@@ -29,7 +29,7 @@ from archiver import db, jobqueue, metrics
 from archiver.archive.chunk import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.config import Settings
-from archiver.errors import ArchiverError, LeaseLost, error_line
+from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.maintenance import Maintenance
 from archiver.model import ArchiveRequest, Job, Progress, Status
 from archiver.storage import Storage
@@ -283,6 +283,10 @@ class Worker:
             paused = isinstance(stop, PauseRequested)
             log.info("job %s: %s to the queue", job.id, "paused; back" if paused else "handed back")
             metrics.job_finished("handed_back")
+        except OutsideWindow as closed:
+            await self._finish_quietly(jobqueue.release(pool, job.id, self.name, closed.opens))
+            log.info("job %s: %s; back to the queue until %s", job.id, closed, closed.opens)
+            metrics.job_finished("window_closed")
         except CancelRequested:
             await self._finish_quietly(jobqueue.finish_cancelled(pool, job.id, self.name))
             log.info("job %s: cancelled", job.id)

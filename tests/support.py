@@ -180,6 +180,14 @@ def start_worker(env: dict[str, str], *args: str, log: Path | None = None) -> su
     return start_process(archiver_cmd("worker", *args), env, log)
 
 
+def kill_at_failpoint(env: dict[str, str], point: str, log: Path) -> None:
+    """Start a worker that pauses at failpoint `point`, wait until it is there, SIGKILL it."""
+    worker = start_worker({**env, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log=log)
+    wait_for_text(log, f"failpoint {point} reached")
+    worker.kill()
+    worker.wait(10)
+
+
 def reap_started() -> None:
     """Kill whatever a test started and left running."""
     while STARTED:
@@ -309,3 +317,15 @@ class PrivateCluster:
             self._pg_ctl("-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def fast_env(env: dict[str, str], **extra: str) -> dict[str, str]:
+    """`env` with short leases, heartbeats and backoffs, so rescues happen within seconds."""
+    return {
+        **env,
+        "ARCHIVER_LEASE_SECONDS": "2",
+        "ARCHIVER_HEARTBEAT_SECONDS": "0.5",
+        "ARCHIVER_RETRY_BASE_SECONDS": "0.2",
+        "ARCHIVER_POLL_INTERVAL": "0.3",
+        **extra,
+    }

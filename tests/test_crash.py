@@ -19,6 +19,7 @@ from tests.support import (
     PrivateCluster,
     fresh_database,
     job_row,
+    kill_at_failpoint,
     run_cli,
     sql,
     sql_value,
@@ -87,10 +88,7 @@ def test_sigkill_at_each_point_of_a_chunk(
     expected = old_ids(database_url)
     job_id = enqueue(fast)
     log_a = tmp_path / "a.log"
-    a = start_worker({**fast, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log=log_a)
-    wait_for_text(log_a, f"failpoint {point} reached")
-    a.kill()
-    a.wait(10)
+    kill_at_failpoint(fast, point, log_a)
 
     log_b = tmp_path / "b.log"
     b = start_worker(fast, log=log_b)
@@ -464,10 +462,7 @@ def test_separate_source_database_crash_around_its_commit(
     expected = old_ids(source_url)
     job_id = enqueue(env)
     log_a = tmp_path / "a.log"
-    a = start_worker({**env, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log=log_a)
-    wait_for_text(log_a, f"failpoint {point} reached")
-    a.kill()
-    a.wait(10)
+    kill_at_failpoint(env, point, log_a)
     pending = sql(database_url, "SELECT part, state, source_xid FROM archive_files")
     assert [(r["part"], r["state"]) for r in pending] == [(1, "pending")]
     assert pending[0]["source_xid"] is not None

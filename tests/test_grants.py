@@ -88,3 +88,28 @@ def test_grants_refuses_bad_input(env: dict[str, str], database_url: str) -> Non
         result = run_cli(env, *args)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
         assert needle in result.stderr
+
+
+def test_a_role_that_does_not_own_a_partitioned_table_moves_its_rows(
+    env: dict[str, str], database_url: str, role: str
+) -> None:
+    from tests.test_partitions import CUTOFF, seed
+
+    seed(database_url, per_month=5)
+    printed = run_cli(env, "grants", "--role", role, "--table", "events")
+    assert printed.returncode == 0, printed.stderr
+    assert "the table's owner" in printed.stdout
+    sql(database_url, printed.stdout)
+    worker_env = {**env, "ARCHIVER_DATABASE_URL": as_role(database_url, role)}
+    enqueue = ["enqueue", "--table", "events", "--before", CUTOFF]
+    refused = run_cli(worker_env, *enqueue, "--partitions", "drop")
+    assert refused.returncode == 1 and "only the owner of public.events" in refused.stderr
+    job = run_cli(worker_env, *enqueue)  # auto: by rows, since it cannot drop
+    assert job.returncode == 0 and len(job.stdout.split()) == 1, job.stderr
+    assert start_worker(worker_env, "--burst").wait(60) == 0
+    row = sql(database_url, "SELECT status, last_error FROM background_jobs")[0]
+    assert row["status"] == "completed", row["last_error"]
+    assert (
+        sql_value(database_url, f"SELECT count(*) FROM events WHERE created_at < '{CUTOFF}'") == 0
+    )
+    assert sql_value(database_url, "SELECT count(*) FROM pg_class WHERE relname = 'events_2023_01'")

@@ -40,7 +40,7 @@ def test_parallel_ranges_move_each_row_exactly_once(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     ids = result.stdout.split()
-    assert len(ids) == 3 and "3 key ranges" in result.stderr
+    assert len(ids) == 3 and "3 jobs" in result.stderr
     jobs = sql(database_url, "SELECT payload, lock_key FROM background_jobs ORDER BY lock_key")
     assert len({j["lock_key"] for j in jobs}) == 3  # the parts may run at once
     assert len({j["payload"] for j in jobs}) == 3

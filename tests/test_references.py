@@ -108,3 +108,26 @@ def test_a_key_added_after_enqueue_stops_the_job_before_any_delete(
         sql_value(database_url, "SELECT count(*) FROM shipments WHERE order_id IS NOT NULL") == 100
     )
     assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
+
+
+def test_with_children_refuses_cycles_and_keyless_children_and_suits_policies(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    sql(database_url, SCHEMA)
+    refused(
+        run_cli(env, "enqueue", "--table", "staff", "--before", "2020-03-01", "--with-children"),
+        "foreign keys form a cycle (public.staff -> public.staff)",
+    )
+    with_children = ["enqueue", "--table", "orders", "--before", "2020-03-01", "--with-children"]
+    refused(run_cli(env, *with_children), "table public.events has no primary key")
+    refused(run_cli(env, *with_children, "--dry-run"), "table public.events has no primary key")
+    assert not sql(database_url, "SELECT 1 FROM background_jobs")
+
+    sql(database_url, "ALTER TABLE events ALTER id SET NOT NULL, ADD PRIMARY KEY (id, at)")
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        '[[policy]]\nname = "o"\ntable = "orders"\nolder_than = "30 days"\n'
+        'schedule = "0 2 * * *"\nwith_children = true\n'
+    )
+    checked = run_cli(env, "policies", "--config", str(config))
+    assert checked.returncode == 0, checked.stderr

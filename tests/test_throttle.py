@@ -3,6 +3,7 @@ waits (view, `show`, metric), and obeys a limit changed while it runs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import signal
 import time
@@ -10,7 +11,9 @@ import urllib.request
 from pathlib import Path
 
 from bench.reference import seed_orders
+from tests.exactly_once import assert_exactly_once
 from tests.support import (
+    Azurite,
     archiver_cmd,
     free_port,
     run_cli,
@@ -100,15 +103,21 @@ def test_policies_carry_limits_into_their_jobs(
 ) -> None:
     seed_orders(database_url, 100)
     config = tmp_path / "archiver.toml"
+    window = _window(3600, 7200)  # closed now
     config.write_text(
         '[[policy]]\nname = "paced"\ntable = "orders"\nolder_than = "1 days"\n'
         'schedule = "* * * * * *"\nmax_rows_per_second = 500\nmax_replica_lag = "64MB"\n'
+        f'window = "{window}"\n'
     )
     log = tmp_path / "scheduler.log"
     scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), env, log)
     try:
         row = wait_until(
-            lambda: sql(database_url, "SELECT limits::text FROM background_jobs LIMIT 1"),
+            lambda: sql(
+                database_url,
+                "SELECT limits::text, EXTRACT(epoch FROM run_at - now())::float8 AS wait "
+                "FROM background_jobs LIMIT 1",
+            ),
             timeout=30,
             what="a policy slot's job",
         )[0]
@@ -118,7 +127,9 @@ def test_policies_carry_limits_into_their_jobs(
     assert json.loads(row["limits"]) == {
         "max_rows_per_second": 500,
         "max_replica_lag_bytes": 64 * 1024**2,
+        "window": window,
     }
+    assert 3500 < row["wait"] <= 3600  # queued for its window's next opening
 
 
 def test_wal_per_second(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
@@ -151,3 +162,62 @@ def test_wal_per_second(env: dict[str, str], database_url: str, tmp_path: Path) 
     # every chunk but the last waited for its own WAL at 256 kB/s: a lower bound that the
     # cluster's other WAL (the queue's own writes) only makes longer
     assert files == 4 and seconds >= (wal / files) * (files - 1) / (256 * 1024) * 0.5
+
+
+def _window(opens_in: float, closes_in: float) -> str:
+    """A window from now + opens_in to now + closes_in seconds, in UTC, to the second."""
+    now = dt.datetime.now(dt.UTC)
+    return (
+        "-".join(f"{now + dt.timedelta(seconds=s):%H:%M:%S}" for s in (opens_in, closes_in))
+        + " UTC"
+    )
+
+
+def test_a_maintenance_window_closing_and_opening(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 6_000)
+    expected = {
+        r["id"] for r in sql(database_url, f"SELECT id FROM orders WHERE created_at < '{BEFORE}'")
+    }
+    job_id = run_cli(
+        env, "enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", "200",
+        "--max-rows-per-second", "100", "--window", _window(-60, 3600),
+    ).stdout.strip()  # fmt: skip
+    row = "SELECT * FROM background_jobs WHERE id = $1::uuid"
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, log=log)
+    try:
+        wait_for_text(log, f"job {job_id}: chunk 1 of")
+        # the window closes while the job waits 2 s for its rate: it stops at that boundary
+        closing = _window(-60, 1)
+        assert run_cli(env, "throttle", job_id, "--window", closing).returncode == 0
+        wait_for_text(log, "is closed; back to the queue until")
+        job = wait_until(
+            lambda: (r := sql(database_url, row, job_id)[0])["status"] == "queued" and r,
+            what="the job back in the queue",
+        )
+        assert job["attempts"] == 0 and job["last_error"] is None
+        next_day = dt.datetime.now(dt.UTC) + dt.timedelta(hours=23)
+        assert job["run_at"] > next_day and f"{job['run_at']:%H:%M:%S}" == closing[:8]
+        moved = sql_value(database_url, "SELECT coalesce(sum(row_count), 0) FROM archive_files")
+        assert 200 <= moved < len(expected)
+        time.sleep(1.5)  # not claimed while the window is closed
+        assert sql(database_url, row, job_id)[0]["status"] == "queued"
+
+        # the window opens (as the clock reaching it would): the job goes on where it was
+        assert run_cli(env, "throttle", job_id, "--window", _window(-60, 3600)).returncode == 0
+        done = wait_for_status(database_url, job_id, "completed", timeout=60)
+        assert done["attempts"] == 1
+        # enqueued while its window is closed: queued for the opening, not claimed
+        later = run_cli(
+            env, "enqueue", "--table", "orders", "--before", "2025-01-01",
+            "--window", _window(3600, 7200),
+        ).stdout.strip()  # fmt: skip
+        waiting = sql(database_url, row, later)[0]
+        wait_in = (waiting["run_at"] - dt.datetime.now(dt.UTC)).total_seconds()
+        assert waiting["status"] == "queued" and 3590 < wait_in <= 3600
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)

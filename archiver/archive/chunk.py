@@ -5,14 +5,17 @@ source back, and the rows are still in the table."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import logging
 import queue
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -23,11 +26,20 @@ from archiver.archive.stats import ChunkStats, key_text
 from archiver.catalog import Catalog
 from archiver.db import BulkConnection, BulkCursor
 from archiver.errors import LockBusy, VerificationError
-from archiver.guardrails import LOCK_NOT_AVAILABLE, emit_cdc_marker, lock_holders
+from archiver.guardrails import (
+    DEADLOCK_DETECTED,
+    LOCK_NOT_AVAILABLE,
+    emit_cdc_marker,
+    lock_holders,
+)
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
-from archiver.source import ChunkQueries, bind_chunk
+from archiver.partitions import PartitionAction, WholePartition
+from archiver.source import FIRST_KEY, LAST_KEY, ChunkQueries, TableInfo, bind_chunk
 from archiver.storage import Storage, StoredObject, file_md5
+
+if TYPE_CHECKING:
+    from archiver.aggregates import AggregateQueries
 
 log = logging.getLogger(__name__)
 
@@ -58,66 +70,176 @@ class JobContext:
     commit: CommitStrategy
     workdir: Path
     limits: ChunkLimits = ChunkLimits()
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # maintenance windows
+    aggregate: AggregateQueries | None = None  # --with-children
+    partition: WholePartition | None = None  # this job takes one partition whole
+    parent: TableInfo | None = None  # a partition's job: its files are the parent's
 
     @property
     def key_names(self) -> list[str]:
         return [c.name for c in self.queries.table.key]
 
-    def object_name(self, part: int) -> str:
-        table = self.queries.table.qualified
+    def object_name(self, part: int, table: str | None = None) -> str:
+        table = table or self.tables[0]
         return self.storage.object_name(names.file_name(table, self.job_id, self.attempt, part))
+
+    @property
+    def tables(self) -> list[str]:
+        """Every table this job writes files of: its own, then its aggregate's."""
+        if self.parent is not None:
+            return [self.parent.qualified]
+        if self.aggregate is None:
+            return [self.queries.table.qualified]
+        return [m.table.qualified for m in self.aggregate.members]
 
 
 def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
     """Move (or copy) the next chunk after progress.last_key; None when none is left."""
     part = job.catalog.next_part()
-    name = job.object_name(part)
     move = job.request.mode == Mode.MOVE
     try:
         with job.source.cursor() as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
-            local = Path(tmp) / "chunk.parquet"
-            # 1. take the chunk's rows (locked, or from the snapshot)
-            take_rows(job, cur, progress)
-            # 2. stream them into a Parquet file
-            stats, rows_taken = write_parquet(job, cur.fetch_record_batch(), local, part)
-            if rows_taken == 0:
+            # 1. take the chunk's rows (locked, or from the snapshot); 2.-4. for each
+            # table's rows: stream them into a Parquet file, upload it under the job's,
+            # attempt's and part's name, verify it
+            if job.partition is not None:
+                files = take_partition(job, cur, Path(tmp), part, progress)
+                if files is None:  # gone: taken by an earlier attempt
+                    return None
+            elif job.aggregate is None:
+                take_rows(job, cur, progress)
+                taken = archive_file(job, cur, Path(tmp), part, FileOf.root(job))
+                files = [taken] if taken is not None else []
+            else:
+                files = take_aggregate(job, cur, Path(tmp), part, progress)
+            if not files and job.partition is None:
                 if move:
                     job.source.rollback()
                 return None
-            # 3. upload under the job's, attempt's and part's name
-            md5 = file_md5(local)
-            failpoints.reach("before_upload")
-            stored = job.storage.put_file(name, local, md5)
-            # 4. verify what the service holds, and that the file holds every row taken
-            archived = verify(job, name, local, md5, stored, rows_taken, part, stats)
-            new_progress = progress.after(archived)
+            new_progress = progress
+            for f in files:  # the root's file last: its last key is where the job resumes
+                new_progress = new_progress.after(f)
             if move and job.request.cdc_marker:
-                emit_cdc_marker(cur, cdc_content(archived))
-            # 5. record the file and the job's progress; 6. COMMIT
-            job.commit.commit_chunk(archived, new_progress)
+                emit_cdc_marker(cur, cdc_content(files, job.partition))
+            # 5. record the files and the job's progress; 6. COMMIT
+            job.commit.commit_chunk(files, new_progress)
             failpoints.reach("after_commit")
     except BaseException as exc:
-        if move or getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        state = getattr(exc, "sqlstate", None)
+        if move or state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
             rollback_quietly(job.source)
-        if getattr(exc, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        if state == LOCK_NOT_AVAILABLE:
             holders = lock_holders(job.source, job.queries.table) or "no holder left"
             raise LockBusy(
                 f"waited {job.limits.lock_timeout:g}s for a lock on "
                 f"{job.queries.table.qualified} held by {holders}"
             ) from None
+        if state == DEADLOCK_DETECTED:  # two chunks locking shared children in turn
+            raise LockBusy(f"deadlock on rows of {job.queries.table.qualified}") from None
         raise
+    if job.partition is not None:
+        log.info(
+            "job %s: partition %s archived whole (%d rows in %d files) and %s",
+            job.job_id,
+            job.partition.name,
+            new_progress.rows,
+            len(files),
+            "dropped" if job.partition.action == PartitionAction.DROP else "detached",
+        )
+        return new_progress
+    root = files[-1]
     log.info(
         "job %s: chunk %d of ~%d, %d rows, %d bytes -> %s (%d of ~%d rows done)",
         job.job_id,
-        part,
+        root.part,
         new_progress.chunks_estimated,
-        archived.row_count,
-        archived.byte_size,
-        name,
+        sum(f.row_count for f in files),
+        sum(f.byte_size for f in files),
+        root.path if len(files) == 1 else f"{len(files)} files",
         new_progress.rows,
         new_progress.rows_estimated,
     )
     return new_progress
+
+
+def archive_file(
+    job: JobContext, cur: BulkCursor, tmp: Path, part: int, of: FileOf
+) -> ArchivedFile | None:
+    """Steps 2-4 for the rows the statement just run returns: write, upload, verify.
+    None when it returned no row."""
+    local = tmp / f"part-{part}.parquet"
+    stats, rows_taken = write_parquet(job, cur.fetch_record_batch(), local, part, of)
+    if rows_taken == 0:
+        return None
+    name = job.object_name(part, of.table.qualified)
+    md5 = file_md5(local)
+    failpoints.reach("before_upload")
+    stored = job.storage.put_file(name, local, md5)
+    return verify(job, name, local, md5, stored, rows_taken, part, stats, of)
+
+
+def take_partition(
+    job: JobContext, cur: BulkCursor, tmp: Path, part: int, progress: Progress
+) -> list[ArchivedFile] | None:
+    """A whole partition (see archiver.partitions) in this one transaction: locked against
+    writes, read in key order into files, then detached and dropped (or renamed). None
+    when it is no longer attached: an earlier attempt committed it."""
+    whole = job.partition
+    assert whole is not None
+    bound = whole.attached(job.source)  # (read and rolled back: before anything else)
+    if bound is None:
+        return None
+    limits = (job.limits.lock_timeout, job.limits.statement_timeout)
+    bind_chunk(cur, job.request.cutoff, None, 1, None, limits)
+    # Writes wait from here to COMMIT: the rows read are the rows dropped. Self-conflicting,
+    # so two attempts never read one partition at once.
+    cur.execute(f"LOCK TABLE {whole.quoted} IN SHARE ROW EXCLUSIVE MODE")
+    of = dataclasses.replace(
+        FileOf.root(job), metadata={"partition": whole.name, "partition_bound": bound}
+    )
+    files: list[ArchivedFile] = []
+    last_key = None
+    while True:
+        bind_chunk(cur, job.request.cutoff, last_key, progress.chunk_rows, None, limits)
+        cur.execute(job.queries.read(after_key=last_key is not None))
+        taken = archive_file(job, cur, tmp, part + len(files), of)
+        if taken is None:
+            break
+        files.append(taken)
+        last_key = taken.max_key
+    failpoints.reach("before_detach")
+    for statement in whole.statements():
+        cur.execute(statement)
+    return files
+
+
+def take_aggregate(
+    job: JobContext, cur: BulkCursor, tmp: Path, part: int, progress: Progress
+) -> list[ArchivedFile]:
+    """An aggregate's chunk (see archiver.aggregates): collect parents first, then take
+    leaves first, one file per table with rows; the root's file comes last. Empty when
+    the root has no row left."""
+    agg = job.aggregate
+    assert agg is not None
+    key_range = job.request.key_range
+    limits = (job.limits.lock_timeout, job.limits.statement_timeout)
+    bind_chunk(cur, job.request.cutoff, progress.last_key, progress.chunk_rows, key_range, limits)
+    move = job.request.mode == Mode.MOVE
+    for statement in agg.collect(
+        after_key=progress.last_key is not None, key_range=key_range, move=move
+    ):
+        cur.execute(statement)
+    cur.execute(agg.count_root())
+    if not cur.fetchall()[0][0]:
+        return []
+    files: list[ArchivedFile] = []
+    for m in reversed(agg.members):
+        cur.execute(agg.take(m, move=move))
+        cutoff = job.queries.cutoff_column.name if m.index == 0 else ""
+        taken = archive_file(job, cur, tmp, part + len(files), FileOf(m.table, m.plans, cutoff))
+        if taken is not None:
+            files.append(taken)
+    return files
 
 
 def take_rows(job: JobContext, cur: BulkCursor, progress: Progress) -> None:
@@ -132,34 +254,62 @@ def take_rows(job: JobContext, cur: BulkCursor, progress: Progress) -> None:
         cur.execute(job.queries.read(after_key=after, key_range=key_range))
 
 
+@dataclass(frozen=True)
+class FileOf:
+    """The table a chunk's file holds rows of: the job's, or one of its aggregate's."""
+
+    table: TableInfo
+    plans: list[pgtypes.ColumnPlan]
+    cutoff: str  # its cutoff column; "" for a table archived with its parents' rows
+    metadata: dict[str, str] = field(default_factory=dict)  # more of the file's metadata
+
+    @classmethod
+    def root(cls, job: JobContext) -> FileOf:
+        """The job's own table -- a partition's rows named and catalogued as its parent's,
+        so restore routes them."""
+        q, table = job.queries, job.queries.table
+        if job.parent is not None:
+            table = dataclasses.replace(table, schema=job.parent.schema, name=job.parent.name)
+        return cls(table, q.plans, q.cutoff_column.name)
+
+    @property
+    def keys(self) -> list[str]:
+        return [c.name for c in self.table.key]
+
+
 def write_parquet(
-    job: JobContext, reader: pa.RecordBatchReader, local: Path, part: int
+    job: JobContext, reader: pa.RecordBatchReader, local: Path, part: int, of: FileOf
 ) -> tuple[ChunkStats, int]:
-    table = job.queries.table
+    table = of.table
     metadata = file_metadata(
         table.qualified,
         [(c.name, c.type_sql) for c in table.columns],
-        job.key_names,
-        job.queries.cutoff_column.name,
+        of.keys,
+        of.cutoff,
         job.request.cutoff,
         job.job_id,
         part,
         job.request.mode,
+        of.metadata,
     )
-    plans = job.queries.plans
+    plans = of.plans
+    schema = reader.schema
+    for name in (FIRST_KEY, LAST_KEY):  # not part of the row
+        if name in schema.names:
+            schema = schema.remove(schema.get_field_index(name))
     writer = ParquetFileWriter(
         local,
-        reader.schema,
+        schema,
         metadata,
         companions=pgtypes.companions(plans),
         arrow_checked=pgtypes.arrow_checked(plans),
     )
-    stats = ChunkStats()
-    keys, cutoff = job.key_names, job.queries.cutoff_column.name
+    stats = ChunkStats(arrow_order=table.key_in_arrow_order)
+    keys, cutoff = of.keys, of.cutoff
 
     def encode(batch: pa.RecordBatch) -> None:
         # Statistics of the batch as written: a -infinity cutoff value is NULL there.
-        stats.observe(writer.write(batch), keys, cutoff)
+        stats.observe(writer.write(stats.take_bounds(batch)), keys, cutoff)
 
     try:
         _overlapped(reader, encode)
@@ -179,6 +329,7 @@ def verify(
     rows_taken: int,
     part: int,
     stats: ChunkStats,
+    of: FileOf,
 ) -> ArchivedFile:
     """What the service holds equals what was sent; the file holds every row taken."""
     size = local.stat().st_size
@@ -195,16 +346,16 @@ def verify(
     return ArchivedFile(
         job_id=job.job_id,
         part=part,
-        source_table=job.queries.table.qualified,
+        source_table=of.table.qualified,
         storage_url=str(job.storage.location),
         path=name,
         row_count=rows_taken,
         byte_size=size,
         md5=md5,
-        key_columns=job.key_names,
+        key_columns=of.keys,
         min_key=[key_text(v) for v in stats.min_key],
         max_key=[key_text(v) for v in stats.max_key],
-        cutoff_column=job.queries.cutoff_column.name,
+        cutoff_column=of.cutoff,
         min_cutoff_value=min_cutoff,
         max_cutoff_value=max_cutoff,
     )
@@ -240,17 +391,31 @@ def _overlapped(reader: pa.RecordBatchReader, encode: Callable[[pa.RecordBatch],
         raise failed[0]
 
 
-def cdc_content(f: ArchivedFile) -> str:
-    """What a CDC consumer reads in the marker of a chunk's deletes."""
-    return json.dumps(
-        {
-            "job_id": f.job_id,
-            "table": f.source_table,
-            "part": f.part,
-            "rows": f.row_count,
-            "path": f.path,
-        }
-    )
+def cdc_content(files: list[ArchivedFile], partition: WholePartition | None = None) -> str:
+    """What a CDC consumer reads in the marker of a chunk's deletes: the job's table's
+    file (the last), with children the rows taken from each table, and for a whole
+    partition (whose DROP decodes as nothing) its name and rows."""
+    if partition is not None:
+        return json.dumps(
+            {
+                "job_id": files[0].job_id if files else "",
+                "table": partition.parent.qualified,
+                "partition": partition.name,
+                "action": str(partition.action),
+                "rows": sum(f.row_count for f in files),
+            }
+        )
+    f = files[-1]
+    content: dict[str, Any] = {
+        "job_id": f.job_id,
+        "table": f.source_table,
+        "part": f.part,
+        "rows": f.row_count,
+        "path": f.path,
+    }
+    if len(files) > 1:
+        content["tables"] = {c.source_table: c.row_count for c in files}
+    return json.dumps(content)
 
 
 def rollback_quietly(conn: BulkConnection) -> None:

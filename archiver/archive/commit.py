@@ -14,7 +14,7 @@ form each kind of job needs, and the settling of what a crash left between the t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,8 +70,9 @@ class Settled:
 
 
 class CommitStrategy(Protocol):
-    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
-        """Record `f` and `progress`, and commit the chunk's source transaction."""
+    def commit_chunk(self, files: Sequence[ArchivedFile], progress: Progress) -> None:
+        """Record the chunk's files (one per table) and `progress`, and commit the chunk's
+        source transaction: all of them, or none."""
 
     def reconcile(self) -> list[Settled]:
         """Settle files a crash left pending between the two databases' commits."""
@@ -109,8 +110,9 @@ class SameDatabase(_Settles):
     def __init__(self, source: SourceTransaction, catalog: Catalog, writer: Catalog) -> None:
         self.source, self.catalog, self.writer = source, catalog, writer
 
-    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
-        self.writer.add_committed(f, progress)
+    def commit_chunk(self, files: Sequence[ArchivedFile], progress: Progress) -> None:
+        for f in files:
+            self.writer.add_committed(f, progress)
         failpoints.reach("before_commit")
         self.source.commit()
 
@@ -119,14 +121,23 @@ class SeparateDatabase(_Settles):
     def __init__(self, source: SourceTransaction, catalog: Catalog) -> None:
         self.source, self.catalog = source, catalog
 
-    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
+    def commit_chunk(self, files: Sequence[ArchivedFile], progress: Progress) -> None:
         xid = self.source.transaction_id()
-        _committed(self.catalog, lambda: self.catalog.add_pending(f, xid))
+
+        def pending() -> None:
+            for f in files:
+                self.catalog.add_pending(f, xid)
+
+        def confirmed() -> None:
+            for f in files:
+                self.catalog.confirm(f.part)
+
+        _committed(self.catalog, pending)
         failpoints.reach("before_commit")
         self.source.commit()
         failpoints.reach("source_committed")  # the window reconcile() closes
         # The source committed: the file is real, whoever holds the job now.
-        _committed(self.catalog, lambda: self.catalog.confirm(f.part))
+        _committed(self.catalog, confirmed)
         _committed(self.catalog, lambda: self.catalog.checkpoint(progress))
 
 
@@ -134,8 +145,12 @@ class CopyOnly(_Settles):
     def __init__(self, source: SourceTransaction, catalog: Catalog) -> None:
         self.source, self.catalog = source, catalog
 
-    def commit_chunk(self, f: ArchivedFile, progress: Progress) -> None:
-        _committed(self.catalog, lambda: self.catalog.add_committed(f, progress))
+    def commit_chunk(self, files: Sequence[ArchivedFile], progress: Progress) -> None:
+        def recorded() -> None:
+            for f in files:
+                self.catalog.add_committed(f, progress)
+
+        _committed(self.catalog, recorded)
 
 
 def _committed(catalog: Catalog, write: Callable[[], None]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from archiver import source
+from archiver.aggregates import describe_aggregate
 from archiver.archive import names
 from archiver.archive.chunk import ChunkLimits, JobContext, archive_chunk, rollback_quietly
 from archiver.archive.commit import (
@@ -26,9 +27,10 @@ from archiver.archive.commit import (
 from archiver.archive.plan import plan_archive
 from archiver.catalog import PgCatalog
 from archiver.db import BulkConnection
-from archiver.errors import LockBusy
+from archiver.errors import LockBusy, OutsideWindow
 from archiver.guardrails import dead_tuples, replica_lag, vacuum, wal_position
-from archiver.model import ArchiveRequest, Mode, Progress
+from archiver.model import WINDOW, ArchiveRequest, Mode, Progress, window_opens
+from archiver.partitions import PartitionAction, WholePartition
 from archiver.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -62,9 +64,33 @@ def open_job(
         commit = SameDatabase(source_tx, catalog, PgCatalog(src, job_id, worker))
     else:
         commit = SeparateDatabase(source_tx, catalog)
-    queries = source.describe_archive(src, request.table, request.column, request.mode)
+    queries = source.describe_archive(
+        src, request.table, request.column, request.mode, request.with_children
+    )
+    aggregate = describe_aggregate(src, queries) if request.with_children else None
+    whole, parent = None, None
+    if request.partition is not None:  # one partition: whole, or its rows
+        parent = queries.table
+        if request.partitions == PartitionAction.ROWS:
+            queries = source.describe_archive(src, request.partition, request.column, Mode.MOVE)
+        else:
+            whole = WholePartition(parent, request.partition, PartitionAction(request.partitions))
+            if whole.attached(src) is not None:  # else an earlier attempt took it
+                queries = source.describe_archive(src, request.partition, request.column, Mode.COPY)
     return JobContext(
-        job_id, attempt, request, queries, src, storage, catalog, commit, workdir, limits
+        job_id,
+        attempt,
+        request,
+        queries,
+        src,
+        storage,
+        catalog,
+        commit,
+        workdir,
+        limits,
+        aggregate=aggregate,
+        partition=whole,
+        parent=parent,
     )
 
 
@@ -94,12 +120,15 @@ def sweep_stale_uploads(job: JobContext) -> None:
     holding the job (see archive.names on fencing), so it is garbage. One uploaded after
     this sweep stays until `archiver verify` reports it."""
     catalogued = job.catalog.catalogued_paths()
-    prefix = job.storage.object_name(names.job_prefix(job.queries.table.qualified, job.job_id))
-    for stored in job.storage.list(prefix):
-        attempt = names.attempt_of(stored.name)
-        if attempt is not None and attempt < job.attempt and stored.name not in catalogued:
-            log.warning("job %s: deleting %s, left by an earlier attempt", job.job_id, stored.name)
-            job.storage.delete(stored.name)
+    for table in job.tables:
+        prefix = job.storage.object_name(names.job_prefix(table, job.job_id))
+        for stored in job.storage.list(prefix):
+            attempt = names.attempt_of(stored.name)
+            if attempt is not None and attempt < job.attempt and stored.name not in catalogued:
+                log.warning(
+                    "job %s: deleting %s, left by an earlier attempt", job.job_id, stored.name
+                )
+                job.storage.delete(stored.name)
 
 
 def _sleep(seconds: float, interrupt: Interrupt) -> None:
@@ -120,6 +149,13 @@ LAG_BYTES, LAG_SECONDS = "max_replica_lag_bytes", "max_replica_lag_seconds"
 
 
 Last = tuple[float, int, int]  # the previous chunk: (started, rows, WAL bytes)
+
+
+def _check_window(job: JobContext, limits: dict[str, Any]) -> None:
+    """Raise OutsideWindow if the job's maintenance window is closed."""
+    opens = window_opens(limits, job.clock())
+    if opens is not None:
+        raise OutsideWindow(f"its window {limits[WINDOW]} is closed", opens)
 
 
 def _over_limit(
@@ -147,14 +183,16 @@ def _pace(
     on_wait: Waited | None,
 ) -> tuple[int | None, dict[str, Any]]:
     """Wait while the next chunk would break one of the job's limits: its rate of rows or
-    of WAL (the previous chunk, `last`, may not have come faster) or its replicas' lag. Limits are read from the job row again each second, so an operator's change takes
-    effect at once. Returns the chunk size the rate allows (None: no rate limit) and the
+    of WAL (the previous chunk, `last`, may not have come faster) or its replicas' lag;
+    raise OutsideWindow once its maintenance window has closed. Limits are read from the
+    job row again each second, so an operator's change takes effect at once. Returns the chunk size the rate allows (None: no rate limit) and the
     limits as last read."""
     waiting: tuple[str, float] | None = None  # (reason, since)
     said = False
     try:
         while True:
             limits = job.catalog.limits()
+            _check_window(job, limits)
             over = _over_limit(job, limits, last)
             if waiting is not None and (over is None or over[0] != waiting[0]):
                 if on_wait is not None:
@@ -178,7 +216,7 @@ def _finished(job: JobContext, progress: Progress) -> Progress:
     """Done: the estimates give way to what was counted; after a move, what it left for
     vacuum (and VACUUM itself when asked)."""
     done = progress.finished()
-    if job.request.mode == Mode.MOVE:
+    if job.request.mode == Mode.MOVE and job.partition is None:  # a partition left no rows
         if job.request.vacuum:
             seconds = vacuum(job.source, job.queries.table)
             log.info("job %s: VACUUM (ANALYZE) took %.1fs", job.job_id, seconds)
@@ -197,12 +235,16 @@ def run_job(
     """Start the job, then archive chunks until none is left. `interrupt()` is asked
     between chunks and whatever it returns (stop, cancel, lease lost) is raised there;
     `on_chunk(rows, bytes, seconds)` hears of every committed chunk and `on_wait(reason,
-    seconds)` of every wait on a limit (metrics)."""
+    seconds)` of every wait on a limit (metrics). Outside the job's maintenance window it
+    raises OutsideWindow, before its first chunk or at the boundary of the next."""
+    _check_window(job, job.catalog.limits())
     progress = start_job(job, saved)
     copy = job.request.mode == Mode.COPY
     if copy:  # every chunk of this job reads the same consistent snapshot
+        # (an aggregate's chunks collect into temporary tables: not READ ONLY then)
+        access = "" if job.aggregate else ", READ ONLY"
         with job.source.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}")
     busy = 0  # lock timeouts in a row
     last: Last | None = None
     try:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from archiver import source
+from archiver.aggregates import describe_aggregate
 from archiver.db import BulkConnection
 from archiver.model import ArchiveRequest, Mode
+from archiver.partitions import PartitionAction, partitions, whole_partitions
 
 TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
 DEFAULT_CHUNK_ROWS = 100_000  # when the table has no statistics yet
@@ -26,6 +28,18 @@ def chunk_rows_for_width(width: int) -> int:
 
 
 @dataclass(frozen=True)
+class ChildPlan:
+    """A referencing table of an aggregate, as the planner's statistics see it."""
+
+    table: str
+    rows: int  # its rows referencing the archived rows, assuming an even spread
+    unindexed: tuple[str, ...]  # its foreign keys no index leads with: a scan per chunk
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "rows": self.rows, "unindexed_keys": list(self.unindexed)}
+
+
+@dataclass(frozen=True)
 class ArchivePlan:
     table: str
     rows: int  # rows older than the cutoff, as the planner estimates them
@@ -34,9 +48,17 @@ class ArchivePlan:
     parquet_bytes: int | None  # rough: table bytes per row x PARQUET_RATIO; None without stats
     indexes: tuple[str, ...]  # indexes the chunk statement uses
     sequential_scan: bool  # the chunk statement scans the whole table
+    children: tuple[ChildPlan, ...] = ()  # --with-children: the aggregate's other tables
+    # move mode on a range-partitioned table: (partition, bytes, rows, taken whole)
+    partitions: tuple[tuple[str, int, int, bool], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "children": [c.to_json() for c in self.children],
+            "partitions": [
+                {"partition": n, "bytes": b, "rows": r, "whole": w}
+                for n, b, r, w in self.partitions
+            ],
             "table": self.table,
             "rows": self.rows,
             "chunk_rows": self.chunk_rows,
@@ -53,9 +75,23 @@ def plan_archive(
 ) -> ArchivePlan:
     """EXPLAIN the archive on the source connection; writes nothing."""
     if queries is None:
-        queries = source.describe_archive(conn, request.table, request.column, request.mode)
-    _, width = source.estimate_rows(conn, queries.table)
-    chunk_rows = request.chunk_rows or chunk_rows_for_width(width)
+        queries = source.describe_archive(
+            conn, request.table, request.column, request.mode, request.with_children
+        )
+    total, width = source.estimate_rows(conn, queries.table)
+    # With children, a root row weighs its own width plus its share of each child's rows
+    # (children per root row, from the statistics): chunks stay ~TARGET_CHUNK_BYTES.
+    shares: list[tuple[str, float, tuple[str, ...]]] = []
+    aggregate_width = width
+    if request.with_children:
+        agg = describe_aggregate(conn, queries)
+        for m in agg.members[1:]:
+            rows, child_width = source.estimate_rows(conn, m.table)
+            share = rows / total if total > 0 else 0.0
+            aggregate_width += int(share * child_width)
+            unindexed = tuple(k.name for k in m.parents if not k.indexed)
+            shares.append((m.table.qualified, share, unindexed))
+    chunk_rows = request.chunk_rows or chunk_rows_for_width(aggregate_width)
     plan = source.explain_archive(
         conn, queries, request.cutoff, chunk_rows, move=request.mode == Mode.MOVE
     )
@@ -64,7 +100,24 @@ def plan_archive(
         rows=plan.rows_older,
         chunk_rows=chunk_rows,
         chunks=-(-plan.rows_older // chunk_rows),
-        parquet_bytes=int(plan.rows_older * width * PARQUET_RATIO) if width > 0 else None,
+        parquet_bytes=int(plan.rows_older * aggregate_width * PARQUET_RATIO)
+        if aggregate_width > 0
+        else None,
         indexes=plan.indexes,
         sequential_scan=plan.sequential_scan,
+        children=tuple(
+            ChildPlan(table, int(plan.rows_older * share), unindexed)
+            for table, share, unindexed in shares
+        ),
+        partitions=_partitions(conn, request, queries),
     )
+
+
+def _partitions(
+    conn: BulkConnection, request: ArchiveRequest, queries: source.ChunkQueries
+) -> tuple[tuple[str, int, int, bool], ...]:
+    action, _, _ = whole_partitions(conn, request, queries)
+    if action == PartitionAction.ROWS or request.partition is not None:
+        return ()
+    found = partitions(conn, queries.table, queries.cutoff_column, request.cutoff) or []
+    return tuple((p.qualified, p.bytes, p.rows, p.whole) for p in found if p.older_rows)

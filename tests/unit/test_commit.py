@@ -53,7 +53,7 @@ def test_same_database_commits_file_progress_and_rows_as_one() -> None:
     db = MemoryDatabase()
     strategy = SameDatabase(db, db, db)
     f = archived(1)
-    strategy.commit_chunk(f, Progress().after(f))
+    strategy.commit_chunk([f], Progress().after(f))
     assert states(db) == {1: FileState.COMMITTED}
     assert db.committed.progress.rows == 10 and db.commits == 1
 
@@ -64,7 +64,7 @@ def test_same_database_crash_before_commit_leaves_nothing(point: str) -> None:
     failpoints.configure(f"{point}=raise")
     f = archived(1)
     with pytest.raises(FailpointError):
-        SameDatabase(db, db, db).commit_chunk(f, Progress().after(f))
+        SameDatabase(db, db, db).commit_chunk([f], Progress().after(f))
     db.rollback()  # what the chunk does on any error
     assert db.committed.files == {} and db.commits == 0
     assert SameDatabase(db, db, db).reconcile() == []
@@ -75,7 +75,7 @@ def test_same_database_lost_lease_records_nothing() -> None:
     db.committed.held = False
     f = archived(1)
     with pytest.raises(LeaseLost):
-        SameDatabase(db, db, db).commit_chunk(f, Progress().after(f))
+        SameDatabase(db, db, db).commit_chunk([f], Progress().after(f))
     assert db.committed.files == {} and db.commits == 0
 
 
@@ -84,7 +84,7 @@ def test_separate_database_crash_before_source_commit_is_forgotten() -> None:
     failpoints.configure("before_commit=raise")
     f = archived(1)
     with pytest.raises(FailpointError):
-        SeparateDatabase(source, catalog).commit_chunk(f, Progress().after(f))
+        SeparateDatabase(source, catalog).commit_chunk([f], Progress().after(f))
     source.rollback()
     assert states(catalog) == {1: FileState.PENDING}
     failpoints.configure("")
@@ -98,7 +98,7 @@ def test_separate_database_crash_after_source_commit_is_confirmed() -> None:
     failpoints.configure("source_committed=raise")
     f = archived(1)
     with pytest.raises(FailpointError):
-        SeparateDatabase(source, catalog).commit_chunk(f, Progress().after(f))
+        SeparateDatabase(source, catalog).commit_chunk([f], Progress().after(f))
     assert states(catalog) == {1: FileState.PENDING}
     settled = SeparateDatabase(source, catalog).reconcile()
     assert [(s.part, s.committed) for s in settled] == [(1, True)]
@@ -120,7 +120,7 @@ def test_separate_database_refuses_a_transaction_still_in_progress() -> None:
 def test_separate_database_happy_path_confirms_and_checkpoints() -> None:
     source, catalog = MemoryDatabase(), MemoryDatabase()
     f = archived(1)
-    SeparateDatabase(source, catalog).commit_chunk(f, Progress().after(f))
+    SeparateDatabase(source, catalog).commit_chunk([f], Progress().after(f))
     assert states(catalog) == {1: FileState.COMMITTED}
     assert catalog.committed.progress.files == 1 and source.commits == 1
 
@@ -128,7 +128,7 @@ def test_separate_database_happy_path_confirms_and_checkpoints() -> None:
 def test_copy_records_in_its_own_transaction() -> None:
     source, catalog = MemoryDatabase(), MemoryDatabase()
     f = archived(1)
-    CopyOnly(source, catalog).commit_chunk(f, Progress().after(f))
+    CopyOnly(source, catalog).commit_chunk([f], Progress().after(f))
     assert states(catalog) == {1: FileState.COMMITTED} and source.commits == 0
 
 
@@ -159,7 +159,7 @@ def test_start_job_reconciles_resumes_and_sweeps(tmp_path: Path) -> None:
     for name in (done, lost, stale):
         storage.put_file(name, local, "")
     f1 = archived(1, path=done)
-    SeparateDatabase(catalog, catalog).commit_chunk(f1, Progress(chunk_rows=10).after(f1))
+    SeparateDatabase(catalog, catalog).commit_chunk([f1], Progress(chunk_rows=10).after(f1))
     catalog.add_pending(archived(2, path=lost), "999")  # its source transaction aborted
     catalog.commit()
     catalog.statuses["999"] = "aborted"

@@ -27,6 +27,9 @@ def test_a_good_policy() -> None:
     assert policy.cutoff(slot).isoformat() == "2024-03-03T00:00:00+01:00"
     request = policy.request(slot, "public.orders")
     assert request.cutoff == "2024-03-03T00:00:00+01:00" and request.mode == Mode.MOVE
+    assert not request.with_children
+    aggregate = parse_policy({**GOOD, "with_children": True}, 1).request(slot, "public.orders")
+    assert aggregate.with_children and aggregate.payload()["with_children"] is True
     times = policy.next_fire_times(slot, 2)
     assert [t.astimezone(dt.UTC).hour for t in times] == [0, 0]  # 02:00 CEST
     assert policy.fire_times(slot, slot + dt.timedelta(days=2)) == times
@@ -45,10 +48,14 @@ def test_a_good_policy() -> None:
         ({"colour": "red"}, "colour: unknown key"),
         ({"table": "a."}, "table: invalid table name"),
         ({"cdc_marker": "no"}, "cdc_marker: expected true or false"),
+        ({"with_children": 1}, "with_children: expected true or false"),
         ({"max_rows_per_second": 0}, "max_rows_per_second: must be at least 1"),
         ({"max_replica_lag": "soon"}, "max_replica_lag: 'soon' is neither a duration"),
         ({"max_replica_lag": 64}, "max_replica_lag: expected a size or duration"),
         ({"max_wal_per_second": "30s"}, "max_wal_per_second: '30s' is not a size"),
+        ({"window": "1-5"}, "window: expected 'HH:MM-HH:MM"),
+        ({"window": "01:00-01:00"}, "window: '01:00-01:00' opens and closes at the same time"),
+        ({"window": "01:00-05:00 Mars/Olympus"}, "window: unknown time zone 'Mars/Olympus'"),
     ],
 )
 def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: str) -> None:
@@ -65,6 +72,12 @@ def test_limits() -> None:
         "max_rows_per_second": 50,
         "max_replica_lag_seconds": 30,
         "max_wal_per_second": 1024**2,
+    }
+    assert parse_policy({**GOOD, "window": "22:00-04:00"}, 1).limits == {
+        "window": "22:00-04:00 Europe/Paris"  # the policy's zone unless the window names one
+    }
+    assert parse_policy({**GOOD, "window": "1:00-5:00 UTC"}, 1).limits == {
+        "window": "01:00-05:00 UTC"
     }
 
 

@@ -1,0 +1,220 @@
+"""Keys users have: text in a collation whose order is not the bytes' (ICU), composite
+keys, numeric keys, and a unique index standing in for a missing primary key. Each chunk's
+key range and the resume point come from PostgreSQL's order: checked against PostgreSQL
+itself, through a SIGKILL and resume, with every row archived exactly once."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.archive_check import rows_in_blobs
+from tests.support import (
+    Azurite,
+    fast_env,
+    kill_at_failpoint,
+    run_cli,
+    sql,
+    start_worker,
+    wait_for_status,
+)
+
+CUTOFF = "2024-01-01"
+# Prefixes whose ICU order (a < A < ä < b < B < z < Z) differs from their bytes' order
+# (A < B < Z < a < b < z < ä): an Arrow min/max would pick other ends than PostgreSQL.
+PREFIXES = "ARRAY['a', 'B', 'b', 'A', 'ä', 'Z', 'z', 'Ab', 'aB']"
+
+
+def make_table(url: str, name: str, key: str, key_sql: str, rows: int = 3_000) -> None:
+    """`rows` rows, two thirds older than CUTOFF; `key_sql` computes the key from i."""
+    sql(
+        url,
+        f"CREATE TABLE {name} ({key}, created_at date NOT NULL, note text);"
+        f"INSERT INTO {name} SELECT {key_sql}, "
+        f"CASE WHEN i % 3 = 0 THEN DATE '2024-06-01' ELSE DATE '2023-01-01' END, 'n' || i "
+        f"FROM generate_series(1, {rows}) i;",
+    )
+
+
+def keys_of(rows: list[dict[str, Any]], names: list[str]) -> list[tuple[str, ...]]:
+    """Keys as text, as PostgreSQL writes them (numeric travels as text or DECIMAL)."""
+    return [tuple(str(r[n]) for n in names) for r in rows]
+
+
+def check_archive(
+    url: str,
+    azurite: Azurite,
+    container: str,
+    table: str,
+    names: list[str],
+    expected: list[tuple[Any, ...]],
+) -> None:
+    """Every row of `expected` is in exactly one file; each file's catalogued key range
+    is its first and last key in PostgreSQL's order, and the files follow each other in
+    that order without overlapping (so no resume point skipped or repeated a row)."""
+    files = sql(
+        url,
+        "SELECT job_id::text, path, min_key, max_key FROM archive_files "
+        "WHERE source_table = $1 ORDER BY job_id, part",
+        f"public.{table}",
+    )
+    archived: Counter[tuple[Any, ...]] = Counter()
+    ends: dict[str, list[list[str]]] = {}
+    for f in files:
+        keys = keys_of(rows_in_blobs(azurite.connection_string, container, [f["path"]]), names)
+        archived.update(keys)
+        ordered = pg_order(url, table, names, keys)
+        assert [f["min_key"], f["max_key"]] == [ordered[0], ordered[-1]], f["path"]
+        ends.setdefault(f["job_id"], []).extend([ordered[0], ordered[-1]])
+    for job_ends in ends.values():  # a job's files follow each other in key order
+        assert pg_order(url, table, names, [tuple(e) for e in job_ends]) == job_ends
+    twice = [k for k, n in archived.items() if n > 1]
+    assert not twice, f"{len(twice)} rows archived twice, e.g. {twice[:3]}"
+    lost = set(expected) - archived.keys()
+    assert not lost, f"{len(lost)} rows lost, e.g. {sorted(lost, key=str)[:3]}"
+    assert archived.keys() <= set(expected), "archived rows newer than the cutoff"
+
+
+def pg_order(
+    url: str, table: str, names: list[str], keys: list[tuple[Any, ...]]
+) -> list[list[str]]:
+    """`keys` sorted by PostgreSQL in the table's key types and collations, each as the
+    text of its output function (as the catalog holds keys)."""
+    columns = sql(
+        url,
+        "SELECT format_type(a.atttypid, a.atttypmod) AS type, "
+        "CASE WHEN a.attcollation IN (0, 100) THEN '' "
+        "ELSE ' COLLATE ' || quote_ident(c.collname) END AS coll "
+        "FROM unnest($2::text[]) WITH ORDINALITY n(name, i) "
+        "JOIN pg_attribute a ON a.attrelid = $1::regclass AND a.attname = n.name "
+        "LEFT JOIN pg_collation c ON c.oid = a.attcollation ORDER BY n.i",
+        table,
+        names,
+    )
+    n = len(names)
+    typed = ", ".join(f"c{j}::{c['type']}{c['coll']} AS k{j}" for j, c in enumerate(columns))
+    texts = ", ".join(f"format('%s', k{j})" for j in range(n))
+    arrays = ", ".join(f"${j + 1}::text[]" for j in range(n))
+    rows = sql(
+        url,
+        f"SELECT ARRAY[{texts}] AS k FROM (SELECT {typed} FROM unnest({arrays}) "
+        f"v({', '.join(f'c{j}' for j in range(n))})) s ORDER BY "
+        + ", ".join(f"k{j}" for j in range(n)),
+        *[[str(key[j]) for key in keys] for j in range(n)],
+    )
+    return [list(r["k"]) for r in rows]
+
+
+def old_keys(url: str, table: str, names: list[str]) -> list[tuple[Any, ...]]:
+    cols = ", ".join(f"format('%s', {n}) AS {n}" for n in names)
+    return keys_of(
+        [dict(r) for r in sql(url, f"SELECT {cols} FROM {table} WHERE created_at < '{CUTOFF}'")],
+        names,
+    )
+
+
+def archive(env: dict[str, str], table: str, *extra: str) -> list[str]:
+    result = run_cli(
+        env, "enqueue", "--table", table, "--before", CUTOFF, "--chunk-rows", "250", *extra
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def verified(env: dict[str, str], table: str) -> None:
+    result = run_cli(env, "verify", "--table", table)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_text_key_in_an_icu_collation_moved_and_resumed_after_sigkill(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    make_table(
+        database_url,
+        "tickets",
+        'code text COLLATE "en-x-icu" PRIMARY KEY',
+        f"({PREFIXES})[1 + i % 9] || substr(md5(i::text), 1, 6)",
+    )
+    expected = old_keys(database_url, "tickets", ["code"])
+    (job_id,) = archive(env, "tickets")
+    fast = fast_env(env)
+    log_a = tmp_path / "a.log"
+    kill_at_failpoint(fast, "after_commit", log_a)
+    b = start_worker(fast)
+    row = wait_for_status(database_url, job_id, "completed")
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(30) == 0
+    assert row["attempts"] == 2
+    check_archive(database_url, azurite, container, "tickets", ["code"], expected)
+    assert not sql(database_url, f"SELECT 1 FROM tickets WHERE created_at < '{CUTOFF}'")
+    verified(env, "tickets")
+
+
+def test_composite_and_numeric_keys_copied_and_moved(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    # (region text in ICU order, seq int): a copy reads in key order from one snapshot
+    make_table(
+        database_url,
+        "readings",
+        'region text COLLATE "en-x-icu", seq int, PRIMARY KEY (region, seq)',
+        f"({PREFIXES})[1 + i % 9], i",
+    )
+    # numeric(12,2) travels as DECIMAL, plain numeric as text
+    make_table(database_url, "ledger", "amount numeric(12,2) PRIMARY KEY", "i * 1.25 - 900")
+    make_table(database_url, "rates", "rate numeric PRIMARY KEY", "(i * 7 % 3001) / 8.0")
+    cases = {
+        "readings": (["region", "seq"], "copy"),
+        "ledger": (["amount"], "move"),
+        "rates": (["rate"], "move"),
+    }
+    expected = {t: old_keys(database_url, t, names) for t, (names, _) in cases.items()}
+    jobs = [j for t, (_, mode) in cases.items() for j in archive(env, t, "--mode", mode)]
+    assert start_worker(env, "--burst").wait(120) == 0
+    for job_id in jobs:
+        wait_for_status(database_url, job_id, "completed", timeout=10)
+    for table, (names, _) in cases.items():
+        check_archive(database_url, azurite, container, table, names, expected[table])
+        verified(env, table)
+
+
+def test_a_text_key_split_for_parallel_workers(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    make_table(
+        database_url,
+        "codes",
+        'code varchar(20) COLLATE "en-x-icu" PRIMARY KEY',
+        f"({PREFIXES})[1 + i % 9] || i",
+        rows=6_000,
+    )
+    expected = old_keys(database_url, "codes", ["code"])
+    jobs = archive(env, "codes", "--parallel", "3")
+    assert len(jobs) == 3
+    workers = [start_worker(env, "--burst") for _ in range(2)]
+    assert [w.wait(120) for w in workers] == [0, 0]
+    for job_id in jobs:
+        wait_for_status(database_url, job_id, "completed", timeout=10)
+    check_archive(database_url, azurite, container, "codes", ["code"], expected)
+
+
+def test_a_unique_index_on_not_null_columns_stands_in_for_a_primary_key(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    make_table(database_url, "events", "ref bigint NOT NULL UNIQUE, alt int", "i, i")
+    sql(database_url, "CREATE UNIQUE INDEX ON events (alt)")  # nullable: never the key
+    expected = old_keys(database_url, "events", ["ref"])
+    (job_id,) = archive(env, "events")
+    assert start_worker(env, "--burst").wait(120) == 0
+    wait_for_status(database_url, job_id, "completed", timeout=10)
+    check_archive(database_url, azurite, container, "events", ["ref"], expected)
+
+    make_table(database_url, "loose", "ref bigint UNIQUE", "i")  # NULLs allowed
+    result = run_cli(env, "enqueue", "--table", "loose", "--before", CUTOFF)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "no primary key and no unique index on NOT NULL columns" in result.stderr

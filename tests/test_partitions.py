@@ -1,0 +1,273 @@
+"""Whole old partitions leave by DETACH and DROP, archived and verified first; the partly
+old one and the DEFAULT partition by rows; nothing else touched. Crashes on either side
+of the commit, a late insert into an old partition, detach and rows modes, and restore
+recreating dropped partitions. The table's foreign keys are declared on each partition."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.archive_check import blob_names, normalize, rows_in_blobs
+from tests.support import (
+    Azurite,
+    archiver_cmd,
+    fast_env,
+    kill_at_failpoint,
+    run_cli,
+    sql,
+    sql_value,
+    start_process,
+    start_worker,
+    wait_for_status,
+    wait_for_text,
+)
+
+CUTOFF = "2024-01-15"  # 2023's twelve months whole; January 2024 partly; DEFAULT by rows
+MONTHS = [f"{y}-{m:02d}" for y in (2023, 2024) for m in range(1, 13)]
+
+
+def seed(url: str, per_month: int = 40) -> None:
+    statements = [
+        "CREATE TABLE customers (id int PRIMARY KEY)",
+        "INSERT INTO customers SELECT generate_series(1, 10)",
+        "CREATE TABLE events (id bigint NOT NULL, created_at date NOT NULL, customer int, "
+        "payload text, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)",
+        "CREATE TABLE events_default PARTITION OF events DEFAULT",
+    ]
+    for month in MONTHS:
+        name = "events_" + month.replace("-", "_")
+        y, m = map(int, month.split("-"))
+        upper = f"{y + (m == 12)}-{m % 12 + 1:02d}-01"
+        statements += [
+            f"CREATE TABLE {name} PARTITION OF events FOR VALUES FROM ('{month}-01') TO ('{upper}')",
+            f"ALTER TABLE {name} ADD FOREIGN KEY (customer) REFERENCES customers",
+        ]
+    statements += [
+        "INSERT INTO events SELECT i, DATE '2023-01-01' + (i % 730), 1 + i % 10, 'e' || i "
+        f"FROM generate_series(1, {per_month * 24}) i",
+        "INSERT INTO events SELECT 100000 + i, DATE '2019-06-01' + i, 1, 'old' "
+        "FROM generate_series(1, 5) i",  # the DEFAULT partition: by rows
+        "ANALYZE events",
+    ]
+    sql(url, ";\n".join(statements) + ";")
+
+
+def rows(url: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {
+        (r["id"], r["created_at"]): normalize(dict(r)) for r in sql(url, "SELECT * FROM events")
+    }
+
+
+def attached(url: str) -> set[str]:
+    return {
+        r["relname"]
+        for r in sql(
+            url,
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'events'::regclass",
+        )
+    }
+
+
+def check(
+    url: str,
+    azurite: Azurite,
+    container: str,
+    before: dict[tuple[Any, ...], dict[str, Any]],
+    stray: frozenset[str] = frozenset(),
+) -> None:
+    """Every row older than the cutoff is in exactly one catalogued file with its values
+    and gone from the table; every other row is still there, unchanged."""
+    paths = [r["path"] for r in sql(url, "SELECT path FROM archive_files")]
+    assert blob_names(azurite.connection_string, container) == sorted({*paths, *stray})
+    archived = rows_in_blobs(azurite.connection_string, container, paths)
+    counted = Counter((r["id"], r["created_at"]) for r in archived)
+    assert not [k for k, n in counted.items() if n > 1], "rows archived twice"
+    old = {k for k, r in before.items() if str(r["created_at"]) < CUTOFF}
+    assert set(counted) == old, "archived rows differ"
+    assert all(r == before[(r["id"], r["created_at"])] for r in archived)
+    assert rows(url) == {k: v for k, v in before.items() if k not in old}
+    tables = {r["source_table"] for r in sql(url, "SELECT source_table FROM archive_files")}
+    assert tables == {"public.events"}  # catalogued under the partitioned table
+
+
+def enqueue(env: dict[str, str], *extra: str) -> list[str]:
+    result = run_cli(
+        env, "enqueue", "--table", "events", "--before", CUTOFF, "--chunk-rows", "15", *extra
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_old_partitions_dropped_whole_then_restored(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    seed(database_url)
+    before = rows(database_url)
+    plan = run_cli(env, "enqueue", "--table", "events", "--before", CUTOFF, "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.count("whole: archived, then dropped") == 12, plan.stdout
+    assert "public.events_2024_01: by rows" in plan.stdout
+    assert "public.events_default: by rows" in plan.stdout
+
+    jobs = enqueue(env)
+    assert len(jobs) == 14  # one per whole partition, and per partition with older rows
+    workers = [start_worker(env, "--burst") for _ in range(2)]
+    assert [w.wait(180) for w in workers] == [0, 0]
+    unfinished = sql(database_url, "SELECT * FROM background_jobs WHERE status <> 'completed'")
+    assert not unfinished, [(r["last_error"], r["attempts"], r["run_at"]) for r in unfinished]
+    left = attached(database_url)
+    assert not {f"events_2023_{m:02d}" for m in range(1, 13)} & left  # dropped
+    assert {"events_2024_01", "events_2024_12", "events_default"} <= left
+    assert (
+        sql_value(database_url, "SELECT count(*) FROM pg_class WHERE relname LIKE 'events_2023%'")
+        == 0
+    )
+    check(database_url, azurite, container, before)
+    assert run_cli(env, "verify", "--table", "events").returncode == 0
+
+    # a range of a dropped month: the partition comes back with its bound, then its rows
+    back = run_cli(
+        env, "restore", "--table", "events", "--from", "2023-03-01", "--to", "2023-04-01"
+    )
+    assert back.returncode == 0, back.stderr
+    assert "events_2023_03" in attached(database_url)
+    march = {k for k, r in before.items() if str(r["created_at"]).startswith("2023-03")}
+    assert march and set(rows(database_url)) & march == march
+    everything = run_cli(env, "restore", "--table", "events", "--on-conflict", "skip")
+    assert everything.returncode == 0, everything.stderr
+    assert rows(database_url) == before
+    assert {f"events_2023_{m:02d}" for m in range(1, 13)} <= attached(database_url)
+
+
+@pytest.mark.parametrize("mode", ["detach", "rows"])
+def test_detach_and_rows_modes(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, mode: str
+) -> None:
+    seed(database_url, per_month=10)
+    before = rows(database_url)
+    jobs = enqueue(env, "--partitions", mode)
+    assert len(jobs) == (14 if mode == "detach" else 1)
+    assert start_worker(env, "--burst").wait(180) == 0
+    for job_id in jobs:
+        wait_for_status(database_url, job_id, "completed", timeout=10)
+    check(database_url, azurite, container, before)
+    left = attached(database_url)
+    if mode == "rows":  # every partition still attached, the old ones empty
+        assert "events_2023_05" in left
+    else:  # kept as standalone tables holding what was archived
+        assert "events_2023_05" not in left
+        kept = sql_value(database_url, "SELECT count(*) FROM events_2023_05_archived")
+        assert kept == sum(1 for r in before.values() if str(r["created_at"]).startswith("2023-05"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["before_detach", "after_commit"])
+def test_sigkill_around_the_drop(
+    env: dict[str, str],
+    database_url: str,
+    azurite: Azurite,
+    container: str,
+    tmp_path: Path,
+    point: str,
+) -> None:
+    seed(database_url, per_month=10)
+    before = rows(database_url)
+    jobs = enqueue(env)
+    fast = fast_env(env)
+    log_a = tmp_path / "a.log"
+    kill_at_failpoint(fast, point, log_a)
+    taken = [line for line in log_a.read_text().splitlines() if "claimed" in line]
+    dropped = 12 - len({f"events_2023_{m:02d}" for m in range(1, 13)} & attached(database_url))
+    # killed before the commit: attached and whole; right after it: gone and catalogued
+    assert dropped == (1 if point == "after_commit" else 0), taken
+    b = start_worker(fast, log=tmp_path / "b.log")
+    for job_id in jobs:
+        wait_for_status(database_url, job_id, "completed", timeout=120)
+    b.terminate()
+    assert b.wait(30) == 0
+    catalogued = {r["path"] for r in sql(database_url, "SELECT path FROM archive_files")}
+    stray = frozenset(blob_names(azurite.connection_string, container)) - catalogued
+    assert not stray  # the next attempt swept the uncatalogued uploads
+    check(database_url, azurite, container, before)
+
+
+def test_a_late_insert_into_an_old_partition_is_never_lost(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    seed(database_url, per_month=10)
+    before = rows(database_url)
+    jobs = enqueue(env)
+    log = tmp_path / "worker.log"
+    worker = start_worker({**env, "ARCHIVER_FAILPOINTS": "before_detach=sleep:3"}, log=log)
+    wait_for_text(log, "failpoint before_detach reached")
+    outcome: dict[str, Any] = {}
+
+    def late_insert() -> None:  # the application, writing into a month being archived
+        async def run() -> None:
+            conn = await asyncpg.connect(database_url)
+            try:
+                await conn.execute(
+                    "INSERT INTO events SELECT 999999, min(created_at), 1, 'late' FROM events "
+                    "WHERE created_at < '2024-01-01' AND tableoid = (SELECT tableoid FROM "
+                    "events WHERE created_at < '2024-01-01' ORDER BY created_at LIMIT 1)"
+                )
+                outcome["inserted"] = True
+            except asyncpg.PostgresError as exc:
+                outcome["error"] = str(exc)
+            finally:
+                await conn.close()
+
+        asyncio.run(run())
+
+    writer = threading.Thread(target=late_insert)
+    writer.start()
+    writer.join(60)
+    for job_id in jobs:
+        wait_for_status(database_url, job_id, "completed", timeout=120)
+    worker.terminate()
+    assert worker.wait(30) == 0
+    late = [k for k in rows(database_url) if k[0] == 999999]
+    paths = [r["path"] for r in sql(database_url, "SELECT path FROM archive_files")]
+    archived_late = [
+        r for r in rows_in_blobs(azurite.connection_string, container, paths) if r["id"] == 999999
+    ]
+    if "inserted" in outcome:  # it went in before the partition was taken: archived once
+        assert len(archived_late) == 1 and not late
+        key = (999999, archived_late[0]["created_at"])
+        before[key] = normalize(archived_late[0])
+    else:  # it waited for the partition's lock and failed once it was gone: nowhere
+        assert outcome["error"] and not archived_late and not late
+    check(database_url, azurite, container, before)
+
+
+def test_a_policy_takes_old_partitions_whole(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    seed(database_url, per_month=5)
+    config = tmp_path / "archiver.toml"
+    config.write_text(  # every second, archiving what is older than 2024-01-01 or so
+        '[[policy]]\nname = "events"\ntable = "events"\nolder_than = "1000 days"\n'
+        'schedule = "* * * * * *"\npartitions = "detach"\n'
+    )
+    log = tmp_path / "scheduler.log"
+    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), env, log)
+    try:
+        wait_for_text(log, "more, one per old partition")
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        assert scheduler.wait(30) == 0, log.read_text()
+    jobs = sql(database_url, "SELECT payload::text, policy_name FROM background_jobs")
+    payloads = [json.loads(r["payload"]) for r in jobs]
+    whole = [p for p in payloads if p.get("partitions") == "detach"]
+    assert whole and all(p["partition"].startswith("public.events_20") for p in whole)
+    assert sum(1 for r in jobs if r["policy_name"] == "events") >= 1
