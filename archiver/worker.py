@@ -92,6 +92,7 @@ class Worker:
         # its job is handed back and the process exits without joining it (`abandoned`).
         self.executor = ThreadPoolExecutor(concurrency, thread_name_prefix="job")
         self.abandoned = False
+        self.bulk = db.BulkPool()  # the job threads' ADBC connections, kept between jobs
 
     # -- signals ---------------------------------------------------------------------
 
@@ -165,6 +166,7 @@ class Worker:
                     break
                 if claimed and len(self.runs) < self.concurrency:
                     continue
+                self.bulk.prune()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), wait)
             await self._drain()
@@ -174,6 +176,7 @@ class Worker:
             await asyncio.gather(listener, *services, return_exceptions=True)
             await self.pool.close()
             self.executor.shutdown(wait=not self.abandoned, cancel_futures=True)
+            self.bulk.close()
         log.info("worker %s stopped", self.name)
 
     async def _drain(self) -> None:
@@ -368,8 +371,8 @@ class Worker:
         job, settings = run.job, self.settings
         request = ArchiveRequest.from_payload(job.payload)
         with (
-            db.connect_bulk(settings.effective_source_url) as src,
-            db.connect_bulk(settings.database_url) as catalog_conn,
+            self.bulk.connection(settings.effective_source_url) as src,
+            self.bulk.connection(settings.database_url) as catalog_conn,
         ):
             run.source_pid = int(db.fetch_all(src, "SELECT pg_backend_pid()")[0][0])
             context = open_job(

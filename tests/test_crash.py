@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,12 +18,14 @@ from tests.exactly_once import assert_exactly_once
 from tests.support import (
     Azurite,
     PrivateCluster,
+    archiver_cmd,
     fresh_database,
     job_row,
     kill_at_failpoint,
     run_cli,
     sql,
     sql_value,
+    start_process,
     start_worker,
     wait_for_status,
     wait_for_text,
@@ -215,6 +218,38 @@ def test_backend_connections_killed(
     assert stop(w) == 0
     assert "LISTEN connection lost" in log.read_text()
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_bulk_connections_kept_between_jobs_and_a_dropped_one_costs_no_attempt(
+    fast: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    for i in range(3):
+        sql(database_url, f"CREATE TABLE t{i} (id bigint PRIMARY KEY, created_at date NOT NULL)")
+        sql(database_url, f"INSERT INTO t{i} VALUES (1, '2020-01-01')")
+    log = tmp_path / "w.log"
+    worker = start_process(archiver_cmd("--verbose", "worker"), fast, log)
+
+    def archive(table: str) -> dict[str, Any]:
+        result = run_cli(fast, "enqueue", "--table", table, "--before", "2021-01-01")
+        assert result.returncode == 0, result.stderr
+        row: dict[str, Any] = wait_for_status(database_url, result.stdout.strip(), "completed")
+        return row
+
+    def opened() -> int:
+        return log.read_text().count("bulk connection opened")
+
+    archive("t0")
+    archive("t1")
+    assert opened() == 2  # the source and the catalog connection, once for both jobs
+    # the server drops every idle connection (a restart, idle_session_timeout, a firewall)
+    sql(
+        database_url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'archiver'",
+    )
+    assert archive("t2")["attempts"] == 1  # reconnected, not failed
+    assert opened() == 4
+    assert stop(worker) == 0
 
 
 @pytest.mark.slow
