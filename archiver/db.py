@@ -10,7 +10,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
 from importlib import resources
@@ -199,12 +199,17 @@ class BulkPool:
     is rolled back first; one idle longer than `idle_seconds` is closed (`prune`, called
     from the worker's loop: servers, poolers and firewalls drop idle sessions), and every
     reused one answers a query first, so a connection the server dropped costs a
-    reconnect, never an attempt. Nothing the archiver does outlives a transaction on a bulk connection (SET LOCAL,
-    set_config(..., true), temporary tables ON COMMIT DROP) except the two settings
-    `_open_bulk` makes."""
+    reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
+    its transaction (SET LOCAL, set_config(..., true), temporary tables ON COMMIT DROP)
+    except the two settings `_open_bulk` makes."""
 
-    def __init__(self, idle_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        idle_seconds: float = 60.0,
+        open_connection: Callable[[str], BulkConnection] = _open_bulk,
+    ) -> None:
         self.idle_seconds = idle_seconds
+        self._open = open_connection
         self._idle: dict[str, list[tuple[float, BulkConnection]]] = {}
         self._lock = threading.Lock()
 
@@ -215,7 +220,7 @@ class BulkPool:
                 idle = self._idle.get(url)
                 taken = idle.pop() if idle else None
             if taken is None:
-                return _open_bulk(url)
+                return self._open(url)
             try:
                 fetch_all(taken[1], "SELECT 1")
                 return taken[1]
