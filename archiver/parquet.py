@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver.pgtypes import PG_TEXT_SUFFIX
-from archiver.pgtypes.arrow import converter_for, split_special
+from archiver.pgtypes.arrow import converter_for, split_special, unscaled_decimal
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # of Arrow data; each write call ends a row group
 METADATA_PREFIX = "archiver."
@@ -29,14 +29,22 @@ class ParquetFileWriter:
         row_group_bytes: int = ROW_GROUP_BYTES,
         companions: Sequence[str] = (),
         arrow_checked: Mapping[str, str] | None = None,
+        unscaled: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
         """`companions`: every __pg_text column the file carries, in order, after the
         table's columns; those not in `source_schema` are filled here from the columns
-        of `arrow_checked` (name -> base type, see split_special)."""
+        of `arrow_checked` (name -> base type, see split_special). `unscaled`: numeric
+        columns selected as unscaled int64 (name -> precision, scale)."""
         self._arrow_checked = dict(arrow_checked or {})
         companion_names = set(companions)
         table_fields = [f for f in source_schema if f.name not in companion_names]
-        pairs = [converter_for(f) for f in table_fields]
+        decimals = dict(unscaled or {})
+        pairs = [
+            (f.with_type(pa.decimal128(*decimals[f.name])), unscaled_decimal(*decimals[f.name]))
+            if f.name in decimals
+            else converter_for(f)
+            for f in table_fields
+        ]
         self._converters = [c for _, c in pairs]
         present = {f.name: f for f in source_schema}
         schema = pa.schema(

@@ -303,6 +303,7 @@ def write_parquet(
         metadata,
         companions=pgtypes.companions(plans),
         arrow_checked=pgtypes.arrow_checked(plans),
+        unscaled=pgtypes.unscaled(plans),
     )
     stats = ChunkStats(arrow_order=table.key_in_arrow_order)
     keys, cutoff = of.keys, of.cutoff

@@ -26,6 +26,7 @@ from archiver.pgtypes.sql import (
     plan_table,
     restore_expression,
     select_list,
+    unscaled,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "plan_table",
     "restore_expression",
     "select_list",
+    "unscaled",
 ]

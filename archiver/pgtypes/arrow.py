@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from archiver.pgtypes.sql import decimal_of
+from archiver.pgtypes.sql import NUMERIC_NAN_UNSCALED, decimal_of
 
 Converter = Callable[[pa.Array], pa.Array]
 
@@ -61,6 +61,21 @@ def converter_for(field: pa.Field) -> tuple[pa.Field, Converter | None]:
     if t == pa.month_day_nano_interval():
         return field.with_type(INTERVAL_STRUCT), _interval_to_struct
     return field, None
+
+
+def unscaled_decimal(precision: int, scale: int) -> Converter:
+    """int64 unscaled values (see pgtypes.sql.SCALED_MAX_PRECISION) -> Decimal128(p, s):
+    cast to Decimal128(19, 0), which holds every int64 exactly, then read the same 128-bit
+    integers with the column's scale."""
+    target = pa.decimal128(precision, scale)
+
+    def convert(array: pa.Array) -> pa.Array:
+        wide = pc.cast(array, pa.decimal128(19, 0))
+        return pa.Array.from_buffers(
+            target, len(wide), wide.buffers(), null_count=wide.null_count, offset=wide.offset
+        )
+
+    return convert
 
 
 # What the ADBC driver (1.13) makes of values PostgreSQL holds but Arrow's types do not:
@@ -152,6 +167,12 @@ def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
 
         def text(i: int) -> str:
             return "24:00:00"
+
+    elif base_type == "numeric" and pa.types.is_int64(array.type):  # unscaled
+        mask = pc.equal(array, NUMERIC_NAN_UNSCALED)
+
+        def text(i: int) -> str:
+            return "NaN"
 
     elif base_type == "numeric":
         mask = pc.equal(pc.utf8_lower(array.storage), "nan")

@@ -11,6 +11,7 @@ from archiver.pgtypes.arrow import (
     converter_for,
     split_special,
     staging_table,
+    unscaled_decimal,
     within_python_range,
 )
 from archiver.pgtypes.sql import plan_column
@@ -26,7 +27,13 @@ def typmod(precision: int, scale: int) -> int:
     [
         (Column("n", "integer", "int4"), '"n"', "INT32", None),
         (Column("d", "date", "date"), '"d"', "DATE", "d__pg_text"),
-        (Column("p", "numeric(12,2)", "numeric", "N", typmod(12, 2)), '"p"', "DECIMAL(12,2)", "p__pg_text"),
+        (Column("p", "numeric(12,2)", "numeric", "N", typmod(12, 2)),
+         """CASE WHEN "p" = 'NaN' THEN '-9223372036854775808'::int8 ELSE ("p" * 100)::int8 END""",
+         "DECIMAL(12,2)", "p__pg_text"),
+        (Column("z", "numeric(18,0)", "numeric", "N", typmod(18, 0)),
+         """CASE WHEN "z" = 'NaN' THEN '-9223372036854775808'::int8 ELSE "z"::int8 END""",
+         "DECIMAL(18,0)", "z__pg_text"),
+        (Column("w", "numeric(19,4)", "numeric", "N", typmod(19, 4)), '"w"', "DECIMAL(19,4)", "w__pg_text"),
         (Column("x", "numeric", "numeric", "N"), '"x"::text', "STRING (PostgreSQL text form)", None),
         (Column("m", "money", "money", "N"), '"m"::numeric::text', "STRING (numeric text)", None),
         (Column("e", "mood", "mood", "E"), '"e"::text', "STRING (enum label)", None),
@@ -77,6 +84,22 @@ def test_numeric_nan_and_time_24() -> None:
     assert text.to_pylist() == [None, "NaN", None]
     times = pa.array([86_400_000_000, 1], pa.int64()).cast(pa.time64("us"))
     assert split_special(times, "time")[1].to_pylist() == ["24:00:00", None]
+
+
+def test_unscaled_numeric_read_back_exactly() -> None:
+    # numeric(18,2) selected as `c * 100`::int8, NaN as int8's minimum
+    raw = pa.array([-123_456, 0, 999_999_999_999_999_999, -(2**63), None], pa.int64())
+    clean, text = split_special(raw, "numeric")
+    assert text.to_pylist() == [None, None, None, "NaN", None]
+    decimals = unscaled_decimal(18, 2)(clean.slice(1))  # an offset too
+    assert decimals.type == pa.decimal128(18, 2)
+    assert [str(v) if v is not None else None for v in decimals.to_pylist()] == [
+        "0.00",
+        "9999999999999999.99",
+        None,
+        None,
+    ]
+    assert str(unscaled_decimal(18, 2)(raw.slice(0, 1))[0].as_py()) == "-1234.56"
 
 
 def test_within_python_range() -> None:
