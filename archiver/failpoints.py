@@ -1,14 +1,15 @@
 """Failpoints: named places in the data path where a test can stop a real worker.
 
 Disabled unless ARCHIVER_FAILPOINTS is set (a testing knob, like FoundationDB's and
-TiKV's): `name=pause` blocks the thread there until the process is killed;
-`name=sleep:S` sleeps S seconds each time; `name=raise` raises FailpointError there (a
-crash that unwinds, for in-process tests). Reaching one logs `failpoint NAME reached`,
+TiKV's): `name=pause` blocks the thread (or the event loop's task) there until the
+process is killed; `name=sleep:S` sleeps S seconds each time; `name=raise` raises
+FailpointError there (a crash that unwinds, for in-process tests). Reaching one logs `failpoint NAME reached`,
 which a test waits for before it kills or signals the process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -28,6 +29,7 @@ NAMES = (
     "before_commit",
     "source_committed",
     "after_commit",
+    "claim_found_nothing",  # in the worker's event loop: reached with areach()
 )
 _active: dict[str, tuple[str, float]] = {}
 
@@ -49,19 +51,33 @@ def configure(spec: str) -> None:
         _active[name] = (kind, seconds)
 
 
-def reach(name: str) -> None:
-    """Mark a failpoint; does nothing unless a test enabled it."""
-    if not _active:
-        return
-    action = _active.get(name)
+def _action(name: str) -> str | float | None:
+    """None when `name` is off; else log it, raise for `raise`, and give the seconds to
+    sleep or "pause"."""
+    action = _active.get(name) if _active else None
     if action is None:
-        return
+        return None
     log.warning("failpoint %s reached", name)
     kind, seconds = action
-    if kind == "sleep":
-        time.sleep(seconds)
-        return
     if kind == "raise":
         raise FailpointError(f"failpoint {name}")
-    while True:
-        time.sleep(3600)
+    return seconds if kind == "sleep" else kind
+
+
+def reach(name: str) -> None:
+    """Mark a failpoint in a thread; does nothing unless a test enabled it."""
+    wait = _action(name)
+    if isinstance(wait, float):
+        time.sleep(wait)
+    elif wait is not None:
+        while True:
+            time.sleep(3600)
+
+
+async def areach(name: str) -> None:
+    """reach() in the event loop: sleeping or pausing there lets other tasks run."""
+    wait = _action(name)
+    if isinstance(wait, float):
+        await asyncio.sleep(wait)
+    elif wait is not None:
+        await asyncio.Event().wait()

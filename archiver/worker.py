@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import adbc_driver_manager
 import asyncpg
 
-from archiver import db, jobqueue, metrics
+from archiver import db, failpoints, jobqueue, metrics
 from archiver.archive.chunk import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.config import Settings
@@ -131,14 +131,16 @@ class Worker:
         try:
             while not self.stopping:
                 self.wake.clear()
-                claimed = found_none = False
+                claimed = drained = False
                 wait = self.settings.poll_interval
                 try:
                     while len(self.runs) < self.concurrency and not self.stopping:
                         free = self.concurrency - len(self.runs)
+                        idle = not self.runs
                         jobs = await jobqueue.claim_jobs(self.pool, self.name, free)
                         if not jobs:
-                            found_none = True
+                            drained = idle
+                            await failpoints.areach("claim_found_nothing")
                             break
                         claimed = True
                         noops = [j.id for j in jobs if j.task_name == jobqueue.NOOP_TASK]
@@ -160,9 +162,10 @@ class Worker:
                 except Exception:  # never let the claim loop die: log it, retry after a wait
                     log.exception("unexpected error in the claim loop; retrying")
                     await self.pool.expire_connections()
-                # Only a claim that found nothing ends a burst: a pass that could not claim
-                # (every slot busy) may see its last job end during an await above.
-                if self.burst and found_none and not self.runs:
+                # A burst ends only on a claim that found nothing while none of this worker's
+                # jobs ran: one that ran may have held back another job on its table, and may
+                # have ended during the claim or an await since (a CI run lost two jobs so).
+                if self.burst and drained:
                     break
                 if claimed and len(self.runs) < self.concurrency:
                     continue

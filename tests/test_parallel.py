@@ -4,13 +4,14 @@ and claims of several jobs per round trip."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import asyncpg
 import pytest
 
 from archiver import jobqueue
-from archiver.model import Job
+from archiver.model import ArchiveRequest, Job, Mode
 from bench.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
 from tests.support import (
@@ -115,3 +116,33 @@ def test_claim_takes_several_jobs_but_one_per_lock_key(database_url: str) -> Non
     assert {j.locked_by for j in first} == {"w1"}
     assert second == []  # table:t is running: its other jobs wait
     assert wrong_owner == 0  # a finishing write only touches the claimer's own jobs
+
+
+def test_burst_worker_runs_jobs_held_back_by_their_tables_running_job(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    """Three jobs for one table, queued at once: while one runs, the others cannot be
+    claimed. A burst worker once ended when its running job finished between a claim that
+    found nothing and the check after it (a CI run lost two jobs so); the failpoint holds
+    that window open for a second, long enough for every job to finish inside it."""
+    cutoffs = ("2020-06-01", "2021-06-01", "2022-06-01")
+    sql(database_url, "CREATE TABLE t (id int PRIMARY KEY, created_at date NOT NULL)")
+    sql(database_url, "INSERT INTO t VALUES (1, '2020-01-01'), (2, '2021-01-01'), "
+                      "(3, '2022-01-01')")  # fmt: skip
+    for before in cutoffs:
+        request = ArchiveRequest("public.t", "created_at", before, Mode.MOVE)
+        dedup_key, lock_key = request.keys()
+        sql(database_url, "INSERT INTO background_jobs (task_name, payload, dedup_key, lock_key) "
+                          "VALUES ('archive', $1::jsonb, $2, $3)",
+            json.dumps(request.payload()), dedup_key, lock_key)  # fmt: skip
+    env = {
+        **env,
+        "ARCHIVER_STORAGE_URL": f"file://{tmp_path}/files",
+        "ARCHIVER_FAILPOINTS": "claim_found_nothing=sleep:1",
+    }
+    log = tmp_path / "worker.log"
+    worker = start_worker(env, "--burst", "--concurrency", "4", log=log)
+    assert worker.wait(timeout=120) == 0, log.read_text()
+    statuses = sql(database_url, "SELECT status FROM background_jobs")
+    assert [r["status"] for r in statuses] == ["completed"] * 3, log.read_text()
+    assert sql_value(database_url, "SELECT count(*) FROM t") == 0
