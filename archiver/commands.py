@@ -295,7 +295,7 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
         ignore_dropped_columns=args.ignore_dropped_columns,
         report=lambda line: print(line, file=out, flush=True),
     )
-    target = args.into or files[0].source_table
+    target = args.into or ", ".join(sorted({f.source_table for f in files}))
     verb = "would restore" if args.dry_run else "restored"
     print(f"{verb} {rows} rows from {len(files)} files into {target}")
     return 0

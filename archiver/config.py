@@ -96,7 +96,7 @@ def _postgres_url(variable: str, raw: str) -> str:
     return raw
 
 
-def _number(cast: type[N], minimum: N) -> Callable[[str, str], N]:
+def _number(cast: type[N], minimum: N, maximum: N | None = None) -> Callable[[str, str], N]:
     def parse(variable: str, raw: str) -> N:
         try:
             value = cast(raw)
@@ -104,6 +104,8 @@ def _number(cast: type[N], minimum: N) -> Callable[[str, str], N]:
             raise ConfigError(f"{variable}: expected a {cast.__name__}, got {raw!r}") from None
         if value < minimum:
             raise ConfigError(f"{variable}: must be at least {minimum}, got {raw!r}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(f"{variable}: must be at most {maximum}, got {raw!r}")
         return value
 
     return parse
@@ -191,6 +193,12 @@ class Settings:
     )
     upload_concurrency: int = _setting(
         4, "ARCHIVER_UPLOAD_CONCURRENCY", "parallel block uploads per file", _number(int, 1)
+    )
+    copy_connections: int = _setting(
+        1,
+        "ARCHIVER_COPY_CONNECTIONS",
+        "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see Benchmark)",
+        _number(int, 1, 2),
     )
     retry_base_seconds: float = _setting(
         5.0,

@@ -55,9 +55,38 @@ async def enqueue(
             return twin["id"], False
 
 
+Part = tuple[ArchiveRequest, tuple[str, str]]  # a job to queue, with its dedup and lock keys
+
+
+async def enqueue_parts(
+    conn: asyncpg.Connection,
+    parts: list[Part],
+    *,
+    priority: int,
+    max_attempts: int,
+    limits: dict[str, Any] | None,
+    run_at: dt.datetime | None,
+) -> list[tuple[uuid.UUID, bool]]:
+    """Queue archive jobs with the same settings, in the caller's transaction: (id, True)
+    for each new one, (id of its queued or running twin, False) otherwise."""
+    return [
+        await enqueue(
+            conn,
+            part.payload(),
+            dedup_key=dedup_key,
+            lock_key=lock_key,
+            priority=priority,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            limits=limits,
+        )
+        for part, (dedup_key, lock_key) in parts
+    ]
+
+
 async def enqueue_slot(
     pool: asyncpg.Pool,
-    parts: list[tuple[ArchiveRequest, tuple[str, str]]],
+    parts: list[Part],
     *,
     policy: str,
     slot: dt.datetime,
@@ -89,17 +118,14 @@ async def enqueue_slot(
                 run_at,
             )
             if job_id is not None:
-                for part, (dedup_key, part_lock) in parts[1:]:
-                    await enqueue(
-                        conn,
-                        part.payload(),
-                        dedup_key=dedup_key,
-                        lock_key=part_lock,
-                        priority=priority,
-                        max_attempts=max_attempts,
-                        run_at=run_at,
-                        limits=limits,
-                    )
+                await enqueue_parts(
+                    conn,
+                    parts[1:],
+                    priority=priority,
+                    max_attempts=max_attempts,
+                    limits=limits,
+                    run_at=run_at,
+                )
                 return job_id, True
         twin = await pool.fetchval(query("policy_slot_job"), policy, slot)
         if twin is not None:  # else pruned in between: try again

@@ -72,6 +72,12 @@ class ArchiveRequest:
     partitions: str = "rows"
     partition: str | None = None
 
+    @property
+    def reads_in_pairs(self) -> bool:
+        """Copy mode on one table: two chunks at a time are read side by side, on two
+        connections sharing the job's snapshot (archiver.archive.chunk.take_rows)."""
+        return self.mode == Mode.COPY and not self.with_children
+
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> ArchiveRequest:
         bounds = payload.get("key_range")

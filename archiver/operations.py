@@ -93,30 +93,22 @@ async def enqueue_archive(
 
     group, parts = await on_source(settings, lambda conn: archive_parts(conn, request, parallel))
     await asyncio.to_thread(storage.check)
-    queued = []
     run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        for part, (dedup_key, lock_key) in parts:
-            job_id, created = await jobqueue.enqueue(
-                conn,
-                part.payload(),
-                dedup_key=dedup_key,
-                lock_key=lock_key,
-                priority=priority,
-                max_attempts=max_attempts,
-                limits=limits,
-                run_at=run_at,
-            )
-            queued.append(Enqueued(job_id, created))
-    return group, queued
-
-
-Part = tuple[ArchiveRequest, tuple[str, str]]  # a job to queue, with its dedup and lock keys
+        queued = await jobqueue.enqueue_parts(
+            conn,
+            parts,
+            priority=priority,
+            max_attempts=max_attempts,
+            limits=limits,
+            run_at=run_at,
+        )
+    return group, [Enqueued(job_id, created) for job_id, created in queued]
 
 
 def archive_parts(
     conn: db.BulkConnection, request: ArchiveRequest, parallel: int = 1
-) -> tuple[str | None, list[Part]]:
+) -> tuple[str | None, list[jobqueue.Part]]:
     """Check an archive on the source and split it into the jobs that do it: one, or one
     per key range (`parallel` > 1), or one per old partition (whole, or its older rows).
     Several share a group id: (the group id or None, the jobs)."""

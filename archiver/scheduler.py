@@ -23,7 +23,7 @@ from archiver import db, jobqueue
 from archiver.config import Settings
 from archiver.errors import ArchiverError, ConfigError, error_line
 from archiver.model import window_opens
-from archiver.operations import Part, archive_parts, on_source
+from archiver.operations import archive_parts, on_source
 from archiver.partitions import PartitionAction
 from archiver.policy import Policy
 
@@ -137,7 +137,7 @@ class PolicyScheduler:
                 slot.isoformat(),
             )
         request = policy.request(slot, table)
-        parts: list[Part] = [(request, request.keys())]
+        parts: list[jobqueue.Part] = [(request, request.keys())]
         if policy.partitions != PartitionAction.ROWS:  # the table's partitions, as of now
             _, parts = await on_source(self.settings, lambda c: archive_parts(c, request))
         job_id, created = await jobqueue.enqueue_slot(

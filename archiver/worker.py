@@ -60,7 +60,7 @@ class JobRun:
 
     job: Job
     interrupt: BaseException | None = None  # read by the thread between chunks
-    source_pid: int | None = None
+    source_pids: list[int] = field(default_factory=list)  # its source backends
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -203,7 +203,7 @@ class Worker:
 
     async def _abort_chunks(self) -> None:
         """End the source transactions of running chunks: PostgreSQL rolls them back."""
-        pids = [r.source_pid for r in self.runs.values() if r.source_pid]
+        pids = [pid for r in self.runs.values() for pid in r.source_pids]
         if not pids:
             return
         try:
@@ -373,11 +373,19 @@ class Worker:
         """The job's bulk work, in a thread, on its own connections."""
         job, settings = run.job, self.settings
         request = ArchiveRequest.from_payload(job.payload)
-        with (
-            self.bulk.connection(settings.effective_source_url) as src,
-            self.bulk.connection(settings.database_url) as catalog_conn,
-        ):
-            run.source_pid = int(db.fetch_all(src, "SELECT pg_backend_pid()")[0][0])
+        with contextlib.ExitStack() as connections:
+            src = connections.enter_context(self.bulk.connection(settings.effective_source_url))
+            catalog_conn = connections.enter_context(self.bulk.connection(settings.database_url))
+            reader = None
+            if request.reads_in_pairs and settings.copy_connections == 2:
+                reader = connections.enter_context(
+                    self.bulk.connection(settings.effective_source_url)
+                )
+            run.source_pids = [
+                int(db.fetch_all(conn, "SELECT pg_backend_pid()")[0][0])
+                for conn in (src, reader)
+                if conn is not None
+            ]
             context = open_job(
                 src,
                 catalog_conn,
@@ -391,6 +399,7 @@ class Worker:
                 limits=ChunkLimits(
                     settings.lock_timeout, settings.statement_timeout, settings.lock_retries
                 ),
+                reader=reader,
             )
             return run_job(
                 context,

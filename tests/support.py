@@ -160,6 +160,13 @@ def run_cli(
 STARTED: list[subprocess.Popen[str]] = []
 
 
+def enqueued(env: dict[str, str], *args: str) -> list[str]:
+    """`archiver enqueue ARGS`, which must succeed: the ids of the jobs it queued."""
+    result = run_cli(env, "enqueue", *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
 def start_process(
     args: list[str], env: dict[str, str], log: Path | None = None
 ) -> subprocess.Popen[str]:

@@ -18,6 +18,7 @@ import pytest
 from tests.archive_check import blob_names, normalize, rows_in_blobs
 from tests.support import (
     Azurite,
+    enqueued,
     fast_env,
     kill_at_failpoint,
     run_cli,
@@ -155,12 +156,8 @@ def check_exactly_once(
 
 
 def enqueue(env: dict[str, str], *extra: str) -> list[str]:
-    result = run_cli(
-        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--with-children",
-        "--chunk-rows", "60", *extra,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
+    args = ["--table", "orders", "--before", CUTOFF, "--with-children", "--chunk-rows", "60"]
+    return enqueued(env, *args, *extra)
 
 
 def test_an_aggregate_moved_by_two_workers_then_restored(

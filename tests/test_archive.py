@@ -16,7 +16,15 @@ from tests.archive_check import (
     rows_in_blobs,
     rows_in_db,
 )
-from tests.support import Azurite, archiver_cmd, run_cli, sql, sql_value, start_worker
+from tests.support import (
+    Azurite,
+    archiver_cmd,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_for_text,
+)
 
 CUTOFF = "2024-10-01"
 
@@ -152,6 +160,51 @@ def test_copy_mode_keeps_rows(
     names = blob_names(azurite.connection_string, container)
     assert len(names) == -(-len(expected) // 3000)
     assert_exactly_once(rows_in_blobs(azurite.connection_string, container, names), expected)
+
+
+def test_copy_reads_two_chunks_at_once_from_one_snapshot(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """A copy job's two connections read the same snapshot: rows changed, deleted or added
+    while it runs are archived as they were when it started, each once, in files whose
+    key ranges follow each other."""
+    seed_orders(database_url, 20_000)
+    cutoff = "2024-12-25"
+    expected = rows_in_db(database_url, f"SELECT * FROM orders WHERE created_at < '{cutoff}'")
+    enqueue = ("enqueue", "--table", "orders", "--before", cutoff, "--mode", "copy")
+    assert run_cli(env, *enqueue, "--chunk-rows", "2000").returncode == 0
+    log = tmp_path / "worker.log"
+    worker = start_worker(
+        {**env, "ARCHIVER_FAILPOINTS": "after_commit=sleep:2", "ARCHIVER_COPY_CONNECTIONS": "2"},
+        "--burst",
+        log=log,
+    )
+    wait_for_text(log, "failpoint after_commit reached")  # the first two chunks are in
+    holders = sql(
+        database_url,
+        "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'archiver' "
+        "AND datname = current_database() AND state = 'idle in transaction'",
+    )
+    assert len(holders) == 2 and holders[0][0] == holders[1][0], holders
+    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 2
+    last = max(expected)
+    sql(
+        database_url,
+        f"DELETE FROM orders WHERE id > {last - 100}; "
+        f"UPDATE orders SET note = 'changed' WHERE id BETWEEN {last - 1000} AND {last - 900}; "
+        "INSERT INTO orders SELECT id + 100000, customer, status, total, currency, created_at, "
+        f"updated_at, details, tags, note FROM orders WHERE id BETWEEN {last - 500} AND {last - 400}",
+    )
+    assert worker.wait(timeout=120) == 0, log.read_text()
+    names = blob_names(azurite.connection_string, container)
+    # two chunks of 2,000 rows twice, then the last 1,920 rows shared evenly
+    assert len(expected) == 9920 and len(names) == 6
+    assert_exactly_once(rows_in_blobs(azurite.connection_string, container, names), expected)
+    ranges = sql(
+        database_url,
+        "SELECT min_key[1]::bigint, max_key[1]::bigint FROM archive_files ORDER BY part",
+    )
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), ranges
 
 
 def test_enqueue_twice_gives_the_same_job(env: dict[str, str], database_url: str) -> None:

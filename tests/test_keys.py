@@ -15,6 +15,7 @@ import pytest
 from tests.archive_check import rows_in_blobs
 from tests.support import (
     Azurite,
+    enqueued,
     fast_env,
     kill_at_failpoint,
     run_cli,
@@ -118,11 +119,7 @@ def old_keys(url: str, table: str, names: list[str]) -> list[tuple[Any, ...]]:
 
 
 def archive(env: dict[str, str], table: str, *extra: str) -> list[str]:
-    result = run_cli(
-        env, "enqueue", "--table", table, "--before", CUTOFF, "--chunk-rows", "250", *extra
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
+    return enqueued(env, "--table", table, "--before", CUTOFF, "--chunk-rows", "250", *extra)
 
 
 def verified(env: dict[str, str], table: str) -> None:

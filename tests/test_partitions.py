@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import threading
 from collections import Counter
@@ -20,6 +21,7 @@ from tests.archive_check import blob_names, normalize, rows_in_blobs
 from tests.support import (
     Azurite,
     archiver_cmd,
+    enqueued,
     fast_env,
     kill_at_failpoint,
     run_cli,
@@ -101,11 +103,7 @@ def check(
 
 
 def enqueue(env: dict[str, str], *extra: str) -> list[str]:
-    result = run_cli(
-        env, "enqueue", "--table", "events", "--before", CUTOFF, "--chunk-rows", "15", *extra
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
+    return enqueued(env, "--table", "events", "--before", CUTOFF, "--chunk-rows", "15", *extra)
 
 
 def test_old_partitions_dropped_whole_then_restored(
@@ -118,6 +116,7 @@ def test_old_partitions_dropped_whole_then_restored(
     assert plan.stdout.count("whole: archived, then dropped") == 12, plan.stdout
     assert "public.events_2024_01: by rows" in plan.stdout
     assert "public.events_default: by rows" in plan.stdout
+    assert re.search(r"parquet size   ~[\d.]+ k?B ", plan.stdout), plan.stdout  # the leaves'
 
     jobs = enqueue(env)
     assert len(jobs) == 14  # one per whole partition, and per partition with older rows

@@ -13,6 +13,7 @@ import queue
 import tempfile
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from archiver.guardrails import (
     lock_holders,
 )
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
-from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
+from archiver.parquet import ROW_GROUP_BYTES, ParquetFileWriter, file_metadata, read_metadata
 from archiver.partitions import PartitionAction, WholePartition
 from archiver.source import FIRST_KEY, LAST_KEY, ChunkQueries, TableInfo, bind_chunk
 from archiver.storage import Storage, StoredObject, file_md5
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BATCH_BYTES = "adbc.postgresql.batch_size_hint_bytes"  # the driver's default: 16 MiB
+PAIRED_BATCH_BYTES = 8 * 1024 * 1024
 ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder (~13 MB each on orders)
 
 
@@ -54,6 +57,11 @@ class ChunkLimits:
     lock_timeout: float = 5.0
     statement_timeout: float = 0.0
     lock_retries: int = 10
+
+    @property
+    def timeouts(self) -> tuple[float, float]:
+        """(lock_timeout, statement_timeout), as source.bind_chunk sets them."""
+        return self.lock_timeout, self.statement_timeout
 
 
 @dataclass(frozen=True)
@@ -73,11 +81,9 @@ class JobContext:
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # maintenance windows
     aggregate: AggregateQueries | None = None  # --with-children
     partition: WholePartition | None = None  # this job takes one partition whole
+    # copy mode on one table: a second connection on the job's snapshot (see take_rows)
+    reader: BulkConnection | None = None
     parent: TableInfo | None = None  # a partition's job: its files are the parent's
-
-    @property
-    def key_names(self) -> list[str]:
-        return [c.name for c in self.queries.table.key]
 
     def object_name(self, part: int, table: str | None = None) -> str:
         table = table or self.tables[0]
@@ -93,8 +99,9 @@ class JobContext:
         return [m.table.qualified for m in self.aggregate.members]
 
 
-def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
-    """Move (or copy) the next chunk after progress.last_key; None when none is left."""
+def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> Progress | None:
+    """Move (or copy) the next chunk after progress.last_key; None when none is left.
+    `pair`: a job with a reader (copy mode) reads the next two chunks at once."""
     part = job.catalog.next_part()
     move = job.request.mode == Mode.MOVE
     try:
@@ -107,9 +114,7 @@ def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
                 if files is None:  # gone: taken by an earlier attempt
                     return None
             elif job.aggregate is None:
-                take_rows(job, cur, progress)
-                taken = archive_file(job, cur, Path(tmp), part, FileOf.root(job))
-                files = [taken] if taken is not None else []
+                files = take_rows(job, cur, Path(tmp), part, progress, pair=pair)
             else:
                 files = take_aggregate(job, cur, Path(tmp), part, progress)
             if not files and job.partition is None:
@@ -120,7 +125,7 @@ def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
             for f in files:  # the root's file last: its last key is where the job resumes
                 new_progress = new_progress.after(f)
             if move and job.request.cdc_marker:
-                emit_cdc_marker(cur, cdc_content(files, job.partition))
+                emit_cdc_marker(cur, cdc_content(job.job_id, files, job.partition))
             # 5. record the files and the job's progress; 6. COMMIT
             job.commit.commit_chunk(files, new_progress)
             failpoints.reach("after_commit")
@@ -163,12 +168,18 @@ def archive_chunk(job: JobContext, progress: Progress) -> Progress | None:
 
 
 def archive_file(
-    job: JobContext, cur: BulkCursor, tmp: Path, part: int, of: FileOf
+    job: JobContext,
+    cur: BulkCursor,
+    tmp: Path,
+    part: int,
+    of: FileOf,
+    row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> ArchivedFile | None:
     """Steps 2-4 for the rows the statement just run returns: write, upload, verify.
     None when it returned no row."""
     local = tmp / f"part-{part}.parquet"
-    stats, rows_taken = write_parquet(job, cur.fetch_record_batch(), local, part, of)
+    reader = cur.fetch_record_batch()
+    stats, rows_taken = write_parquet(job, reader, local, part, of, row_group_bytes)
     if rows_taken == 0:
         return None
     name = job.object_name(part, of.table.qualified)
@@ -189,7 +200,7 @@ def take_partition(
     bound = whole.attached(job.source)  # (read and rolled back: before anything else)
     if bound is None:
         return None
-    limits = (job.limits.lock_timeout, job.limits.statement_timeout)
+    limits = job.limits.timeouts
     bind_chunk(cur, job.request.cutoff, None, 1, None, limits)
     # Writes wait from here to COMMIT: the rows read are the rows dropped. Self-conflicting,
     # so two attempts never read one partition at once.
@@ -222,7 +233,7 @@ def take_aggregate(
     agg = job.aggregate
     assert agg is not None
     key_range = job.request.key_range
-    limits = (job.limits.lock_timeout, job.limits.statement_timeout)
+    limits = job.limits.timeouts
     bind_chunk(cur, job.request.cutoff, progress.last_key, progress.chunk_rows, key_range, limits)
     move = job.request.mode == Mode.MOVE
     for statement in agg.collect(
@@ -242,16 +253,46 @@ def take_aggregate(
     return files
 
 
-def take_rows(job: JobContext, cur: BulkCursor, progress: Progress) -> None:
-    """Run the chunk's statement: DELETE ... RETURNING in move mode, a read in copy mode."""
+def take_rows(
+    job: JobContext, cur: BulkCursor, tmp: Path, part: int, progress: Progress, *, pair: bool
+) -> list[ArchivedFile]:
+    """A table's chunk: DELETE ... RETURNING in move mode, a read in copy mode. A copy job
+    with a reader reads this chunk and the next side by side, a file each: decoding the
+    driver's rows is the job's longest thread, and two of them split it over two cores
+    (measured in the README's "Benchmark" section). Where fewer than two chunks' rows
+    are estimated to be left, the two share them evenly."""
+    pair = pair and job.reader is not None
+    rows = progress.chunk_rows
+    left = progress.rows_estimated - progress.rows
+    if pair and 0 < left < 2 * rows:
+        rows = -(-left // 2)
     key_range = job.request.key_range
-    limits = (job.limits.lock_timeout, job.limits.statement_timeout)
-    bind_chunk(cur, job.request.cutoff, progress.last_key, progress.chunk_rows, key_range, limits)
     after = progress.last_key is not None
+    bound = (job.request.cutoff, progress.last_key, rows, key_range, job.limits.timeouts)
+    bind_chunk(cur, *bound)
+    if pair:
+        cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
     if job.request.mode == Mode.MOVE:
         cur.execute(job.queries.take(after_key=after, key_range=key_range))
     else:
         cur.execute(job.queries.read(after_key=after, key_range=key_range))
+    of = FileOf.root(job)
+    if not pair:
+        taken = archive_file(job, cur, tmp, part, of)
+        return [taken] if taken is not None else []
+
+    def read_next(reader: BulkConnection) -> ArchivedFile | None:
+        with reader.cursor() as cur:
+            bind_chunk(cur, *bound)
+            cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
+            cur.execute(job.queries.read_next(after_key=after, key_range=key_range))
+            return archive_file(job, cur, tmp, part + 1, of, ROW_GROUP_BYTES // 2)
+
+    assert job.reader is not None
+    with ThreadPoolExecutor(1, thread_name_prefix="copy-next") as pool:
+        later = pool.submit(read_next, job.reader)
+        taken = archive_file(job, cur, tmp, part, of, ROW_GROUP_BYTES // 2)
+        return [f for f in (taken, later.result()) if f is not None]
 
 
 @dataclass(frozen=True)
@@ -278,7 +319,12 @@ class FileOf:
 
 
 def write_parquet(
-    job: JobContext, reader: pa.RecordBatchReader, local: Path, part: int, of: FileOf
+    job: JobContext,
+    reader: pa.RecordBatchReader,
+    local: Path,
+    part: int,
+    of: FileOf,
+    row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> tuple[ChunkStats, int]:
     table = of.table
     metadata = file_metadata(
@@ -304,6 +350,7 @@ def write_parquet(
         companions=pgtypes.companions(plans),
         arrow_checked=pgtypes.arrow_checked(plans),
         unscaled=pgtypes.unscaled(plans),
+        row_group_bytes=row_group_bytes,
     )
     stats = ChunkStats(arrow_order=table.key_in_arrow_order)
     keys, cutoff = of.keys, of.cutoff
@@ -392,14 +439,16 @@ def _overlapped(reader: pa.RecordBatchReader, encode: Callable[[pa.RecordBatch],
         raise failed[0]
 
 
-def cdc_content(files: list[ArchivedFile], partition: WholePartition | None = None) -> str:
+def cdc_content(
+    job_id: str, files: list[ArchivedFile], partition: WholePartition | None = None
+) -> str:
     """What a CDC consumer reads in the marker of a chunk's deletes: the job's table's
     file (the last), with children the rows taken from each table, and for a whole
     partition (whose DROP decodes as nothing) its name and rows."""
     if partition is not None:
         return json.dumps(
             {
-                "job_id": files[0].job_id if files else "",
+                "job_id": job_id,
                 "table": partition.parent.qualified,
                 "partition": partition.name,
                 "action": str(partition.action),
@@ -408,7 +457,7 @@ def cdc_content(files: list[ArchivedFile], partition: WholePartition | None = No
         )
     f = files[-1]
     content: dict[str, Any] = {
-        "job_id": f.job_id,
+        "job_id": job_id,
         "table": f.source_table,
         "part": f.part,
         "rows": f.row_count,

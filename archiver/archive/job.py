@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,13 +28,15 @@ from archiver.archive.commit import (
 from archiver.archive.plan import plan_archive
 from archiver.catalog import PgCatalog
 from archiver.db import BulkConnection
-from archiver.errors import LockBusy, OutsideWindow
+from archiver.errors import ArchiverError, LockBusy, OutsideWindow
 from archiver.guardrails import dead_tuples, replica_lag, vacuum, wal_position
 from archiver.model import WINDOW, ArchiveRequest, Mode, Progress, window_opens
 from archiver.partitions import PartitionAction, WholePartition
 from archiver.storage import Storage
 
 log = logging.getLogger(__name__)
+
+SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # e.g. 00000003-0000001B-1
 
 Interrupt = Callable[[], BaseException | None]
 ChunkDone = Callable[[int, int, float], None]
@@ -52,9 +55,10 @@ def open_job(
     same_database: bool,
     workdir: Path,
     limits: ChunkLimits,
+    reader: BulkConnection | None = None,
 ) -> JobContext:
-    """The job's context on its two connections, with the commit strategy its mode and
-    databases call for."""
+    """The job's context on its connections (a copy job's `reader` reads every other
+    chunk on its snapshot), with the commit strategy its mode and databases call for."""
     catalog = PgCatalog(catalog_conn, job_id, worker)
     source_tx = PgSource(src)
     commit: CommitStrategy
@@ -91,6 +95,7 @@ def open_job(
         aggregate=aggregate,
         partition=whole,
         parent=parent,
+        reader=reader,
     )
 
 
@@ -241,10 +246,7 @@ def run_job(
     progress = start_job(job, saved)
     copy = job.request.mode == Mode.COPY
     if copy:  # every chunk of this job reads the same consistent snapshot
-        # (an aggregate's chunks collect into temporary tables: not READ ONLY then)
-        access = "" if job.aggregate else ", READ ONLY"
-        with job.source.cursor() as cur:
-            cur.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}")
+        _open_snapshot(job)
     busy = 0  # lock timeouts in a row
     last: Last | None = None
     try:
@@ -260,7 +262,7 @@ def run_job(
             if allowed is not None and allowed < progress.chunk_rows:
                 chunk = dataclasses.replace(progress, chunk_rows=allowed)
             try:
-                advanced = archive_chunk(job, chunk)
+                advanced = archive_chunk(job, chunk, pair=allowed is None)
             except LockBusy as exc:
                 busy += 1
                 if busy > job.limits.lock_retries:
@@ -293,3 +295,23 @@ def run_job(
     finally:
         if copy:
             rollback_quietly(job.source)
+            if job.reader is not None:
+                rollback_quietly(job.reader)
+
+
+def _open_snapshot(job: JobContext) -> None:
+    """Copy mode: a REPEATABLE READ transaction every chunk reads, shared with the job's
+    reader through pg_export_snapshot (as pg_dump --jobs shares its snapshot). An
+    aggregate's chunks collect into temporary tables: not READ ONLY then."""
+    access = "" if job.aggregate else ", READ ONLY"
+    with job.source.cursor() as cur:
+        cur.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}")
+        if job.reader is None:
+            return
+        cur.execute("SELECT pg_export_snapshot()")
+        snapshot = str(cur.fetchall()[0][0])
+    if not SNAPSHOT_ID.fullmatch(snapshot):  # it is spliced into SET TRANSACTION SNAPSHOT
+        raise ArchiverError(f"unexpected snapshot id from pg_export_snapshot: {snapshot!r}")
+    with job.reader.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
