@@ -198,8 +198,8 @@ class BulkPool:
     connection goes back to the pool only after its job ended without an exception, and
     is rolled back first; one idle longer than `idle_seconds` is closed (`prune`, called
     from the worker's loop: servers, poolers and firewalls drop idle sessions), and every
-    reused one answers a query first, so a connection the server dropped costs a
-    reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
+    reused one answers a query first (its backend's pid, kept for `backend_pid`), so a
+    connection the server dropped costs a reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
     its transaction (SET LOCAL, set_config(..., true), temporary tables ON COMMIT DROP)
     except the two settings `_open_bulk` makes."""
 
@@ -211,6 +211,7 @@ class BulkPool:
         self.idle_seconds = idle_seconds
         self._open = open_connection
         self._idle: dict[str, list[tuple[float, BulkConnection]]] = {}
+        self._pids: dict[BulkConnection, int] = {}  # of every connection it holds
         self._lock = threading.Lock()
 
     def _take(self, url: str) -> BulkConnection:
@@ -219,13 +220,28 @@ class BulkPool:
             with self._lock:
                 idle = self._idle.get(url)
                 taken = idle.pop() if idle else None
-            if taken is None:
-                return self._open(url)
+            conn = self._open(url) if taken is None else taken[1]
             try:
-                fetch_all(taken[1], "SELECT 1")
-                return taken[1]
+                pid = int(fetch_all(conn, "SELECT pg_backend_pid()")[0][0])
             except adbc_driver_manager.Error:
-                _close_quietly(taken[1])
+                self._discard(conn)
+                if taken is None:
+                    raise
+                continue
+            with self._lock:
+                self._pids[conn] = pid
+            return conn
+
+    def _discard(self, conn: BulkConnection) -> None:
+        with self._lock:
+            self._pids.pop(conn, None)
+        _close_quietly(conn)
+
+    def backend_pid(self, conn: BulkConnection) -> int:
+        """The server process of a connection this pool handed out (to end its
+        transaction from elsewhere with pg_terminate_backend)."""
+        with self._lock:
+            return self._pids[conn]
 
     def prune(self) -> None:
         """Close the connections idle for longer than `idle_seconds`."""
@@ -235,7 +251,7 @@ class BulkPool:
             for url, conns in self._idle.items():
                 self._idle[url] = [(since, c) for since, c in conns if since >= oldest]
         for conn in stale:
-            _close_quietly(conn)
+            self._discard(conn)
 
     @contextmanager
     def connection(self, url: str) -> Iterator[BulkConnection]:
@@ -243,12 +259,12 @@ class BulkPool:
         try:
             yield conn
         except BaseException:
-            _close_quietly(conn)
+            self._discard(conn)
             raise
         try:
             conn.rollback()
         except adbc_driver_manager.Error:
-            _close_quietly(conn)
+            self._discard(conn)
             return
         with self._lock:
             self._idle.setdefault(url, []).append((time.monotonic(), conn))
@@ -258,7 +274,7 @@ class BulkPool:
             idle, self._idle = self._idle, {}
         for conns in idle.values():
             for _, conn in conns:
-                _close_quietly(conn)
+                self._discard(conn)
 
 
 def migration_files() -> list[tuple[int, str, str]]:

@@ -381,11 +381,7 @@ class Worker:
                 reader = connections.enter_context(
                     self.bulk.connection(settings.effective_source_url)
                 )
-            run.source_pids = [
-                int(db.fetch_all(conn, "SELECT pg_backend_pid()")[0][0])
-                for conn in (src, reader)
-                if conn is not None
-            ]
+            run.source_pids = [self.bulk.backend_pid(c) for c in (src, reader) if c is not None]
             context = open_job(
                 src,
                 catalog_conn,
