@@ -3,8 +3,8 @@
 Disabled unless ARCHIVER_FAILPOINTS is set (a testing knob, like FoundationDB's and
 TiKV's): `name=pause` blocks the thread (or the event loop's task) there until the
 process is killed; `name=sleep:S` sleeps S seconds each time; `name=raise` raises
-FailpointError there (a crash that unwinds, for in-process tests). Reaching one logs `failpoint NAME reached`,
-which a test waits for before it kills or signals the process.
+FailpointError there (a crash that unwinds, for in-process tests). Reaching one logs
+`failpoint NAME reached`, which a test waits for before it kills or signals the process.
 """
 
 from __future__ import annotations

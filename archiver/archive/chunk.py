@@ -261,36 +261,36 @@ def take_rows(
     driver's rows is the job's longest thread, and two of them split it over two cores
     (measured in the README's "Benchmark" section). Where fewer than two chunks' rows
     are estimated to be left, the two share them evenly."""
-    pair = pair and job.reader is not None
+    reader = job.reader if pair else None
     rows = progress.chunk_rows
     left = progress.rows_estimated - progress.rows
-    if pair and 0 < left < 2 * rows:
+    if reader is not None and 0 < left < 2 * rows:
         rows = -(-left // 2)
     key_range = job.request.key_range
     after = progress.last_key is not None
-    bound = (job.request.cutoff, progress.last_key, rows, key_range, job.limits.timeouts)
-    bind_chunk(cur, *bound)
-    if pair:
-        cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
+
+    def run(cur: BulkCursor, statement: str) -> None:
+        bind_chunk(cur, job.request.cutoff, progress.last_key, rows, key_range, job.limits.timeouts)
+        if reader is not None:  # two readers' batches are in memory at once
+            cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
+        cur.execute(statement)
+
     if job.request.mode == Mode.MOVE:
-        cur.execute(job.queries.take(after_key=after, key_range=key_range))
+        run(cur, job.queries.take(after_key=after, key_range=key_range))
     else:
-        cur.execute(job.queries.read(after_key=after, key_range=key_range))
+        run(cur, job.queries.read(after_key=after, key_range=key_range))
     of = FileOf.root(job)
-    if not pair:
+    if reader is None:
         taken = archive_file(job, cur, tmp, part, of)
         return [taken] if taken is not None else []
 
     def read_next(reader: BulkConnection) -> ArchivedFile | None:
         with reader.cursor() as cur:
-            bind_chunk(cur, *bound)
-            cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
-            cur.execute(job.queries.read_next(after_key=after, key_range=key_range))
+            run(cur, job.queries.read_next(after_key=after, key_range=key_range))
             return archive_file(job, cur, tmp, part + 1, of, ROW_GROUP_BYTES // 2)
 
-    assert job.reader is not None
     with ThreadPoolExecutor(1, thread_name_prefix="copy-next") as pool:
-        later = pool.submit(read_next, job.reader)
+        later = pool.submit(read_next, reader)
         taken = archive_file(job, cur, tmp, part, of, ROW_GROUP_BYTES // 2)
         return [f for f in (taken, later.result()) if f is not None]
 
