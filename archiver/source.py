@@ -68,15 +68,35 @@ ORDER BY a.attnum
 
 # The key archiver walks: the primary key, else the narrowest unique index over NOT NULL
 # columns (no expression, no predicate), which identifies rows just as well.
-_KEY_INDEX = """
-SELECT (i.indkey::int2[])[0:i.indnkeyatts - 1], i.indisprimary
+_KEY_INDEX_OF = """
+SELECT (i.indkey::int2[])[0:i.indnkeyatts - 1] AS cols
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE i.indrelid = $1::bigint::oid AND i.indisunique AND i.indisvalid
+WHERE i.indrelid = {table} AND i.indisunique AND i.indisvalid
   AND i.indpred IS NULL AND i.indexprs IS NULL
   AND NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = i.indrelid
                   AND a.attnum = ANY (i.indkey::int2[]) AND NOT a.attnotnull)
 ORDER BY i.indisprimary DESC, i.indnkeyatts, c.relname
 LIMIT 1
+"""
+_KEY_INDEX = _KEY_INDEX_OF.format(table="$1::bigint::oid")
+
+# A partitioned table with no key of its own: each leaf partition's key, by column name
+# (NULL for a leaf without one), and the columns partitioning it at every level (NULL
+# for an expression).
+_LEAF_KEYS = f"""
+SELECT (SELECT array_agg(a.attname::text ORDER BY k.n)
+        FROM unnest(x.cols) WITH ORDINALITY k(attnum, n)
+        JOIN pg_attribute a ON a.attrelid = l.relid AND a.attnum = k.attnum)
+FROM pg_partition_tree($1::bigint::oid) l
+LEFT JOIN LATERAL ({_KEY_INDEX_OF.format(table="l.relid")}) x ON true
+WHERE l.isleaf
+"""
+_PARTITION_COLUMNS = """
+SELECT DISTINCT a.attname::text
+FROM pg_partition_tree($1::bigint::oid) l
+JOIN pg_partitioned_table p ON p.partrelid = l.relid
+CROSS JOIN unnest(p.partattrs::int2[]) n
+LEFT JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = n
 """
 
 
@@ -138,6 +158,9 @@ def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
     columns = {int(r[3]): Column(r[0], r[1], r[2], *r[4:]) for r in rows}
     index = fetch_all(conn, _KEY_INDEX, (oid,))
     key = tuple(columns[int(n)] for n in index[0][0]) if index else ()
+    if not key and partitioned:
+        by_name = {c.name: c for c in columns.values()}
+        key = tuple(by_name[n] for n in _partitions_key(conn, oid, f"{schema}.{name}"))
     info = TableInfo(schema, name, tuple(columns.values()), key, partitioned, oid)
     if not info.key:
         raise InputError(
@@ -152,6 +175,32 @@ def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
                 "char, uuid, date, timestamp, timestamptz"
             )
     return info
+
+
+def _partitions_key(conn: BulkConnection, oid: int, table: str) -> list[str]:
+    """The key a partitioned table without one of its own is walked by: the one every
+    leaf partition declares (same columns, by name), if it holds every partitioning
+    column; rows in different partitions differ in those, so it is unique across the
+    table, as PostgreSQL requires of a key declared on the parent. [] when no partition
+    has a key; partitions' keys that do not qualify are refused naming why."""
+    keys = {tuple(r[0]) if r[0] else () for r in fetch_all(conn, _LEAF_KEYS, (oid,))}
+    if keys <= {()}:  # no partitions, or none with a key: no key at all
+        return []
+    if len(keys) > 1 or () in keys:
+        raise InputError(
+            f"table {table} has no key of its own and its partitions do not all declare the "
+            "same one; archiver walks tables by key: add a primary key to each partition "
+            "(the same columns) or to the table"
+        )
+    key = list(keys.pop())
+    partitioning = [r[0] for r in fetch_all(conn, _PARTITION_COLUMNS, (oid,))]
+    if None in partitioning or not set(partitioning) <= set(key):
+        raise InputError(
+            f"table {table} has no key of its own and its partitions' key ({', '.join(key)}) "
+            "does not hold every partitioning column, so it is not unique across partitions; "
+            "add those columns to it, or a primary key to the table"
+        )
+    return key
 
 
 def check_cutoff_column(info: TableInfo, name: str) -> Column:

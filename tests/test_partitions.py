@@ -37,22 +37,29 @@ CUTOFF = "2024-01-15"  # 2023's twelve months whole; January 2024 partly; DEFAUL
 MONTHS = [f"{y}-{m:02d}" for y in (2023, 2024) for m in range(1, 13)]
 
 
-def seed(url: str, per_month: int = 40) -> None:
+def seed(url: str, per_month: int = 40, *, key_on_each_partition: bool = False) -> None:
+    """`events`, by month, its key on the table (or, as some schemas have it, declared on
+    each partition and none on the table)."""
+    table_key = "" if key_on_each_partition else ", PRIMARY KEY (id, created_at)"
     statements = [
         "CREATE TABLE customers (id int PRIMARY KEY)",
         "INSERT INTO customers SELECT generate_series(1, 10)",
         "CREATE TABLE events (id bigint NOT NULL, created_at date NOT NULL, customer int, "
-        "payload text, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)",
+        f"payload text{table_key}) PARTITION BY RANGE (created_at)",
         "CREATE TABLE events_default PARTITION OF events DEFAULT",
     ]
+    names = ["events_default"]
     for month in MONTHS:
         name = "events_" + month.replace("-", "_")
+        names.append(name)
         y, m = map(int, month.split("-"))
         upper = f"{y + (m == 12)}-{m % 12 + 1:02d}-01"
         statements += [
             f"CREATE TABLE {name} PARTITION OF events FOR VALUES FROM ('{month}-01') TO ('{upper}')",
             f"ALTER TABLE {name} ADD FOREIGN KEY (customer) REFERENCES customers",
         ]
+    if key_on_each_partition:
+        statements += [f"ALTER TABLE {name} ADD PRIMARY KEY (id, created_at)" for name in names]
     statements += [
         "INSERT INTO events SELECT i, DATE '2023-01-01' + (i % 730), 1 + i % 10, 'e' || i "
         f"FROM generate_series(1, {per_month * 24}) i",
@@ -146,6 +153,38 @@ def test_old_partitions_dropped_whole_then_restored(
     assert everything.returncode == 0, everything.stderr
     assert rows(database_url) == before
     assert {f"events_2023_{m:02d}" for m in range(1, 13)} <= attached(database_url)
+
+
+def test_keys_declared_on_each_partition(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    """No key on the table, the same one on every partition, holding the partitioning
+    column: walked by it (unique across partitions), old partitions whole and the rest by
+    rows, restored. A partitions' key without that column is refused, nothing queued."""
+    seed(database_url, per_month=10, key_on_each_partition=True)
+    before = rows(database_url)
+    jobs = enqueue(env)
+    assert len(jobs) == 14
+    assert start_worker(env, "--burst", "--concurrency", "2").wait(180) == 0
+    for job_id in jobs:
+        wait_for_status(database_url, job_id, "completed", timeout=10)
+    assert "events_2023_05" not in attached(database_url)
+    check(database_url, azurite, container, before)
+    back = run_cli(env, "restore", "--table", "events")
+    assert back.returncode == 0, back.stderr
+    assert rows(database_url) == before
+
+    sql(
+        database_url,
+        "CREATE TABLE loose (id bigint NOT NULL, created_at date NOT NULL) "
+        "PARTITION BY RANGE (created_at); "
+        "CREATE TABLE loose_2023 PARTITION OF loose FOR VALUES FROM ('2023-01-01') TO "
+        "('2024-01-01'); ALTER TABLE loose_2023 ADD PRIMARY KEY (id)",
+    )
+    refused = run_cli(env, "enqueue", "--table", "loose", "--before", CUTOFF)
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "not unique across partitions" in refused.stderr
+    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 14
 
 
 @pytest.mark.parametrize("mode", ["detach", "rows"])
