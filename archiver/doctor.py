@@ -146,7 +146,7 @@ async def _clock_skew(settings: Settings) -> str:
 
 
 def _storage_writable(settings: Settings) -> str:
-    from archiver.storage import file_md5, open_storage
+    from archiver.storage import open_storage, put_file
 
     storage = open_storage(settings)
     storage.check()
@@ -154,7 +154,7 @@ def _storage_writable(settings: Settings) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "probe"
         probe.write_bytes(b"archiver doctor\n")
-        storage.put_file(name, probe, file_md5(probe))
+        put_file(storage, name, probe)
     storage.delete(name)
     auth = ""
     if storage.location.scheme == "az":

@@ -3,9 +3,11 @@ bytes, and metadata that says exactly what each column was. No I/O beyond the fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,13 +19,21 @@ ROW_GROUP_BYTES = 64 * 1024 * 1024  # of Arrow data; each write call ends a row 
 METADATA_PREFIX = "archiver."
 
 
+class BinaryStream(Protocol):
+    """Where a file's bytes go, in order (pyarrow asks for no more)."""
+
+    def write(self, data: bytes) -> int: ...
+
+    def tell(self) -> int: ...
+
+
 class ParquetFileWriter:
-    """Writes batches of one chunk to a local Parquet file (zstd), one row group per
+    """Writes batches of one chunk to a Parquet file or stream (zstd), one row group per
     ~ROW_GROUP_BYTES of Arrow data, and stamps the file with archiver's metadata."""
 
     def __init__(
         self,
-        path: Path,
+        sink: BinaryStream,
         source_schema: pa.Schema,
         metadata: Mapping[str, str],
         row_group_bytes: int = ROW_GROUP_BYTES,
@@ -54,7 +64,10 @@ class ParquetFileWriter:
         meta = {METADATA_PREFIX + k: v for k, v in metadata.items()}
         self.schema = schema.with_metadata(meta)
         self._writer = pq.ParquetWriter(
-            str(path), self.schema, compression="zstd", write_statistics=True
+            sink,
+            self.schema,
+            compression="zstd",
+            write_statistics=True,
         )
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
@@ -95,7 +108,9 @@ class ParquetFileWriter:
         return self.rows
 
     def abort(self) -> None:
-        self._writer.close()
+        # The file is thrown away: the error that stopped it is the one raised.
+        with contextlib.suppress(Exception):
+            self._writer.close()
 
 
 def file_metadata(

@@ -2,6 +2,8 @@
 the pipeline only sees `Storage`; Azure Blob Storage and a local directory implement it,
 and `MemoryStorage` ships beside them for fast tests.
 Every method is synchronous and meant to run in a worker thread, next to the ADBC reads.
+A file is sent while it is written (`Storage.upload`): its bytes leave as the Parquet
+writer produces them, and nothing is visible under its name until `Upload.commit`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from archiver import failpoints
 from archiver.config import Settings, StorageLocation
@@ -46,9 +49,9 @@ class Storage(Protocol):
     def object_name(self, relative: str) -> str:
         """The full name of `relative` under this location's prefix."""
 
-    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
-        """Store `path` as `name`, replacing any earlier object of that name (an upload
-        retried within the chunk); `md5` (base64) is sent along."""
+    def upload(self, name: str) -> Upload:
+        """Start sending `name`: bytes leave as they are written, and the object appears
+        (replacing any earlier one of that name) only when the upload is committed."""
 
     def stat(self, name: str) -> StoredObject | None: ...
 
@@ -57,6 +60,63 @@ class Storage(Protocol):
     def download(self, name: str, dest: Path) -> None: ...
 
     def delete(self, name: str) -> None: ...
+
+
+class Upload(Protocol):
+    """One object being sent. `write` in order, then `commit` once; `abort` (safe after
+    either, and more than once) throws away what was sent and frees what it holds."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def commit(self, md5: str) -> StoredObject:
+        """Make the object visible under its name, with `md5` (base64, of every byte
+        written) as its Content-MD5; returns what the service then reports of it."""
+
+    def abort(self) -> None: ...
+
+
+class HashingSink:
+    """A binary file for a writer (pyarrow's ParquetWriter): what it is given goes to a
+    local file and to an Upload, and into an MD5 on the way, so the file is never read
+    back to be hashed or sent."""
+
+    def __init__(self, local: BinaryIO, upload: Upload) -> None:
+        self._local = local
+        self._upload = upload
+        self._digest = hashlib.md5(usedforsecurity=False)
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self._local.write(data)
+        self._upload.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._local.flush()
+
+    closed = False
+
+    @property
+    def md5(self) -> str:
+        """Base64, the form Azure reports as Content-MD5."""
+        return base64.b64encode(self._digest.digest()).decode()
+
+
+def put_file(storage: Storage, name: str, path: Path) -> StoredObject:
+    """Store a local file as `name` (doctor's probe)."""
+    upload = storage.upload(name)
+    try:
+        with path.open("rb") as f:
+            while block := f.read(_READ_BLOCK):
+                upload.write(block)
+        return upload.commit(file_md5(path))
+    finally:
+        upload.abort()
 
 
 def file_md5(path: Path) -> str:
@@ -92,19 +152,8 @@ class LocalStorage:
     def object_name(self, relative: str) -> str:
         return relative
 
-    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
-        target = self.root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-        partial = Path(tmp)
-        with path.open("rb") as src, os.fdopen(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, _READ_BLOCK)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(partial, target)
-        stored = self.stat(name)
-        assert stored is not None
-        return stored
+    def upload(self, name: str) -> Upload:
+        return _LocalUpload(self, name)
 
     def stat(self, name: str) -> StoredObject | None:
         target = self.root / name
@@ -179,42 +228,8 @@ class AzureStorage:
     def object_name(self, relative: str) -> str:
         return _join(self.location.prefix, relative)
 
-    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
-        """Stage the file in blocks (at most `upload_concurrency` in flight, each checked
-        by the service against its MD5), then commit the block list with the whole
-        file's MD5. Memory: upload_concurrency x BLOCK_SIZE."""
-        from azure.core.exceptions import AzureError
-        from azure.storage.blob import BlobBlock, ContentSettings
-
-        blob = self.container.get_blob_client(name)
-        size = path.stat().st_size
-        count = max(1, -(-size // BLOCK_SIZE))
-        upload = uuid.uuid4().hex[:12]  # this upload's own blocks, never another's
-        ids = [base64.b64encode(f"{upload}-{i:08d}".encode()).decode() for i in range(count)]
-
-        def stage(i: int) -> None:
-            with path.open("rb") as f:
-                f.seek(i * BLOCK_SIZE)
-                data = f.read(BLOCK_SIZE)
-            blob.stage_block(ids[i], data, length=len(data), validate_content=True)
-
-        try:
-            with ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="upload") as pool:
-                list(pool.map(stage, range(count)))
-            failpoints.reach("upload_staged")
-            blob.commit_block_list(
-                [BlobBlock(block_id=i) for i in ids],
-                content_settings=ContentSettings(
-                    content_type="application/vnd.apache.parquet",
-                    content_md5=bytearray(base64.b64decode(md5)),
-                ),
-            )
-        except AzureError as exc:
-            raise self._error("upload to", exc) from None
-        stored = self.stat(name)
-        if stored is None:
-            raise StorageError(f"{name} is missing from {self.location} right after its upload")
-        return stored
+    def upload(self, name: str) -> Upload:
+        return _AzureUpload(self, name)
 
     def stat(self, name: str) -> StoredObject | None:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -262,6 +277,122 @@ class AzureStorage:
             raise self._error("cannot delete from", exc) from None
 
 
+class _AzureUpload:
+    """A block blob staged while it is written: each BLOCK_SIZE of bytes is staged as
+    soon as it is complete (at most `upload_concurrency` in flight, each checked by the
+    service against its MD5; a writer waits when they are all busy), and `commit` sends
+    the block list with the whole file's MD5. Memory: (upload_concurrency + 1) x
+    BLOCK_SIZE. A crash before the commit leaves only uncommitted blocks, which the
+    service discards (after a week on Azure): no object appears under the name."""
+
+    def __init__(self, storage: AzureStorage, name: str) -> None:
+        self._storage = storage
+        self._name = name
+        self._blob = storage.container.get_blob_client(name)
+        self._upload = uuid.uuid4().hex[:12]  # this upload's own blocks, never another's
+        self._ids: list[str] = []
+        self._buffer = bytearray()
+        self._pool: ThreadPoolExecutor | None = None
+        self._staging: deque[Future[Any]] = deque()
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= BLOCK_SIZE:
+            self._stage(bytes(self._buffer[:BLOCK_SIZE]))
+            del self._buffer[:BLOCK_SIZE]
+
+    def _stage(self, data: bytes) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self._storage.max_concurrency, thread_name_prefix="upload"
+            )
+        while len(self._staging) >= self._storage.max_concurrency:
+            self._staged(self._staging.popleft())
+        block_id = base64.b64encode(f"{self._upload}-{len(self._ids):08d}".encode()).decode()
+        self._ids.append(block_id)
+        self._staging.append(
+            self._pool.submit(
+                self._blob.stage_block, block_id, data, length=len(data), validate_content=True
+            )
+        )
+
+    def _staged(self, staging: Future[Any]) -> None:
+        from azure.core.exceptions import AzureError
+
+        try:
+            staging.result()
+        except AzureError as exc:
+            raise self._storage._error("upload to", exc) from None
+
+    def commit(self, md5: str) -> StoredObject:
+        from azure.core.exceptions import AzureError
+        from azure.storage.blob import BlobBlock, ContentSettings
+
+        if self._buffer or not self._ids:
+            self._stage(bytes(self._buffer))
+            self._buffer.clear()
+        while self._staging:
+            self._staged(self._staging.popleft())
+        if self._pool is not None:
+            self._pool.shutdown()
+        failpoints.reach("upload_staged")
+        try:
+            self._blob.commit_block_list(
+                [BlobBlock(block_id=i) for i in self._ids],
+                content_settings=ContentSettings(
+                    content_type="application/vnd.apache.parquet",
+                    content_md5=bytearray(base64.b64decode(md5)),
+                ),
+            )
+        except AzureError as exc:
+            raise self._storage._error("upload to", exc) from None
+        stored = self._storage.stat(self._name)
+        if stored is None:
+            raise StorageError(
+                f"{self._name} is missing from {self._storage.location} right after its upload"
+            )
+        return stored
+
+    def abort(self) -> None:
+        self._buffer.clear()
+        self._staging.clear()
+        if self._pool is not None:  # blocks already on their way finish; none start
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _LocalUpload:
+    """Written to a hidden `.partial` file beside the target, fsynced and renamed over it
+    on commit: readers see the whole file or none."""
+
+    def __init__(self, storage: LocalStorage, name: str) -> None:
+        self._storage = storage
+        self._name = name
+        self._target = storage.root / name
+        self._target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=self._target.parent, prefix=f".{self._target.name}.", suffix=".partial"
+        )
+        self._partial = Path(tmp)
+        self._file = os.fdopen(fd, "wb")
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def commit(self, md5: str) -> StoredObject:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        failpoints.reach("upload_staged")
+        os.replace(self._partial, self._target)
+        stored = self._storage.stat(self._name)
+        assert stored is not None
+        return stored
+
+    def abort(self) -> None:
+        self._file.close()
+        self._partial.unlink(missing_ok=True)
+
+
 class MemoryStorage:
     """Objects in a dict, for tests of what the data path does with storage (no I/O
     beyond the local files it is handed)."""
@@ -276,12 +407,8 @@ class MemoryStorage:
     def object_name(self, relative: str) -> str:
         return _join(self.location.prefix, relative)
 
-    def put_file(self, name: str, path: Path, md5: str) -> StoredObject:
-        failpoints.reach("upload_staged")
-        self.objects[name] = path.read_bytes()
-        stored = self.stat(name)
-        assert stored is not None
-        return stored
+    def upload(self, name: str) -> Upload:
+        return _MemoryUpload(self, name)
 
     def stat(self, name: str) -> StoredObject | None:
         data = self.objects.get(name)
@@ -302,6 +429,26 @@ class MemoryStorage:
 
     def delete(self, name: str) -> None:
         self.objects.pop(name, None)
+
+
+class _MemoryUpload:
+    def __init__(self, storage: MemoryStorage, name: str) -> None:
+        self._storage = storage
+        self._name = name
+        self._buffer = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+
+    def commit(self, md5: str) -> StoredObject:
+        failpoints.reach("upload_staged")
+        self._storage.objects[self._name] = bytes(self._buffer)
+        stored = self._storage.stat(self._name)
+        assert stored is not None
+        return stored
+
+    def abort(self) -> None:
+        self._buffer.clear()
 
 
 def open_storage(settings: Settings) -> Storage:

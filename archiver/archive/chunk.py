@@ -37,7 +37,7 @@ from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
 from archiver.parquet import ROW_GROUP_BYTES, ParquetFileWriter, file_metadata, read_metadata
 from archiver.partitions import PartitionAction, WholePartition
 from archiver.source import FIRST_KEY, LAST_KEY, ChunkQueries, TableInfo, bind_chunk
-from archiver.storage import Storage, StoredObject, file_md5
+from archiver.storage import HashingSink, Storage, StoredObject
 
 if TYPE_CHECKING:
     from archiver.aggregates import AggregateQueries
@@ -176,17 +176,24 @@ def archive_file(
     row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> ArchivedFile | None:
     """Steps 2-4 for the rows the statement just run returns: write, upload, verify.
-    None when it returned no row."""
+    The file is uploaded while it is written (and hashed on the way); a local copy is
+    kept for the verification. None when the statement returned no row."""
     local = tmp / f"part-{part}.parquet"
-    reader = cur.fetch_record_batch()
-    stats, rows_taken = write_parquet(job, reader, local, part, of, row_group_bytes)
-    if rows_taken == 0:
-        return None
     name = job.object_name(part, of.table.qualified)
-    md5 = file_md5(local)
-    failpoints.reach("before_upload")
-    stored = job.storage.put_file(name, local, md5)
-    return verify(job, name, local, md5, stored, rows_taken, part, stats, of)
+    upload = job.storage.upload(name)
+    try:
+        with local.open("wb") as f:
+            sink = HashingSink(f, upload)
+            stats, rows_taken = write_parquet(
+                job, cur.fetch_record_batch(), sink, part, of, row_group_bytes
+            )
+        if rows_taken == 0:
+            return None
+        failpoints.reach("before_upload")
+        stored = upload.commit(sink.md5)
+    finally:
+        upload.abort()
+    return verify(job, name, local, sink.md5, stored, rows_taken, part, stats, of)
 
 
 def take_partition(
@@ -321,7 +328,7 @@ class FileOf:
 def write_parquet(
     job: JobContext,
     reader: pa.RecordBatchReader,
-    local: Path,
+    sink: HashingSink,
     part: int,
     of: FileOf,
     row_group_bytes: int = ROW_GROUP_BYTES,
@@ -344,7 +351,7 @@ def write_parquet(
         if name in schema.names:
             schema = schema.remove(schema.get_field_index(name))
     writer = ParquetFileWriter(
-        local,
+        sink,
         schema,
         metadata,
         companions=pgtypes.companions(plans),

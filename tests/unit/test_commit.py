@@ -17,7 +17,7 @@ from archiver.errors import JobStateError, LeaseLost
 from archiver.failpoints import FailpointError
 from archiver.model import ArchivedFile, ArchiveRequest, FileState, Mode, Progress
 from archiver.source import ChunkQueries, Column, TableInfo
-from archiver.storage import MemoryStorage
+from archiver.storage import MemoryStorage, put_file
 
 
 @pytest.fixture(autouse=True)
@@ -157,7 +157,7 @@ def test_start_job_reconciles_resumes_and_sweeps(tmp_path: Path) -> None:
     local.write_bytes(b"rows")
     done, lost, stale = (job1.object_name(p) for p in (1, 2, 3))
     for name in (done, lost, stale):
-        storage.put_file(name, local, "")
+        put_file(storage, name, local)
     f1 = archived(1, path=done)
     SeparateDatabase(catalog, catalog).commit_chunk([f1], Progress(chunk_rows=10).after(f1))
     catalog.add_pending(archived(2, path=lost), "999")  # its source transaction aborted
@@ -165,7 +165,7 @@ def test_start_job_reconciles_resumes_and_sweeps(tmp_path: Path) -> None:
     catalog.statuses["999"] = "aborted"
     job2 = _job(catalog, storage, attempt=2)
     mine = job2.object_name(4)
-    storage.put_file(mine, local, "")
+    put_file(storage, mine, local)
 
     progress = start_job(job2, Progress(chunk_rows=10, rows_estimated=500))
 
