@@ -10,6 +10,7 @@ import re
 import sys
 import threading
 import time
+import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
@@ -147,9 +148,33 @@ async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.
     return pool
 
 
+class _DeferredModule(types.ModuleType):
+    """Stands in for a module until one of its attributes is asked for, then imports it.
+
+    adbc_driver_manager.dbapi imports pyarrow.dataset as it is imported, for the
+    isinstance checks of adbc_ingest alone: ~60 ms and ~11 MB of every process that
+    opens a bulk connection (the CLI's, the worker's). Deferred, it loads on first use
+    (restore's adbc_ingest). The standard library's LazyLoader does not survive a second
+    `import` of the module on Python 3.11 (the import system reads its __spec__)."""
+
+    @classmethod
+    def install(cls, name: str) -> None:
+        stand_in = cls(name)
+        sys.modules[name] = stand_in
+        parent, _, child = name.rpartition(".")
+        setattr(importlib.import_module(parent), child, stand_in)
+
+    def __getattr__(self, attribute: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attribute)
+
+
 def _open_bulk(url: str) -> BulkConnection:
     """A new ADBC connection, its session in UTC so dates and naive timestamps convert the
     same way everywhere."""
+    if "pyarrow.dataset" not in sys.modules:
+        _DeferredModule.install("pyarrow.dataset")
     import adbc_driver_postgresql.dbapi as adbc  # imports pyarrow: only for bulk work
 
     # pyarrow converts each statement's parameters by trying `import

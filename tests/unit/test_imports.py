@@ -20,3 +20,23 @@ def test_the_cli_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == ""
+
+
+def test_the_bulk_driver_leaves_pyarrow_dataset_unloaded_until_used() -> None:
+    """adbc's dbapi imports pyarrow.dataset for adbc_ingest alone; archiver defers it
+    (db._DeferredModule) and it still loads, whole, on first use."""
+    code = (
+        "import sys\n"
+        "from archiver import db\n"
+        "db._DeferredModule.install('pyarrow.dataset')\n"
+        "import adbc_driver_postgresql.dbapi, pyarrow.dataset\n"
+        "print(type(sys.modules['pyarrow.dataset']).__name__)\n"
+        "import pyarrow\n"
+        "print(pyarrow.dataset.Dataset.__name__, type(sys.modules['pyarrow.dataset']).__name__)\n"
+        "from pyarrow.dataset import Scanner\n"
+        "print(Scanner.__name__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["_DeferredModule", "Dataset", "module", "Scanner"]
