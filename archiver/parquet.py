@@ -15,7 +15,12 @@ import pyarrow.parquet as pq
 from archiver.pgtypes import PG_TEXT_SUFFIX
 from archiver.pgtypes.arrow import converter_for, split_special, unscaled_decimal
 
-ROW_GROUP_BYTES = 64 * 1024 * 1024  # of Arrow data; each write call ends a row group
+# Of Arrow data; each write call ends a row group, and a row group's batches wait in
+# memory until it is written (~125k reference rows, about DuckDB's default group). With
+# only enums dictionary-encoded (pgtypes.dictionary_encoded) 32 MB groups encode as fast
+# as 64 MB ones, into files as small; 64 MB groups with dictionaries on every column
+# took the worker's peak RSS on 1M reference rows to 284 MB, against 185-205 MB now.
+ROW_GROUP_BYTES = 32 * 1024 * 1024
 METADATA_PREFIX = "archiver."
 
 
@@ -29,15 +34,16 @@ class BinaryStream(Protocol):
 
 class ParquetFileWriter:
     """Writes batches of one chunk to a Parquet file or stream (zstd), one row group per
-    ~ROW_GROUP_BYTES of Arrow data, and stamps the file with archiver's metadata."""
+    ~ROW_GROUP_BYTES of Arrow data, dictionary-encoding only the `dictionary` columns,
+    and stamps the file with archiver's metadata."""
 
     def __init__(
         self,
         sink: BinaryStream,
         source_schema: pa.Schema,
         metadata: Mapping[str, str],
-        row_group_bytes: int = ROW_GROUP_BYTES,
         companions: Sequence[str] = (),
+        dictionary: Sequence[str] = (),
         arrow_checked: Mapping[str, str] | None = None,
         unscaled: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
@@ -67,11 +73,11 @@ class ParquetFileWriter:
             sink,
             self.schema,
             compression="zstd",
+            use_dictionary=list(dictionary),
             write_statistics=True,
         )
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
-        self._row_group_bytes = row_group_bytes
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -87,7 +93,7 @@ class ParquetFileWriter:
         self._pending.append(converted)
         self._pending_bytes += converted.nbytes
         self.rows += converted.num_rows
-        if self._pending_bytes >= self._row_group_bytes:
+        if self._pending_bytes >= ROW_GROUP_BYTES:
             self._flush()
         return converted
 

@@ -127,6 +127,11 @@ def test_files_carry_types_and_metadata(
         "(Timestamp(isAdjustedToUTC=true",
     ):
         assert logical in schema, schema
+    # Dictionary encoding on the enum only (pgtypes.dictionary_encoded).
+    group = meta.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(8)}
+    assert "RLE_DICTIONARY" in encodings["status"]
+    assert not any("RLE_DICTIONARY" in e for c, e in encodings.items() if c != "status")
     blob = client.get_blob_client(name).get_blob_properties()
     assert blob.content_settings.content_md5 is not None
     row = sql(database_url, "SELECT byte_size, md5 FROM archive_files")[0]

@@ -34,7 +34,7 @@ from archiver.guardrails import (
     lock_holders,
 )
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
-from archiver.parquet import ROW_GROUP_BYTES, ParquetFileWriter, file_metadata, read_metadata
+from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
 from archiver.partitions import PartitionAction, WholePartition
 from archiver.source import FIRST_KEY, LAST_KEY, ChunkQueries, TableInfo, bind_chunk
 from archiver.storage import HashingSink, Storage, StoredObject
@@ -173,7 +173,6 @@ def archive_file(
     tmp: Path,
     part: int,
     of: FileOf,
-    row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> ArchivedFile | None:
     """Steps 2-4 for the rows the statement just run returns: write, upload, verify.
     The file is uploaded while it is written (and hashed on the way); a local copy is
@@ -184,9 +183,7 @@ def archive_file(
     try:
         with local.open("wb") as f:
             sink = HashingSink(f, upload)
-            stats, rows_taken = write_parquet(
-                job, cur.fetch_record_batch(), sink, part, of, row_group_bytes
-            )
+            stats, rows_taken = write_parquet(job, cur.fetch_record_batch(), sink, part, of)
         if rows_taken == 0:
             return None
         failpoints.reach("before_upload")
@@ -294,11 +291,11 @@ def take_rows(
     def read_next(reader: BulkConnection) -> ArchivedFile | None:
         with reader.cursor() as cur:
             run(cur, job.queries.read_next(after_key=after, key_range=key_range))
-            return archive_file(job, cur, tmp, part + 1, of, ROW_GROUP_BYTES // 2)
+            return archive_file(job, cur, tmp, part + 1, of)
 
     with ThreadPoolExecutor(1, thread_name_prefix="copy-next") as pool:
         later = pool.submit(read_next, reader)
-        taken = archive_file(job, cur, tmp, part, of, ROW_GROUP_BYTES // 2)
+        taken = archive_file(job, cur, tmp, part, of)
         return [f for f in (taken, later.result()) if f is not None]
 
 
@@ -331,7 +328,6 @@ def write_parquet(
     sink: HashingSink,
     part: int,
     of: FileOf,
-    row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> tuple[ChunkStats, int]:
     table = of.table
     metadata = file_metadata(
@@ -357,7 +353,7 @@ def write_parquet(
         companions=pgtypes.companions(plans),
         arrow_checked=pgtypes.arrow_checked(plans),
         unscaled=pgtypes.unscaled(plans),
-        row_group_bytes=row_group_bytes,
+        dictionary=pgtypes.dictionary_encoded(plans),
     )
     stats = ChunkStats(arrow_order=table.key_in_arrow_order)
     keys, cutoff = of.keys, of.cutoff

@@ -95,6 +95,9 @@ class ColumnPlan:
     arrow_special: bool = False
     # numeric(p, s) selected as its unscaled int8 (see SCALED_MAX_PRECISION): (p, s)
     unscaled: tuple[int, int] | None = None
+    # Parquet dictionary encoding: only where the type bounds the distinct values (see
+    # dictionary_encoded)
+    dictionary: bool = False
 
     @property
     def companion(self) -> str | None:
@@ -138,7 +141,7 @@ def plan_column(column: Column) -> ColumnPlan:
             )
         return ColumnPlan(column, c, None, f"DECIMAL({p},{s})", arrow_special=True)
     if column.category == "E":
-        return ColumnPlan(column, f"{c}::text", None, "STRING (enum label)")
+        return ColumnPlan(column, f"{c}::text", None, "STRING (enum label)", dictionary=True)
     if column.category == "A" and column.element_category == "E":
         return ColumnPlan(
             column, f"{c}::text[]", _NOT_PLAIN_ARRAY.format(c=c), "LIST<STRING> (enum labels)"
@@ -213,6 +216,17 @@ def arrow_checked(plans: list[ColumnPlan]) -> dict[str, str]:
 def unscaled(plans: list[ColumnPlan]) -> dict[str, tuple[int, int]]:
     """Column name -> (precision, scale), for the numeric columns selected unscaled."""
     return {p.name: p.unscaled for p in plans if p.unscaled}
+
+
+def dictionary_encoded(plans: list[ColumnPlan]) -> list[str]:
+    """The columns a file dictionary-encodes: enums. A column of many distinct values
+    gains nothing from a dictionary: the writer builds one until it outgrows its page
+    limit, then falls back to plain, having paid for the hashing, and it holds a
+    dictionary-encoded column's pages in memory until its row group ends. On 1M
+    reference rows, dictionaries on every column (pyarrow's default) cost 0.53 s of
+    encoding and 28.6 MB of file; on the enum alone, 0.44 s and 25.7 MB (zstd compresses
+    repeated values well enough without one)."""
+    return [p.name for p in plans if p.dictionary]
 
 
 def companions(plans: list[ColumnPlan]) -> list[str]:

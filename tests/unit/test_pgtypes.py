@@ -46,6 +46,16 @@ def test_plan_column(column: Column, expression: str, parquet: str, companion: s
     assert (plan.expression, plan.parquet, plan.companion) == (expression, parquet, companion)
 
 
+def test_only_enums_are_dictionary_encoded() -> None:
+    columns = [
+        Column("n", "integer", "int4"),
+        Column("e", "mood", "mood", "E"),
+        Column("t", "text", "text", "S"),
+        Column("a", "mood[]", "_mood", "A", -1, "mood", "E"),
+    ]
+    assert pgtypes.dictionary_encoded([plan_column(c) for c in columns]) == ["e"]
+
+
 def test_decimal_of_one_cap() -> None:
     assert pgtypes.decimal_of(typmod(12, 2)) == (12, 2)
     assert pgtypes.decimal_of(typmod(76, 10)) == (76, 10)
