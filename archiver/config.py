@@ -192,7 +192,10 @@ class Settings:
         _number(float, 0.0),
     )
     upload_concurrency: int = _setting(
-        4, "ARCHIVER_UPLOAD_CONCURRENCY", "parallel block uploads per file", _number(int, 1)
+        4,
+        "ARCHIVER_UPLOAD_CONCURRENCY",
+        "Azure blocks in flight per file, each 8 MB of memory while the file is written",
+        _number(int, 1),
     )
     copy_connections: int = _setting(
         1,
