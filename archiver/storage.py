@@ -9,6 +9,7 @@ writer produces them, and nothing is visible under its name until `Upload.commit
 from __future__ import annotations
 
 import base64
+import glob
 import hashlib
 import os
 import shutil
@@ -52,6 +53,10 @@ class Storage(Protocol):
     def upload(self, name: str) -> Upload:
         """Start sending `name`: bytes leave as they are written, and the object appears
         (replacing any earlier one of that name) only when the upload is committed."""
+
+    def discard_unfinished(self, prefix: str) -> None:
+        """Delete what uploads of names starting with `prefix` left unfinished (a killed
+        worker's). Only for names no live upload is writing."""
 
     def stat(self, name: str) -> StoredObject | None: ...
 
@@ -155,6 +160,14 @@ class LocalStorage:
     def upload(self, name: str) -> Upload:
         return _LocalUpload(self, name)
 
+    def discard_unfinished(self, prefix: str) -> None:
+        """The hidden `.partial` files (see _LocalUpload) of names under `prefix`."""
+        folder, _, start = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        if base.is_dir():
+            for partial in base.glob(f".{glob.escape(start)}*.partial"):
+                partial.unlink(missing_ok=True)
+
     def stat(self, name: str) -> StoredObject | None:
         target = self.root / name
         if not target.is_file():
@@ -230,6 +243,9 @@ class AzureStorage:
 
     def upload(self, name: str) -> Upload:
         return _AzureUpload(self, name)
+
+    def discard_unfinished(self, prefix: str) -> None:
+        pass  # uncommitted blocks: the service discards them itself (after a week)
 
     def stat(self, name: str) -> StoredObject | None:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -409,6 +425,9 @@ class MemoryStorage:
 
     def upload(self, name: str) -> Upload:
         return _MemoryUpload(self, name)
+
+    def discard_unfinished(self, prefix: str) -> None:
+        pass  # an unfinished upload lives and dies with its process
 
     def stat(self, name: str) -> StoredObject | None:
         data = self.objects.get(name)

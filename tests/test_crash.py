@@ -106,6 +106,35 @@ def test_sigkill_at_each_point_of_a_chunk(
 
 
 @pytest.mark.slow
+def test_a_worker_killed_mid_write_on_local_storage_leaves_no_partial_file(
+    fast: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    """file:// storage writes a file as a hidden .partial beside its name while the
+    Parquet writer runs; the rescuing attempt deletes the dead attempt's before its own."""
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "archive"
+    env = {**fast, "ARCHIVER_STORAGE_URL": f"file://{root}"}
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    job_id = enqueue(env)
+    kill_at_failpoint(env, "before_upload", tmp_path / "a.log")
+    assert [p.name for p in root.rglob("*.partial")] != []  # what the kill left
+
+    b = start_worker(env, log=tmp_path / "b.log")
+    assert wait_for_status(database_url, job_id, "completed")["attempts"] == 2
+    assert stop(b) == 0
+    assert list(root.rglob("*.partial")) == []
+    paths = [r["path"] for r in sql(database_url, "SELECT path FROM archive_files")]
+    archived = [i for p in paths for i in pq.read_table(root / p, columns=["id"])["id"].to_pylist()]
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file()) == sorted(paths)  # fmt: skip
+    left = {r["id"] for r in sql(database_url, "SELECT id FROM orders")} & expected
+    assert len(archived) == len(set(archived)) and set(archived) | left == expected
+    assert not set(archived) & left
+
+
+@pytest.mark.slow
 def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
     fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:

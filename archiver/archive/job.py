@@ -119,7 +119,8 @@ def start_job(job: JobContext, saved: Progress) -> Progress:
 
 
 def sweep_stale_uploads(job: JobContext) -> None:
-    """Delete what earlier attempts of this job uploaded but never catalogued.
+    """Delete what earlier attempts of this job uploaded but never catalogued, and what
+    their uploads left unfinished.
 
     An earlier attempt's upload can never be catalogued, since recording a file requires
     holding the job (see archive.names on fencing), so it is garbage. One uploaded after
@@ -127,6 +128,7 @@ def sweep_stale_uploads(job: JobContext) -> None:
     catalogued = job.catalog.catalogued_paths()
     for table in job.tables:
         prefix = job.storage.object_name(names.job_prefix(table, job.job_id))
+        job.storage.discard_unfinished(prefix)  # this attempt has not started one yet
         for stored in job.storage.list(prefix):
             attempt = names.attempt_of(stored.name)
             if attempt is not None and attempt < job.attempt and stored.name not in catalogued:
