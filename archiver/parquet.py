@@ -27,6 +27,8 @@ METADATA_PREFIX = "archiver."
 class BinaryStream(Protocol):
     """Where a file's bytes go, in order (pyarrow asks for no more)."""
 
+    closed: bool
+
     def write(self, data: bytes) -> int: ...
 
     def tell(self) -> int: ...

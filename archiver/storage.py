@@ -85,6 +85,8 @@ class HashingSink:
     local file and to an Upload, and into an MD5 on the way, so the file is never read
     back to be hashed or sent."""
 
+    closed = False  # pyarrow refuses a sink without it
+
     def __init__(self, local: BinaryIO, upload: Upload) -> None:
         self._local = local
         self._upload = upload
@@ -100,11 +102,6 @@ class HashingSink:
 
     def tell(self) -> int:
         return self.size
-
-    def flush(self) -> None:
-        self._local.flush()
-
-    closed = False
 
     @property
     def md5(self) -> str:
