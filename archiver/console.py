@@ -23,12 +23,21 @@ from archiver.model import FINISHED, Job, Status
 
 Columns = Sequence[tuple[str, str]]  # (key, header)
 
+# asyncpg hands PostgreSQL's -infinity and infinity over as these values (the
+# catalog records a file whose rows have no cutoff value, a child's, as -infinity..infinity)
+_INFINITIES: dict[dt.date, str] = {
+    dt.datetime.min: "-infinity",
+    dt.datetime.max: "infinity",
+    dt.date.min: "-infinity",
+    dt.date.max: "infinity",
+}
+
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, uuid.UUID | decimal.Decimal):
         return str(value) if isinstance(value, uuid.UUID) else float(value)
     if isinstance(value, dt.datetime | dt.date):
-        return value.isoformat()
+        return _INFINITIES.get(value) or value.isoformat()
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -73,7 +82,8 @@ def cell(key: str, value: Any) -> str:
     if isinstance(value, float | decimal.Decimal):
         return f"{value:,.1f}"
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        infinity = _INFINITIES.get(value)
+        return infinity or value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     text = str(value).replace("\n", " ")
     if key == "last_error" and len(text) > 60:  # `show ID` prints it whole
         return text[:59] + "…"

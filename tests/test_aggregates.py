@@ -242,6 +242,9 @@ def test_an_aggregate_copied_from_one_snapshot(
     assert start_worker(env, "--burst").wait(120) == 0
     wait_for_status(database_url, job_id, "completed", timeout=10)
     check_exactly_once(database_url, azurite, container, before, expected, copied=True)
+    # children's files cover no cutoff range (-infinity..infinity in the catalog)
+    status = run_cli(env, "status")
+    assert status.returncode == 0 and "infinity" in status.stdout, status.stderr
 
 
 @pytest.mark.slow

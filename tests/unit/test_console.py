@@ -20,6 +20,10 @@ def test_cells_by_type_and_name() -> None:
     when = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     assert console.cell("created_at", when) == "2024-01-02 03:04:05Z"
     assert console.cell("last_error", "e" * 100).endswith("…")
+    # PostgreSQL's -infinity/infinity as asyncpg returns them (a child table's files)
+    assert console.cell("oldest_value", dt.datetime.min) == "-infinity"
+    assert console.cell("newest_value", dt.datetime.max) == "infinity"
+    assert console.dumps([dt.datetime.min]) == '[\n  "-infinity"\n]'
 
 
 def test_table_aligns_columns() -> None:
