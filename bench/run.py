@@ -31,7 +31,7 @@ from pathlib import Path
 
 import asyncpg
 
-from archiver import db
+from archiver import db, source
 from archiver.model import ArchiveRequest, Mode
 from bench.reference import seed_orders
 from tests.support import Azurite, with_database
@@ -70,14 +70,33 @@ def _sql(url: str, query: str, *args: object) -> list[asyncpg.Record]:
     return asyncio.run(run())
 
 
-def _psql_seconds(url: str, command: str) -> float:
+def _psql_seconds(url: str, *commands: str) -> float:
     started = time.perf_counter()
     subprocess.run(
-        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", command],
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url]
+        + [arg for command in commands for arg in ("-c", command)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
     return time.perf_counter() - started
+
+
+def _server_share(url: str, mode: Mode) -> list[str]:
+    """psql commands running archiver's own statement for the whole job as one chunk --
+    its select list (the exact-type expressions of pgtypes), key order and, in move mode,
+    the locking DELETE -- through the same binary COPY, with nothing on the client but
+    psql writing to /dev/null: what the server alone spends on an archive."""
+    with db.connect_bulk(url) as conn:
+        queries = source.describe_archive(conn, "orders", "created_at", mode)
+    statement = (
+        queries.take(after_key=False) if mode == Mode.MOVE else queries.read(after_key=False)
+    )
+    return [
+        # as archiver's bind_chunk; `limit` is a keyword, so set_config instead of SET
+        f"SELECT set_config('archiver.cutoff', '{CUTOFF}', false), "
+        "set_config('archiver.limit', '1000000000', false), set_config('jit', 'off', false)",
+        f"\\copy ({statement}) TO '/dev/null' (FORMAT binary)",
+    ]
 
 
 class Databases:
@@ -265,11 +284,22 @@ class Bench:
         finally:
             self.dbs.drop(url)
 
+    def server_move(self, rows: int) -> float:
+        url = self.dbs.copy(rows)
+        try:
+            return _psql_seconds(url, *_server_share(url, Mode.MOVE))
+        finally:
+            self.dbs.drop(url)
+
     def data_path(self) -> None:
         n, repeat = self.args.rows, self.args.repeat
         url = self.dbs.copy(n)
         floor = best(repeat, lambda: _psql_seconds(url, FLOOR_SQL.format(cutoff=CUTOFF)))
         self.add(f"floor: psql \\copy binary, {n:,} rows", floor, None, "s", "", None)
+        read = _server_share(url, Mode.COPY)
+        server_copy = best(repeat, lambda: _psql_seconds(url, *read))
+        self.add("archiver's copy query alone, psql \\copy", server_copy, floor, "s",
+                 "(reported: the server's share)", None)  # fmt: skip
         file_runs = [self.archive_copy(url, "file") for _ in range(repeat)]
         copy_file = min(s for s, _, _ in file_runs)
         self.add(
@@ -289,6 +319,9 @@ class Bench:
         self.dbs.drop(url)
         delete = best(repeat, lambda: self.raw_delete(n))
         self.add("raw DELETE of the same rows", delete, None, "s", "", None)
+        server_move = best(repeat, lambda: self.server_move(n))
+        self.add("archiver's move statement alone, psql \\copy", server_move, floor + delete,
+                 "s", "(reported: the server's share)", None)  # fmt: skip
         move = best(repeat, lambda: self.archive_move(n, 1, 1))
         self.add("move mode -> Azurite", move, floor + delete, "s", "<= 1.5x (floor+DELETE)",
                  move <= 1.5 * (floor + delete))  # fmt: skip
