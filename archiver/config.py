@@ -218,6 +218,12 @@ class Settings:
         "seconds a chunk statement waits for a table lock an application holds before it rolls back and retries later (lock_timeout)",
         _number(float, 0.01),
     )
+    row_lock_wait: float = _setting(
+        0.1,
+        "ARCHIVER_ROW_LOCK_WAIT",
+        "seconds a move chunk's DELETE waits for a row an application holds locked; then the chunk is taken again skipping locked rows (FOR UPDATE SKIP LOCKED), for the rest of the job. 0: always skip them (move jobs ~10% slower on the reference table)",
+        _number(float, 0.0),
+    )
     lock_retries: int = _setting(
         10,
         "ARCHIVER_LOCK_RETRIES",

@@ -94,6 +94,17 @@ class BulkConnection(Protocol):
     def close(self) -> None: ...
 
 
+def record_batches(cur: BulkCursor) -> Any:
+    """The cursor's result as a pyarrow.RecordBatchReader whose errors keep the server's
+    SQLSTATE. The driver's public fetch_record_batch() returns pyarrow's bare reader, on
+    which an error raised while rows stream (a lock timeout or a deadlock in the middle
+    of a DELETE ... RETURNING) is a plain ArrowInvalid with no SQLSTATE; the driver
+    manager's own wrapper around it asks the driver for the error's details
+    (adbc-driver-manager 1.13; arrow-adbc #1530 is why the public call unwraps it)."""
+    reader = getattr(getattr(cur, "_results", None), "reader", None)
+    return reader if reader is not None else cur.fetch_record_batch()
+
+
 def fetch_all(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
     """Run one read-only query and roll its transaction back: catalog lookups, EXPLAIN."""
     try:

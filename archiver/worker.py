@@ -393,7 +393,10 @@ class Worker:
                 same_database=settings.same_database,
                 workdir=self.workdir,
                 limits=ChunkLimits(
-                    settings.lock_timeout, settings.statement_timeout, settings.lock_retries
+                    settings.lock_timeout,
+                    settings.statement_timeout,
+                    settings.lock_retries,
+                    settings.row_lock_wait,
                 ),
                 reader=reader,
             )

@@ -12,8 +12,17 @@ from pathlib import Path
 import asyncpg
 
 from bench.reference import seed_orders
+from tests.archive_check import catalog_paths, rows_in_blobs
 from tests.exactly_once import assert_exactly_once
-from tests.support import Azurite, run_cli, sql, start_worker, wait_for_status, wait_for_text
+from tests.support import (
+    Azurite,
+    run_cli,
+    sql,
+    start_worker,
+    wait_for_status,
+    wait_for_text,
+    wait_until,
+)
 
 CUTOFF = "2024-12-25"
 
@@ -72,3 +81,98 @@ def test_a_chunk_waits_politely_for_an_application_lock(
     worker.terminate()
     worker.wait(30)
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def _old_ids(database_url: str) -> list[int]:
+    return [
+        r["id"]
+        for r in sql(
+            database_url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}' ORDER BY id"
+        )
+    ]
+
+
+def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """The DELETE chooses its rows without locking them and waits for a row another
+    transaction holds (ARCHIVER_ROW_LOCK_WAIT). When that transaction commits a change,
+    the row is never archived in its old version: it stays in the table (PostgreSQL
+    rechecks the chosen ctid against the newest version), or, where a release's TID scan
+    does not recheck, it is taken in its newest version only if that is still older than
+    the cutoff (the DELETE repeats the cutoff in its own WHERE)."""
+    seed_orders(database_url, 12_000)  # ~1,900 rows older than the cutoff
+    old = _old_ids(database_url)
+    changed, renewed = old[0], old[1]
+
+    async def scenario() -> None:
+        app = await asyncpg.connect(database_url)
+        tx = app.transaction()
+        await tx.start()
+        await app.execute("UPDATE orders SET note = 'changed meanwhile' WHERE id = $1", changed)
+        await app.execute(
+            "UPDATE orders SET created_at = '2030-01-01 00:00:00+00' WHERE id = $1", renewed
+        )
+        log = tmp_path / "worker.log"
+        assert run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF).returncode == 0
+        worker = start_worker({**env, "ARCHIVER_ROW_LOCK_WAIT": "60"}, "--burst", log=log)
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            'AND query LIKE \'%DELETE FROM "public"."orders"%\''
+        )
+        await asyncio.to_thread(
+            wait_until, lambda: sql(database_url, waiting)[0][0] == 1, 60, 0.05, "a waiting DELETE"
+        )
+        await tx.commit()
+        await app.close()
+        assert await asyncio.to_thread(worker.wait, 120) == 0
+        assert "taking the chunk again" not in log.read_text()
+
+    asyncio.run(scenario())
+    left = {
+        r["id"]: r
+        for r in sql(database_url, "SELECT * FROM orders WHERE id = ANY($1::int8[])", old)
+    }
+    assert left[renewed]["created_at"].year == 2030
+    assert set(left) <= {changed, renewed}
+    paths = catalog_paths(database_url)
+    archived = {r["id"]: r for r in rows_in_blobs(azurite.connection_string, container, paths)}
+    assert renewed not in archived
+    assert (archived.get(changed) or left[changed])["note"] == "changed meanwhile"
+    assert_exactly_once(database_url, azurite.connection_string, container, set(old) - {renewed})
+
+
+def test_a_row_held_past_the_wait_is_skipped_for_the_rest_of_the_job(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """A row an application holds longer than ARCHIVER_ROW_LOCK_WAIT: the chunk rolls
+    back, is taken again with FOR UPDATE SKIP LOCKED at once (no backoff, no lock retry
+    spent), and so are the job's later chunks; the held row stays for the next job."""
+    seed_orders(database_url, 20_000)  # ~9,900 rows older than the cutoff: 5 chunks
+    old = _old_ids(database_url)
+    held = old[len(old) // 2]  # in a middle chunk: the chunks before it wait and succeed
+
+    async def scenario() -> str:
+        app = await asyncpg.connect(database_url)
+        tx = app.transaction()
+        await tx.start()
+        await app.execute("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE", held)
+        log = tmp_path / "worker.log"
+        args = ("enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000")
+        assert run_cli(env, *args).returncode == 0
+        worker = start_worker({**env, "ARCHIVER_ROW_LOCK_WAIT": "0.2"}, "--burst", log=log)
+        assert await asyncio.to_thread(worker.wait, 120) == 0
+        await tx.rollback()
+        await app.close()
+        return log.read_text()
+
+    text = asyncio.run(scenario())
+    assert text.count("taking the chunk again") == 1
+    assert "waited 0.2s for a lock on public.orders" in text
+    job = sql(database_url, "SELECT status, attempts, last_error FROM background_jobs")[0]
+    assert (job["status"], job["attempts"], job["last_error"]) == ("completed", 1, None)
+    left = [
+        r["id"] for r in sql(database_url, "SELECT id FROM orders WHERE id = ANY($1::int8[])", old)
+    ]
+    assert left == [held]
+    assert_exactly_once(database_url, azurite.connection_string, container, set(old))

@@ -25,7 +25,7 @@ from archiver.archive import names
 from archiver.archive.commit import CommitStrategy
 from archiver.archive.stats import ChunkStats, key_text
 from archiver.catalog import Catalog
-from archiver.db import BulkConnection, BulkCursor
+from archiver.db import BulkConnection, BulkCursor, record_batches
 from archiver.errors import LockBusy, VerificationError
 from archiver.guardrails import (
     DEADLOCK_DETECTED,
@@ -57,11 +57,20 @@ class ChunkLimits:
     lock_timeout: float = 5.0
     statement_timeout: float = 0.0
     lock_retries: int = 10
+    row_lock_wait: float = 0.1  # a move chunk's wait for a row lock; 0: skip locked rows
 
     @property
     def timeouts(self) -> tuple[float, float]:
         """(lock_timeout, statement_timeout), as source.bind_chunk sets them."""
         return self.lock_timeout, self.statement_timeout
+
+
+@dataclass
+class RowLocks:
+    """Whether a job's move chunks still wait (briefly) for rows others hold: until the
+    first wait runs out, then they skip locked rows for the rest of the job."""
+
+    skip: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,10 +93,27 @@ class JobContext:
     # copy mode on one table: a second connection on the job's snapshot (see take_rows)
     reader: BulkConnection | None = None
     parent: TableInfo | None = None  # a partition's job: its files are the parent's
+    row_locks: RowLocks = field(default_factory=RowLocks)
 
     def object_name(self, part: int, table: str | None = None) -> str:
         table = table or self.tables[0]
         return self.storage.object_name(names.file_name(table, self.job_id, self.attempt, part))
+
+    @property
+    def waits_for_row_locks(self) -> bool:
+        """The next chunk's DELETE waits up to limits.row_lock_wait for a row another
+        transaction holds instead of skipping locked rows (source.ChunkQueries.take):
+        move mode on a plain table whose key Arrow orders, until a wait first runs out."""
+        t = self.queries.table
+        return (
+            self.request.mode == Mode.MOVE
+            and self.aggregate is None
+            and self.partition is None
+            and not t.partitioned
+            and t.key_in_arrow_order
+            and self.limits.row_lock_wait > 0
+            and not self.row_locks.skip
+        )
 
     @property
     def tables(self) -> list[str]:
@@ -99,11 +125,31 @@ class JobContext:
         return [m.table.qualified for m in self.aggregate.members]
 
 
+class _RowLockWaitOver(Exception):
+    """A chunk that waited for row locks timed out on one and was rolled back."""
+
+
 def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> Progress | None:
     """Move (or copy) the next chunk after progress.last_key; None when none is left.
     `pair`: a job with a reader (copy mode) reads the next two chunks at once."""
+    try:
+        return _archive_chunk(job, progress, pair=pair)
+    except _RowLockWaitOver:
+        pass  # taken again below, out of the handler
+    log.info(
+        "job %s: waited %gs for a lock on %s (a row another transaction holds, or the "
+        "table); taking the chunk again, skipping locked rows for the rest of the job",
+        job.job_id,
+        min(job.limits.row_lock_wait, job.limits.lock_timeout),
+        job.queries.table.qualified,
+    )
+    return _archive_chunk(job, progress, pair=pair)
+
+
+def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progress | None:
     part = job.catalog.next_part()
     move = job.request.mode == Mode.MOVE
+    waits = job.waits_for_row_locks
     try:
         with job.source.cursor() as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
             # 1. take the chunk's rows (locked, or from the snapshot); 2.-4. for each
@@ -133,6 +179,9 @@ def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> 
         state = getattr(exc, "sqlstate", None)
         if move or state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
             rollback_quietly(job.source)
+        if state == LOCK_NOT_AVAILABLE and waits:
+            job.row_locks.skip = True
+            raise _RowLockWaitOver from None
         if state == LOCK_NOT_AVAILABLE:
             holders = lock_holders(job.source, job.queries.table) or "no holder left"
             raise LockBusy(
@@ -183,7 +232,7 @@ def archive_file(
     try:
         with local.open("wb") as f:
             sink = HashingSink(f, upload)
-            stats, rows_taken = write_parquet(job, cur.fetch_record_batch(), sink, part, of)
+            stats, rows_taken = write_parquet(job, record_batches(cur), sink, part, of)
         if rows_taken == 0:
             return None
         failpoints.reach("before_upload")
@@ -273,16 +322,22 @@ def take_rows(
     key_range = job.request.key_range
     after = progress.last_key is not None
 
-    def run(cur: BulkCursor, statement: str) -> None:
-        bind_chunk(cur, job.request.cutoff, progress.last_key, rows, key_range, job.limits.timeouts)
+    def run(cur: BulkCursor, statement: str, timeouts: tuple[float, float]) -> None:
+        bind_chunk(cur, job.request.cutoff, progress.last_key, rows, key_range, timeouts)
         if reader is not None:  # two readers' batches are in memory at once
             cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
         cur.execute(statement)
 
+    limits = job.limits
     if job.request.mode == Mode.MOVE:
-        run(cur, job.queries.take(after_key=after, key_range=key_range))
+        waits = job.waits_for_row_locks
+        timeouts = limits.timeouts
+        if waits:  # the whole transaction's lock waits: a row's, the table's, the catalog's
+            timeouts = (min(limits.row_lock_wait, limits.lock_timeout), limits.statement_timeout)
+        take = job.queries.take(after_key=after, key_range=key_range, skip_locked=not waits)
+        run(cur, take, timeouts)
     else:
-        run(cur, job.queries.read(after_key=after, key_range=key_range))
+        run(cur, job.queries.read(after_key=after, key_range=key_range), limits.timeouts)
     of = FileOf.root(job)
     if reader is None:
         taken = archive_file(job, cur, tmp, part, of)
@@ -290,7 +345,7 @@ def take_rows(
 
     def read_next(reader: BulkConnection) -> ArchivedFile | None:
         with reader.cursor() as cur:
-            run(cur, job.queries.read_next(after_key=after, key_range=key_range))
+            run(cur, job.queries.read_next(after_key=after, key_range=key_range), limits.timeouts)
             return archive_file(job, cur, tmp, part + 1, of)
 
     with ThreadPoolExecutor(1, thread_name_prefix="copy-next") as pool:

@@ -1,0 +1,72 @@
+"""Move mode's chunk statement: the locking form, the waiting form, and which jobs wait."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from archiver.archive.chunk import ChunkLimits, JobContext
+from archiver.model import ArchiveRequest, Mode
+from archiver.source import ChunkQueries, Column, TableInfo
+
+KEY = Column("id", "bigint", "int8")
+CUTOFF = Column("created_at", "timestamp with time zone", "timestamptz")
+ORDERS = TableInfo("public", "orders", (KEY, CUTOFF), (KEY,))
+
+
+def test_the_locking_form_skips_locked_rows() -> None:
+    sql = ChunkQueries(ORDERS, CUTOFF).take(after_key=True)
+    chosen, _, outer = sql.rpartition("FOR UPDATE SKIP LOCKED")
+    assert chosen.startswith('DELETE FROM "public"."orders" WHERE ctid = ANY (ARRAY (SELECT ctid')
+    assert outer.startswith(")) RETURNING ")
+
+
+def test_the_waiting_form_locks_nothing_first_and_rechecks_the_cutoff() -> None:
+    sql = ChunkQueries(ORDERS, CUTOFF).take(after_key=True, skip_locked=False)
+    assert "FOR UPDATE" not in sql
+    where = sql.split("RETURNING")[0]
+    # the DELETE's own WHERE, after the chosen ctids: rechecked on a row's newest version
+    assert where.endswith(
+        "LIMIT current_setting('archiver.limit')::bigint)) AND \"created_at\" < "
+        "(SELECT current_setting('archiver.cutoff')::timestamptz) "
+    )
+
+
+def _job(table: TableInfo = ORDERS, mode: Mode = Mode.MOVE, wait: float = 0.1) -> JobContext:
+    request = ArchiveRequest(table.qualified, "created_at", "2024-01-01T00:00:00+00:00", mode)
+    return JobContext(
+        "j1",
+        1,
+        request,
+        ChunkQueries(table, CUTOFF),
+        source=None,  # type: ignore[arg-type]
+        storage=None,  # type: ignore[arg-type]
+        catalog=None,  # type: ignore[arg-type]
+        commit=None,  # type: ignore[arg-type]
+        workdir=Path("."),
+        limits=ChunkLimits(row_lock_wait=wait),
+    )
+
+
+def test_a_move_job_waits_until_a_wait_runs_out() -> None:
+    job = _job()
+    assert job.waits_for_row_locks
+    job.row_locks.skip = True
+    assert not job.waits_for_row_locks
+    assert _job().waits_for_row_locks  # per job
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        _job(mode=Mode.COPY),
+        _job(wait=0),
+        _job(dataclasses.replace(ORDERS, partitioned=True)),
+        _job(dataclasses.replace(ORDERS, key=(Column("code", "text", "text"),))),
+    ],
+    ids=["copy", "wait 0", "partitioned", "text key"],
+)
+def test_other_jobs_skip_locked_rows(job: JobContext) -> None:
+    assert not job.waits_for_row_locks
