@@ -221,7 +221,7 @@ class Settings:
     row_lock_wait: float = _setting(
         0.1,
         "ARCHIVER_ROW_LOCK_WAIT",
-        "seconds a move chunk's DELETE waits for a row an application holds locked; then the chunk is taken again skipping locked rows (FOR UPDATE SKIP LOCKED), for the rest of the job. 0: always skip them (move jobs ~10% slower on the reference table)",
+        "seconds a move chunk's DELETE waits for a row an application holds locked (at most ARCHIVER_LOCK_TIMEOUT; keep it well under the server's deadlock_timeout); then the chunk is taken again skipping locked rows (FOR UPDATE SKIP LOCKED), for the rest of the attempt. 0: always skip them (move jobs ~10% slower on the reference table)",
         _number(float, 0.0),
     )
     lock_retries: int = _setting(

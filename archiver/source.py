@@ -279,15 +279,25 @@ class ChunkQueries:
         `after`: a row subquery the keys follow instead of the last key."""
         t = self.table
         keys = ", ".join(quote_ident(c.name) for c in t.key)
+        where = self._chunk_rows(after_key=after_key, key_range=key_range, after=after)
+        sql = f"SELECT {cols} FROM {t.quoted} WHERE {where} ORDER BY {keys} LIMIT {limit}"
+        return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
+
+    def _chunk_rows(
+        self, *, after_key: bool, key_range: KeyRange | None, after: str | None = None
+    ) -> str:
+        """The conditions a chunk's rows meet, but its limit: older than the cutoff, in the
+        key range, after the last key (or the `after` row subquery)."""
         where = self._older_than_cutoff() + self._in_range(key_range)
         if after_key:
             after = ", ".join(
-                f"current_setting('archiver.key_{i}')::{c.base_type}" for i, c in enumerate(t.key)
+                f"current_setting('archiver.key_{i}')::{c.base_type}"
+                for i, c in enumerate(self.table.key)
             )
         if after is not None:
+            keys = ", ".join(quote_ident(c.name) for c in self.table.key)
             where += f" AND ({keys}) > ({after})"
-        sql = f"SELECT {cols} FROM {t.quoted} WHERE {where} ORDER BY {keys} LIMIT {limit}"
-        return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
+        return where
 
     @cached_property
     def plans(self) -> list[pgtypes.ColumnPlan]:
@@ -302,20 +312,23 @@ class ChunkQueries:
     def take(
         self, *, after_key: bool, key_range: KeyRange | None = None, skip_locked: bool = True
     ) -> str:
-        """Move mode: delete the chunk's rows, skipping rows others hold locked, and
-        return them. No ORDER BY on the result: sorting costs ~1 s per 500k rows and the
+        """Move mode: delete the chunk's rows and return them. No ORDER BY on the result: sorting costs ~1 s per 500k rows and the
         key range is computed from the Arrow batches instead.
 
-        `skip_locked=False` (plain tables whose key Arrow orders, see
-        JobContext.waits_for_row_locks): the rows are chosen without locking them and the
+        `skip_locked=True`: the chunk's rows are locked as they are chosen, skipping rows
+        others hold. `skip_locked=False` (plain tables whose key Arrow orders, see
+        JobContext.waits_for_row_locks): they are chosen without locking them and the
         DELETE waits for a row another transaction holds, which the caller bounds with a
         short lock_timeout. Locking every row first costs a WAL record and a second write
         of each tuple: 0.35-0.5 s per 1M reference rows, 12-17% of the statement
         (measured here). A row another transaction changes and commits while the DELETE
-        waits for it is left in the table: PostgreSQL rechecks its newest version against
-        the chosen ctids (TidRecheck, PostgreSQL 15.20 here). Releases whose TID scan
-        does not recheck take that newest version instead, so the DELETE repeats the
-        cutoff in its own WHERE, which they do recheck: never a row that is no longer old.
+        waits for it is left in the table where PostgreSQL rechecks its newest version
+        against the chosen ctids (TidRecheck; PostgreSQL 15.20 here does). Releases whose
+        TID scan does not recheck take that newest version instead, so the DELETE repeats
+        the chunk's conditions (cutoff, key range, after the last key) in its own WHERE,
+        which every release rechecks: never a row that is no longer old or whose key moved
+        back behind the chunk. (A key moved forward past the chunk is taken, and the job
+        resumes after it: the rows between stay for the next archive.)
 
         A plain table deletes the locked rows by ctid: a TID scan, where `pk IN (...)`
         made the planner hash-join a sequential scan of the whole table, for every chunk
@@ -350,7 +363,7 @@ class ChunkQueries:
         where = f"({keys}) IN ({inner})" if t.partitioned else f"ctid = ANY (ARRAY ({inner}))"
         if not skip_locked:
             assert t.key_in_arrow_order and not t.partitioned
-            where += f" AND {self._older_than_cutoff()}"
+            where += " AND " + self._chunk_rows(after_key=after_key, key_range=key_range)
         sql = f"DELETE FROM {t.quoted} WHERE {where} RETURNING {self.select_list}{bounds}"
         return sql if t.key_in_arrow_order else f"WITH locked AS ({locked}) {sql}"
 
@@ -438,6 +451,12 @@ def bind_chunk(
     for name, value in zip(names, values, strict=True):
         params += [name, value]
     cur.execute(f"SELECT {calls}", tuple(params))
+    cur.fetchall()
+
+
+def set_lock_timeout(cur: BulkCursor, seconds: float) -> None:
+    """The lock_timeout of the rest of the transaction."""
+    cur.execute("SELECT set_config('lock_timeout', $1, true)", (str(round(seconds * 1000)),))
     cur.fetchall()
 
 

@@ -115,7 +115,8 @@ def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
         )
         log = tmp_path / "worker.log"
         assert run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF).returncode == 0
-        worker = start_worker({**env, "ARCHIVER_ROW_LOCK_WAIT": "60"}, "--burst", log=log)
+        waits = {**env, "ARCHIVER_ROW_LOCK_WAIT": "60", "ARCHIVER_LOCK_TIMEOUT": "60"}
+        worker = start_worker(waits, "--burst", log=log)
         waiting = (
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             'AND query LIKE \'%DELETE FROM "public"."orders"%\''
@@ -142,21 +143,22 @@ def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
     assert_exactly_once(database_url, azurite.connection_string, container, set(old) - {renewed})
 
 
-def test_a_row_held_past_the_wait_is_skipped_for_the_rest_of_the_job(
+def test_rows_held_past_the_wait_are_skipped_for_the_rest_of_the_attempt(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
-    """A row an application holds longer than ARCHIVER_ROW_LOCK_WAIT: the chunk rolls
-    back, is taken again with FOR UPDATE SKIP LOCKED at once (no backoff, no lock retry
-    spent), and so are the job's later chunks; the held row stays for the next job."""
+    """Rows an application holds longer than ARCHIVER_ROW_LOCK_WAIT: the chunk that meets
+    the first rolls back and is taken again with FOR UPDATE SKIP LOCKED at once (no
+    backoff, no lock retry or attempt spent), and so are the later chunks, which skip
+    the second held row without waiting; both stay for the next job."""
     seed_orders(database_url, 20_000)  # ~9,900 rows older than the cutoff: 5 chunks
     old = _old_ids(database_url)
-    held = old[len(old) // 2]  # in a middle chunk: the chunks before it wait and succeed
+    held = [old[len(old) // 3], old[2 * len(old) // 3]]  # in two different middle chunks
 
     async def scenario() -> str:
         app = await asyncpg.connect(database_url)
         tx = app.transaction()
         await tx.start()
-        await app.execute("SELECT 1 FROM orders WHERE id = $1 FOR UPDATE", held)
+        await app.execute("SELECT 1 FROM orders WHERE id = ANY($1::int8[]) FOR UPDATE", held)
         log = tmp_path / "worker.log"
         args = ("enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000")
         assert run_cli(env, *args).returncode == 0
@@ -171,8 +173,38 @@ def test_a_row_held_past_the_wait_is_skipped_for_the_rest_of_the_job(
     assert "waited 0.2s for a lock on public.orders" in text
     job = sql(database_url, "SELECT status, attempts, last_error FROM background_jobs")[0]
     assert (job["status"], job["attempts"], job["last_error"]) == ("completed", 1, None)
-    left = [
-        r["id"] for r in sql(database_url, "SELECT id FROM orders WHERE id = ANY($1::int8[])", old)
-    ]
-    assert left == [held]
+    left = sql(database_url, "SELECT id FROM orders WHERE id = ANY($1::int8[]) ORDER BY id", old)
+    assert [r["id"] for r in left] == held
+    assert_exactly_once(database_url, azurite.connection_string, container, set(old))
+
+
+def test_the_short_wait_ends_with_the_delete(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """The row wait is the DELETE's alone: the chunk's catalog writes (its file, the
+    job's progress) wait as long as any chunk's statements. Here the job's own row is
+    held for a second after the chunk's file is written: no fallback, no retry."""
+    seed_orders(database_url, 12_000)
+    old = _old_ids(database_url)
+    log = tmp_path / "worker.log"
+    job_id = run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF).stdout.strip()
+    slow = {**env, "ARCHIVER_FAILPOINTS": "before_upload=sleep:1"}
+    worker = start_worker(slow, "--burst", log=log)
+
+    async def hold_the_job_row() -> None:
+        await asyncio.to_thread(wait_for_text, log, "failpoint before_upload reached")
+        app = await asyncpg.connect(database_url)
+        async with app.transaction():
+            await app.execute(
+                "SELECT 1 FROM background_jobs WHERE id = $1::uuid FOR UPDATE", job_id
+            )
+            await asyncio.sleep(2)  # the failpoint's second, then the catalog write waits
+        await app.close()
+
+    asyncio.run(hold_the_job_row())
+    assert worker.wait(120) == 0
+    text = log.read_text()
+    assert "taking the chunk again" not in text and "retrying in" not in text
+    job = sql(database_url, "SELECT status, attempts, last_error FROM background_jobs")[0]
+    assert (job["status"], job["attempts"], job["last_error"]) == ("completed", 1, None)
     assert_exactly_once(database_url, azurite.connection_string, container, set(old))

@@ -36,7 +36,14 @@ from archiver.guardrails import (
 from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
 from archiver.partitions import PartitionAction, WholePartition
-from archiver.source import FIRST_KEY, LAST_KEY, ChunkQueries, TableInfo, bind_chunk
+from archiver.source import (
+    FIRST_KEY,
+    LAST_KEY,
+    ChunkQueries,
+    TableInfo,
+    bind_chunk,
+    set_lock_timeout,
+)
 from archiver.storage import HashingSink, Storage, StoredObject
 
 if TYPE_CHECKING:
@@ -64,11 +71,17 @@ class ChunkLimits:
         """(lock_timeout, statement_timeout), as source.bind_chunk sets them."""
         return self.lock_timeout, self.statement_timeout
 
+    @property
+    def row_wait(self) -> float:
+        """The lock timeout of a chunk's DELETE that waits for row locks: never longer
+        than any chunk's."""
+        return min(self.row_lock_wait, self.lock_timeout)
+
 
 @dataclass
 class RowLocks:
     """Whether a job's move chunks still wait (briefly) for rows others hold: until the
-    first wait runs out, then they skip locked rows for the rest of the job."""
+    first wait runs out, then they skip locked rows for the rest of the attempt."""
 
     skip: bool = False
 
@@ -126,7 +139,7 @@ class JobContext:
 
 
 class _RowLockWaitOver(Exception):
-    """A chunk that waited for row locks timed out on one and was rolled back."""
+    """A chunk's DELETE that waited for row locks timed out on one (or deadlocked)."""
 
 
 def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> Progress | None:
@@ -134,22 +147,26 @@ def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> 
     `pair`: a job with a reader (copy mode) reads the next two chunks at once."""
     try:
         return _archive_chunk(job, progress, pair=pair)
-    except _RowLockWaitOver:
-        pass  # taken again below, out of the handler
+    except _RowLockWaitOver as exc:  # rolled back; taken again below, out of the handler
+        job.row_locks.skip = True
+        cause = exc.__cause__
     log.info(
-        "job %s: waited %gs for a lock on %s (a row another transaction holds, or the "
-        "table); taking the chunk again, skipping locked rows for the rest of the job",
+        "job %s: %s on %s (a row another transaction holds, or the table); taking the "
+        "chunk again, skipping locked rows for the rest of the attempt",
         job.job_id,
-        min(job.limits.row_lock_wait, job.limits.lock_timeout),
+        "deadlocked waiting for a lock"
+        if getattr(cause, "sqlstate", None) == DEADLOCK_DETECTED
+        else f"waited {job.limits.row_wait:g}s for a lock",
         job.queries.table.qualified,
     )
+    # At once, not after the stop check and pacing of the next chunk: once per attempt,
+    # this can redo up to a whole chunk's work inside the shutdown deadline.
     return _archive_chunk(job, progress, pair=pair)
 
 
 def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progress | None:
     part = job.catalog.next_part()
     move = job.request.mode == Mode.MOVE
-    waits = job.waits_for_row_locks
     try:
         with job.source.cursor() as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
             # 1. take the chunk's rows (locked, or from the snapshot); 2.-4. for each
@@ -179,9 +196,6 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
         state = getattr(exc, "sqlstate", None)
         if move or state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
             rollback_quietly(job.source)
-        if state == LOCK_NOT_AVAILABLE and waits:
-            job.row_locks.skip = True
-            raise _RowLockWaitOver from None
         if state == LOCK_NOT_AVAILABLE:
             holders = lock_holders(job.source, job.queries.table) or "no holder left"
             raise LockBusy(
@@ -328,17 +342,23 @@ def take_rows(
             cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
         cur.execute(statement)
 
-    limits = job.limits
+    limits, of = job.limits, FileOf.root(job)
+    if job.waits_for_row_locks:  # move mode, the DELETE waiting briefly for row locks
+        try:
+            take = job.queries.take(after_key=after, key_range=key_range, skip_locked=False)
+            run(cur, take, (limits.row_wait, limits.statement_timeout))
+            taken = archive_file(job, cur, tmp, part, of)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
+                raise _RowLockWaitOver from exc
+            raise
+        # the rest of the transaction (the catalog, the job's progress) waits as any chunk
+        set_lock_timeout(cur, limits.lock_timeout)
+        return [taken] if taken is not None else []
     if job.request.mode == Mode.MOVE:
-        waits = job.waits_for_row_locks
-        timeouts = limits.timeouts
-        if waits:  # the whole transaction's lock waits: a row's, the table's, the catalog's
-            timeouts = (min(limits.row_lock_wait, limits.lock_timeout), limits.statement_timeout)
-        take = job.queries.take(after_key=after, key_range=key_range, skip_locked=not waits)
-        run(cur, take, timeouts)
+        run(cur, job.queries.take(after_key=after, key_range=key_range), limits.timeouts)
     else:
         run(cur, job.queries.read(after_key=after, key_range=key_range), limits.timeouts)
-    of = FileOf.root(job)
     if reader is None:
         taken = archive_file(job, cur, tmp, part, of)
         return [taken] if taken is not None else []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from archiver.archive.chunk import ChunkLimits, JobContext
-from archiver.model import ArchiveRequest, Mode
+from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.source import ChunkQueries, Column, TableInfo
 
 KEY = Column("id", "bigint", "int8")
@@ -23,14 +23,23 @@ def test_the_locking_form_skips_locked_rows() -> None:
     assert outer.startswith(")) RETURNING ")
 
 
-def test_the_waiting_form_locks_nothing_first_and_rechecks_the_cutoff() -> None:
-    sql = ChunkQueries(ORDERS, CUTOFF).take(after_key=True, skip_locked=False)
+def test_the_waiting_form_locks_nothing_first_and_rechecks_the_chunk() -> None:
+    queries = ChunkQueries(ORDERS, CUTOFF)
+    sql = queries.take(after_key=True, key_range=KeyRange("100", "900"), skip_locked=False)
     assert "FOR UPDATE" not in sql
     where = sql.split("RETURNING")[0]
-    # the DELETE's own WHERE, after the chosen ctids: rechecked on a row's newest version
-    assert where.endswith(
-        "LIMIT current_setting('archiver.limit')::bigint)) AND \"created_at\" < "
-        "(SELECT current_setting('archiver.cutoff')::timestamptz) "
+    # the DELETE's own WHERE after the chosen ctids: the chunk's conditions, rechecked on
+    # a row's newest version where the TID scan itself is not
+    chunk = (
+        "\"created_at\" < (SELECT current_setting('archiver.cutoff')::timestamptz)"
+        " AND \"id\" > current_setting('archiver.range_after')::int8"
+        " AND \"id\" <= current_setting('archiver.range_through')::int8"
+        " AND (\"id\") > (current_setting('archiver.key_0')::int8)"
+    )
+    assert where == (
+        f'DELETE FROM "public"."orders" WHERE ctid = ANY (ARRAY (SELECT ctid FROM '
+        f'"public"."orders" WHERE {chunk} ORDER BY "id" '
+        f"LIMIT current_setting('archiver.limit')::bigint)) AND {chunk} "
     )
 
 
