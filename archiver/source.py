@@ -231,6 +231,11 @@ def describe_archive(
     return queries
 
 
+def _setting(name: str, base_type: str, *, once: bool) -> str:
+    value = f"current_setting('{name}')::{base_type}"
+    return f"(SELECT {value})" if once else value
+
+
 @dataclass(frozen=True)
 class ChunkQueries:
     """The statements that take one chunk of a table, for one cutoff column."""
@@ -253,15 +258,18 @@ class ChunkQueries:
         """Every row older than the cutoff; only ever EXPLAINed, for the planner's count."""
         return f"SELECT 1 FROM {self.table.quoted} WHERE {self._older_than_cutoff(estimate=True)}"
 
-    def _in_range(self, key_range: KeyRange | None) -> str:
+    def _in_range(self, key_range: KeyRange | None, *, once: bool = False) -> str:
         if key_range is None:
             return ""
         key = self.table.key[0]
         cond = ""
-        if key_range.after is not None:
-            cond += f" AND {quote_ident(key.name)} > current_setting('archiver.range_after')::{key.base_type}"
-        if key_range.through is not None:
-            cond += f" AND {quote_ident(key.name)} <= current_setting('archiver.range_through')::{key.base_type}"
+        for name, op, bound in (
+            ("after", ">", key_range.after),
+            ("through", "<=", key_range.through),
+        ):
+            if bound is not None:
+                value = _setting(f"archiver.range_{name}", key.base_type, once=once)
+                cond += f" AND {quote_ident(key.name)} {op} {value}"
         return cond
 
     def select_chunk(
@@ -284,14 +292,21 @@ class ChunkQueries:
         return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
 
     def _chunk_rows(
-        self, *, after_key: bool, key_range: KeyRange | None, after: str | None = None
+        self,
+        *,
+        after_key: bool,
+        key_range: KeyRange | None,
+        after: str | None = None,
+        once: bool = False,
     ) -> str:
         """The conditions a chunk's rows meet, but its limit: older than the cutoff, in the
-        key range, after the last key (or the `after` row subquery)."""
-        where = self._older_than_cutoff() + self._in_range(key_range)
+        key range, after the last key (or the `after` row subquery). `once`: the settings
+        as scalar subqueries, for a Filter (see _older_than_cutoff); an index condition
+        computes a bare one once by itself."""
+        where = self._older_than_cutoff() + self._in_range(key_range, once=once)
         if after_key:
             after = ", ".join(
-                f"current_setting('archiver.key_{i}')::{c.base_type}"
+                _setting(f"archiver.key_{i}", c.base_type, once=once)
                 for i, c in enumerate(self.table.key)
             )
         if after is not None:
@@ -363,7 +378,7 @@ class ChunkQueries:
         where = f"({keys}) IN ({inner})" if t.partitioned else f"ctid = ANY (ARRAY ({inner}))"
         if not skip_locked:
             assert t.key_in_arrow_order and not t.partitioned
-            where += " AND " + self._chunk_rows(after_key=after_key, key_range=key_range)
+            where += " AND " + self._chunk_rows(after_key=after_key, key_range=key_range, once=True)
         sql = f"DELETE FROM {t.quoted} WHERE {where} RETURNING {self.select_list}{bounds}"
         return sql if t.key_in_arrow_order else f"WITH locked AS ({locked}) {sql}"
 

@@ -208,3 +208,67 @@ def test_the_short_wait_ends_with_the_delete(
     job = sql(database_url, "SELECT status, attempts, last_error FROM background_jobs")[0]
     assert (job["status"], job["attempts"], job["last_error"]) == ("completed", 1, None)
     assert_exactly_once(database_url, azurite.connection_string, container, set(old))
+
+
+def test_a_move_under_an_application_writing_old_rows(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """Six application sessions update and delete random old rows in short transactions
+    (each holds its row 0-150 ms, so some waits end in time and some run out) while a
+    move job takes them in 500-row chunks. Every row is in exactly one place, and that
+    place holds the row as the application last committed it: never a stale version."""
+    import random
+
+    seed_orders(database_url, 20_000)
+    old = _old_ids(database_url)
+    run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "500")
+    last_note: dict[int, str] = {}
+    deleted: set[int] = set()
+    log = tmp_path / "worker.log"
+
+    async def application(n: int, done: asyncio.Event) -> None:
+        conn = await asyncpg.connect(database_url)
+        rng = random.Random(n)
+        i = 0
+        while not done.is_set():
+            i += 1
+            row = rng.choice(old)
+            async with conn.transaction():
+                if rng.random() < 0.1:
+                    status = await conn.execute("DELETE FROM orders WHERE id = $1", row)
+                else:
+                    note = f"app {n} write {i}"
+                    status = await conn.execute(
+                        "UPDATE orders SET note = $2 WHERE id = $1", row, note
+                    )
+                await conn.execute("SELECT pg_sleep($1)", rng.random() * 0.15)
+            if status == "DELETE 1":
+                deleted.add(row)
+                last_note.pop(row, None)
+            elif status == "UPDATE 1":
+                last_note[row] = note
+        await conn.close()
+
+    async def scenario() -> None:
+        done = asyncio.Event()
+        apps = [asyncio.create_task(application(n, done)) for n in range(6)]
+        await asyncio.sleep(0.3)
+        worker = start_worker(env, "--burst", log=log)
+        assert await asyncio.to_thread(worker.wait, 120) == 0
+        done.set()
+        await asyncio.gather(*apps)
+
+    asyncio.run(scenario())
+    assert len(last_note) > 20 and deleted  # the application did write meanwhile
+    left = {
+        r["id"]: r["note"]
+        for r in sql(database_url, "SELECT id, note FROM orders WHERE id = ANY($1::int8[])", old)
+    }
+    paths = catalog_paths(database_url)
+    archived = {
+        r["id"]: r["note"] for r in rows_in_blobs(azurite.connection_string, container, paths)
+    }
+    assert len(archived) > len(old) // 2
+    stale = {i: n for i, n in last_note.items() if (archived | left).get(i) != n}
+    assert not stale, f"{len(stale)} rows not as last committed, e.g. {list(stale.items())[:3]}"
+    assert_exactly_once(database_url, azurite.connection_string, container, set(old) - deleted)

@@ -29,17 +29,23 @@ def test_the_waiting_form_locks_nothing_first_and_rechecks_the_chunk() -> None:
     assert "FOR UPDATE" not in sql
     where = sql.split("RETURNING")[0]
     # the DELETE's own WHERE after the chosen ctids: the chunk's conditions, rechecked on
-    # a row's newest version where the TID scan itself is not
+    # a row's newest version where the TID scan itself is not. There they are a Filter,
+    # so each setting is a scalar subquery (computed once, not parsed for every row).
+    cutoff = "\"created_at\" < (SELECT current_setting('archiver.cutoff')::timestamptz)"
     chunk = (
-        "\"created_at\" < (SELECT current_setting('archiver.cutoff')::timestamptz)"
-        " AND \"id\" > current_setting('archiver.range_after')::int8"
+        f"{cutoff} AND \"id\" > current_setting('archiver.range_after')::int8"
         " AND \"id\" <= current_setting('archiver.range_through')::int8"
         " AND (\"id\") > (current_setting('archiver.key_0')::int8)"
+    )
+    recheck = (
+        f"{cutoff} AND \"id\" > (SELECT current_setting('archiver.range_after')::int8)"
+        " AND \"id\" <= (SELECT current_setting('archiver.range_through')::int8)"
+        " AND (\"id\") > ((SELECT current_setting('archiver.key_0')::int8))"
     )
     assert where == (
         f'DELETE FROM "public"."orders" WHERE ctid = ANY (ARRAY (SELECT ctid FROM '
         f'"public"."orders" WHERE {chunk} ORDER BY "id" '
-        f"LIMIT current_setting('archiver.limit')::bigint)) AND {chunk} "
+        f"LIMIT current_setting('archiver.limit')::bigint)) AND {recheck} "
     )
 
 
