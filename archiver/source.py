@@ -327,8 +327,9 @@ class ChunkQueries:
     def take(
         self, *, after_key: bool, key_range: KeyRange | None = None, skip_locked: bool = True
     ) -> str:
-        """Move mode: delete the chunk's rows and return them. No ORDER BY on the result: sorting costs ~1 s per 500k rows and the
-        key range is computed from the Arrow batches instead.
+        """Move mode: delete the chunk's rows and return them. No ORDER BY on the result:
+        sorting costs ~1 s per 500k rows and the key range is computed from the Arrow
+        batches instead.
 
         `skip_locked=True`: the chunk's rows are locked as they are chosen, skipping rows
         others hold. `skip_locked=False` (plain tables whose key Arrow orders, see
@@ -345,12 +346,12 @@ class ChunkQueries:
         back behind the chunk. (A key moved forward past the chunk is taken, and the job
         resumes after it: the rows between stay for the next archive.)
 
-        A plain table deletes the locked rows by ctid: a TID scan, where `pk IN (...)`
+        A plain table deletes the chosen rows by ctid: a TID scan, where `pk IN (...)`
         made the planner hash-join a sequential scan of the whole table, for every chunk
-        (6.6 s against 2.6 s for 1M rows, measured here). The ctids cannot move before
-        COMMIT because the same statement holds the rows locked (FOR UPDATE returns the
-        version it locked). A partitioned table repeats ctids across partitions, so it
-        keeps the key form.
+        (6.6 s against 2.6 s for 1M rows, measured here). Locked as they are chosen, the
+        ctids cannot move before COMMIT because the same statement holds the rows (FOR
+        UPDATE returns the version it locked); unlocked, see above. A partitioned table
+        repeats ctids across partitions, so it keeps the key form.
 
         A key PostgreSQL orders its own way (PG_ORDERED_KEYS) is locked in a CTE, and the
         statement also returns the chunk's first and last key as PostgreSQL orders them

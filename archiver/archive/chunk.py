@@ -114,7 +114,7 @@ class JobContext:
 
     @property
     def waits_for_row_locks(self) -> bool:
-        """The next chunk's DELETE waits up to limits.row_lock_wait for a row another
+        """The next chunk's DELETE waits up to limits.row_wait for a row another
         transaction holds instead of skipping locked rows (source.ChunkQueries.take):
         move mode on a plain table whose key Arrow orders, until a wait first runs out."""
         t = self.queries.table
