@@ -164,8 +164,8 @@ class _DeferredModule(types.ModuleType):
 
     adbc_driver_manager.dbapi imports pyarrow.dataset as it is imported, for the
     isinstance checks of adbc_ingest alone: ~60 ms of every process that opens a bulk
-    connection (the CLI's, the worker's) and a few MB (3 MB of a worker's peak). Deferred, it loads on first use
-    (restore's adbc_ingest). The standard library's LazyLoader does not survive a second
+    connection (the CLI's, the worker's) and 3 MB of a worker's peak. Deferred, it loads
+    on first use (restore's adbc_ingest). The standard library's LazyLoader does not survive a second
     `import` of the module on Python 3.11 (the import system reads its __spec__)."""
 
     @classmethod

@@ -279,17 +279,11 @@ class Bench:
         finally:
             self.dbs.drop(url)
 
-    def raw_delete(self, rows: int) -> float:
+    def psql_on_a_copy(self, rows: int, commands: Callable[[str], list[str]]) -> float:
+        """psql's seconds for `commands(url)` on a fresh copy of the rows (they delete)."""
         url = self.dbs.copy(rows)
         try:
-            return _psql_seconds(url, DELETE_SQL.format(cutoff=CUTOFF))
-        finally:
-            self.dbs.drop(url)
-
-    def server_move(self, rows: int) -> float:
-        url = self.dbs.copy(rows)
-        try:
-            return _psql_seconds(url, *_server_share(url, Mode.MOVE))
+            return _psql_seconds(url, *commands(url))
         finally:
             self.dbs.drop(url)
 
@@ -319,10 +313,11 @@ class Bench:
         copy_az = min(self.archive_copy(url, "az")[0] for _ in range(repeat))
         self.add("copy mode -> Azurite", copy_az, floor, "s", "<= 1.25x", copy_az <= 1.25 * floor)
         self.dbs.drop(url)
-        delete = best(repeat, lambda: self.raw_delete(n))
+        raw = [DELETE_SQL.format(cutoff=CUTOFF)]
+        delete = best(repeat, lambda: self.psql_on_a_copy(n, lambda _: raw))
         self.add("raw DELETE of the same rows", delete, None, "s", "", None)
-        server_move = best(repeat, lambda: self.server_move(n))
-        self.add("archiver's move statement alone, psql \\copy", server_move, floor + delete,
+        take = best(repeat, lambda: self.psql_on_a_copy(n, lambda u: _server_share(u, Mode.MOVE)))
+        self.add("archiver's move statement alone, psql \\copy", take, floor + delete,
                  "s", "(reported: the server's share)", None)  # fmt: skip
         move = best(repeat, lambda: self.archive_move(n, 1, 1))
         self.add("move mode -> Azurite", move, floor + delete, "s", "<= 1.5x (floor+DELETE)",
