@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import adbc_driver_manager
 import asyncpg
+import pyarrow as pa
 
 from archiver import db, failpoints, jobqueue, metrics
 from archiver.archive.chunk import ChunkLimits
@@ -127,7 +128,12 @@ class Worker:
         maintenance = Maintenance(self.pool, self.settings, self.wake.set)
         await maintenance.once()
         services = maintenance.start()
-        log.info("worker %s started (concurrency %d)", self.name, self.concurrency)
+        log.info(
+            "worker %s started (concurrency %d, Arrow memory pool %s)",
+            self.name,
+            self.concurrency,
+            pa.default_memory_pool().backend_name,
+        )
         try:
             while not self.stopping:
                 self.wake.clear()

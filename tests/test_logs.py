@@ -35,7 +35,7 @@ def test_worker_and_cli_logs(
     env: dict[str, str], database_url: str, tmp_path: Path, log_format: str
 ) -> None:
     env = {
-        **env,
+        **{k: v for k, v in env.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
         "ARCHIVER_DATABASE_URL": with_password(database_url),
         "ARCHIVER_LOG_FORMAT": log_format,
     }
@@ -55,6 +55,9 @@ def test_worker_and_cli_logs(
             timeout=120,
         )
     assert worker.returncode == 0, log.read_text()
+    # Arrow's pool: malloc unless the operator chose one (no job left: starts and stops)
+    chosen = run_cli({**env, "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}, "worker", "--burst")
+    assert chosen.returncode == 0 and "Arrow memory pool mimalloc)" in chosen.stderr
     outputs += [run_cli(env, "-v", *args) for args in (["status"], ["jobs"], ["show", failed])]
     # errors that carry the secrets: an unreachable database, an unreachable blob endpoint
     bad_db = {**env, "ARCHIVER_DATABASE_URL": with_password(database_url).replace("5432", "1")}
@@ -89,6 +92,7 @@ def test_worker_and_cli_logs(
         for needle in needles:
             assert sum(needle in m for m in mine) == 1, (needle, mine)
     assert not any(f"job {cancelled}:" in m and "claimed" in m for m in messages)
+    assert sum("started (concurrency 1, Arrow memory pool system)" in m for m in messages) == 1
 
 
 def test_formatter_redacts_messages_and_tracebacks() -> None:

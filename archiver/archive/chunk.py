@@ -5,6 +5,7 @@ source back, and the rows are still in the table."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -12,7 +13,7 @@ import logging
 import queue
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,9 +52,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BATCH_BYTES = "adbc.postgresql.batch_size_hint_bytes"  # the driver's default: 16 MiB
-PAIRED_BATCH_BYTES = 8 * 1024 * 1024
-ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder (~13 MB each on orders)
+# The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
+# the encoder while the driver fills the next, so they are most of what a chunk holds
+# beyond its row group. With malloc as Arrow's pool (cli.ARROW_POOL), 8 MiB took a copy
+# job's peak RSS 200-204 -> 194-199 MB at 1M reference rows and 221-229 -> 202-207 MB
+# at 3M (three interleaved runs each), at the same CPU (README, "Memory").
+BATCH_BYTES = "adbc.postgresql.batch_size_hint_bytes"
+READ_BATCH_BYTES = 8 * 1024 * 1024
+ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder (~7 MB each on orders)
 
 
 @dataclass(frozen=True)
@@ -168,7 +174,7 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
     part = job.catalog.next_part()
     move = job.request.mode == Mode.MOVE
     try:
-        with job.source.cursor() as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
+        with chunk_cursor(job.source) as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
             # 1. take the chunk's rows (locked, or from the snapshot); 2.-4. for each
             # table's rows: stream them into a Parquet file, upload it under the job's,
             # attempt's and part's name, verify it
@@ -228,6 +234,14 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
         new_progress.rows_estimated,
     )
     return new_progress
+
+
+@contextlib.contextmanager
+def chunk_cursor(conn: BulkConnection) -> Iterator[BulkCursor]:
+    """A cursor whose statements stream in READ_BATCH_BYTES batches."""
+    with conn.cursor() as cur:
+        cur.adbc_statement.set_options(**{BATCH_BYTES: str(READ_BATCH_BYTES)})
+        yield cur
 
 
 def archive_file(
@@ -338,8 +352,6 @@ def take_rows(
 
     def run(cur: BulkCursor, statement: str, timeouts: tuple[float, float]) -> None:
         bind_chunk(cur, job.request.cutoff, progress.last_key, rows, key_range, timeouts)
-        if reader is not None:  # two readers' batches are in memory at once
-            cur.adbc_statement.set_options(**{BATCH_BYTES: str(PAIRED_BATCH_BYTES)})
         cur.execute(statement)
 
     limits, of = job.limits, FileOf.root(job)
@@ -364,7 +376,7 @@ def take_rows(
         return [taken] if taken is not None else []
 
     def read_next(reader: BulkConnection) -> ArchivedFile | None:
-        with reader.cursor() as cur:
+        with chunk_cursor(reader) as cur:
             run(cur, job.queries.read_next(after_key=after, key_range=key_range), limits.timeouts)
             return archive_file(job, cur, tmp, part + 1, of)
 
