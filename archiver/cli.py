@@ -285,13 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
 # Arrow's buffers from the C library's allocator unless the operator chose a pool: with
 # pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB on 1M reference
 # rows and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the same CPU
-# (README, "Memory"). pyarrow reads it once, as it loads; no command has loaded it yet
-# here, and pa.set_memory_pool() later would leave the Parquet writer's buffers behind.
-ARROW_POOL = ("ARROW_DEFAULT_MEMORY_POOL", "system")
+# (8 MB driver batches; README, "Memory"). pyarrow reads it once, as it loads; no
+# command has loaded it yet here, and pa.set_memory_pool() later would leave the Parquet
+# writer's buffers behind. Empty counts as unset (Arrow would take its default).
+ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    os.environ.setdefault(*ARROW_POOL)
+    if not os.environ.get(ARROW_POOL_VARIABLE):
+        os.environ[ARROW_POOL_VARIABLE] = "system"
     args = build_parser().parse_args(argv)
     try:
         config_path = args.config or os.environ.get(CONFIG_VARIABLE)

@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
 # the encoder while the driver fills the next, so they are most of what a chunk holds
-# beyond its row group. With malloc as Arrow's pool (cli.ARROW_POOL), 8 MiB took a copy
+# beyond its row group. With malloc as Arrow's pool (see cli.main), 8 MiB took a copy
 # job's peak RSS 200-204 -> 194-199 MB at 1M reference rows and 221-229 -> 202-207 MB
 # at 3M (three interleaved runs each), at the same CPU (README, "Memory").
 BATCH_BYTES = "adbc.postgresql.batch_size_hint_bytes"
