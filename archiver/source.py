@@ -132,6 +132,11 @@ class TableInfo:
         return f"{self.schema}.{self.name}"
 
     @property
+    def quoted_key(self) -> str:
+        """The key's columns, quoted, comma-separated: `"a", "b"`."""
+        return ", ".join(quote_ident(c.name) for c in self.key)
+
+    @property
     def quoted(self) -> str:
         return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
 
@@ -284,9 +289,8 @@ class ChunkQueries:
         key range), in key order, up to the limit; locked, skipping rows others hold.
         `after`: a row subquery the keys follow instead of the last key."""
         t = self.table
-        keys = ", ".join(quote_ident(c.name) for c in t.key)
         where = self._chunk_rows(after_key=after_key, key_range=key_range, after=after)
-        sql = f"SELECT {cols} FROM {t.quoted} WHERE {where} ORDER BY {keys} LIMIT {limit}"
+        sql = f"SELECT {cols} FROM {t.quoted} WHERE {where} ORDER BY {t.quoted_key} LIMIT {limit}"
         return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
 
     def _chunk_rows(
@@ -308,8 +312,7 @@ class ChunkQueries:
                 for i, c in enumerate(self.table.key)
             )
         if after is not None:
-            keys = ", ".join(quote_ident(c.name) for c in self.table.key)
-            where += f" AND ({keys}) > ({after})"
+            where += f" AND ({self.table.quoted_key}) > ({after})"
         return where
 
     @cached_property
@@ -355,7 +358,7 @@ class ChunkQueries:
         statement also returns the chunk's first and last key as PostgreSQL orders them
         (a top-1 sort of the chunk's keys each)."""
         t = self.table
-        keys = ", ".join(quote_ident(c.name) for c in t.key)
+        keys = t.quoted_key
         row = keys if t.partitioned else "ctid"
         if t.key_in_arrow_order:
             inner = self.select_chunk(
@@ -393,7 +396,7 @@ class ChunkQueries:
         of the first chunk's last row (an InitPlan: its backend walks the first chunk's
         keys, ~0.15 s per 500k reference rows, while the other streams them); none when
         the first chunk is the last."""
-        keys = ", ".join(quote_ident(c.name) for c in self.table.key)
+        keys = self.table.quoted_key
         last = self.select_chunk(
             keys,
             after_key=after_key,
@@ -449,8 +452,8 @@ def bind_chunk(
         cutoff,
         str(limit),
         "off",
-        str(round(lock_timeout * 1000)),
-        str(round(statement_timeout * 1000)),
+        _milliseconds(lock_timeout),
+        _milliseconds(statement_timeout),
     ]
     for i, value in enumerate(after or []):
         names.append(f"archiver.key_{i}")
@@ -470,8 +473,13 @@ def bind_chunk(
 
 def set_lock_timeout(cur: BulkCursor, seconds: float) -> None:
     """The lock_timeout of the rest of the transaction."""
-    cur.execute("SELECT set_config('lock_timeout', $1, true)", (str(round(seconds * 1000)),))
+    cur.execute("SELECT set_config('lock_timeout', $1, true)", (_milliseconds(seconds),))
     cur.fetchall()
+
+
+def _milliseconds(seconds: float) -> str:
+    """A timeout setting's value: whole milliseconds, 0 for none."""
+    return str(round(seconds * 1000))
 
 
 def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
