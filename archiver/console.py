@@ -340,6 +340,20 @@ def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
                 ),
             )
         )
+    triggers = plan.get("delete_triggers", [])
+    for t in triggers:
+        fields.append(
+            ("delete trigger", f"{t['table']}: {t['name']} ({t['timing']}, for each row)")
+        )
+    if triggers:
+        whole = any(p["whole"] for p in plan.get("partitions", []))
+        fields.append(
+            (
+                "",
+                "each fires once per moved row, inside its chunk's transaction"
+                + (" (not for the partitions taken whole)" if whole else ""),
+            )
+        )
     return "dry run: nothing was queued, read or written\n" + "\n".join(
         f"{name:<15}{value}" for name, value in fields
     )

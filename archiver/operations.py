@@ -71,7 +71,7 @@ async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
     from archiver.archive.plan import plan_archive
 
     result: dict[str, Any] = await on_source(
-        settings, lambda conn: plan_archive(conn, request).to_json()
+        settings, lambda conn: plan_archive(conn, request, triggers=True).to_json()
     )
     return result
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -496,6 +496,40 @@ def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
         (table.quoted,),
     )
     return int(rows[0][0] or 0), int(rows[0][1] or 0)
+
+
+@dataclass(frozen=True)
+class DeleteTrigger:
+    """A row-level trigger that fires for every row a move deletes."""
+
+    table: str  # schema.name of the table or partition it is declared on
+    name: str
+    timing: str  # BEFORE or AFTER
+
+
+def delete_triggers(conn: BulkConnection, tables: Iterable[TableInfo]) -> list[DeleteTrigger]:
+    """The enabled row-level DELETE triggers on the tables and their partitions. A trigger
+    declared on a partitioned table is listed once, on it, not on each partition it is
+    cloned to; one declared on an ancestor of an archived partition is listed on the
+    partition. Internal ones (foreign keys' checks) are left out, and so are those enabled
+    only for `session_replication_role = replica`, which archiver never sets."""
+    rows = fetch_all(
+        conn,
+        "WITH rels AS (SELECT relid FROM json_array_elements_text($1::json) t(name), "
+        "LATERAL (SELECT relid FROM pg_partition_tree(t.name::regclass) "
+        "UNION SELECT t.name::regclass) p), "
+        "found AS (SELECT t.oid, t.tgrelid, t.tgparentid, t.tgname, t.tgtype "
+        "FROM pg_trigger t WHERE t.tgrelid IN (SELECT relid FROM rels) "
+        "AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
+        "AND t.tgtype::int & 1 <> 0 AND t.tgtype::int & 8 <> 0) "  # FOR EACH ROW, ON DELETE
+        "SELECT DISTINCT n.nspname || '.' || c.relname, f.tgname, "
+        "CASE WHEN f.tgtype::int & 2 <> 0 THEN 'BEFORE' ELSE 'AFTER' END "
+        "FROM found f JOIN pg_class c ON c.oid = f.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE f.tgparentid NOT IN (SELECT oid FROM found) ORDER BY 1, 2",
+        (json.dumps([t.quoted for t in tables]),),
+    )
+    return [DeleteTrigger(str(table), str(name), str(timing)) for table, name, timing in rows]
 
 
 @dataclass(frozen=True)

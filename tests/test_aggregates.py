@@ -176,10 +176,17 @@ def test_an_aggregate_moved_by_two_workers_then_restored(
         assert needle in refused.stderr
     assert not sql(database_url, "SELECT 1 FROM background_jobs")
 
+    sql(  # fires for every moved shipment; orders' foreign-key triggers are not listed
+        database_url,
+        "CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;"
+        "CREATE TRIGGER shipped AFTER DELETE ON shipments FOR EACH ROW EXECUTE FUNCTION noop();",
+    )
     plan = run_cli(
         env, "enqueue", "--table", "orders", "--before", CUTOFF, "--with-children", "--dry-run"
     )
     assert plan.returncode == 0, plan.stderr
+    triggers = [line for line in plan.stdout.splitlines() if line.startswith("delete trigger")]
+    assert triggers == ["delete trigger public.shipments: shipped (AFTER, for each row)"]
     assert "public.tracking_events" in plan.stdout and "public.returns" in plan.stdout
     # tracking_events.shipment_id and .order_id have no index: each chunk scans it
     assert "tracking_events_shipment_id_fkey" in plan.stdout, plan.stdout

@@ -112,6 +112,50 @@ def test_dry_run_changes_nothing(
     assert not service.get_container_client(container).exists()
 
 
+def test_dry_run_lists_delete_triggers(env: dict[str, str], database_url: str) -> None:
+    """A move's dry run names the row-level DELETE triggers that will fire for each moved
+    row; statement-level, insert-only, disabled, replica-only and internal (foreign key)
+    triggers are not listed, and a copy lists none."""
+    sql(
+        database_url,
+        """
+        CREATE TABLE counters (n bigint); INSERT INTO counters VALUES (0);
+        CREATE TABLE kinds (id int PRIMARY KEY);
+        CREATE TABLE audit (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            created_at timestamptz NOT NULL, kind int REFERENCES kinds);
+        CREATE FUNCTION count_down() RETURNS trigger LANGUAGE plpgsql
+            AS $$BEGIN UPDATE counters SET n = n - 1; RETURN OLD; END$$;
+        CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+        CREATE TRIGGER "Count down" BEFORE DELETE ON audit
+            FOR EACH ROW EXECUTE FUNCTION count_down();
+        CREATE TRIGGER changed AFTER UPDATE OR DELETE ON audit
+            FOR EACH ROW EXECUTE FUNCTION noop();
+        CREATE TRIGGER per_statement AFTER DELETE ON audit
+            FOR EACH STATEMENT EXECUTE FUNCTION noop();
+        CREATE TRIGGER inserted AFTER INSERT ON audit FOR EACH ROW EXECUTE FUNCTION noop();
+        CREATE TRIGGER disabled AFTER DELETE ON audit FOR EACH ROW EXECUTE FUNCTION noop();
+        ALTER TABLE audit DISABLE TRIGGER disabled;
+        CREATE TRIGGER on_replica AFTER DELETE ON audit FOR EACH ROW EXECUTE FUNCTION noop();
+        ALTER TABLE audit ENABLE REPLICA TRIGGER on_replica;
+        INSERT INTO audit (created_at) SELECT TIMESTAMPTZ '2023-01-01' + i * interval '1 day'
+            FROM generate_series(1, 100) i;
+        ANALYZE audit;
+        """,
+    )
+    dry_run = ("enqueue", "--table", "audit", "--before", "2023-02-01", "--dry-run")
+    move = run_cli(env, *dry_run)
+    assert move.returncode == 0, move.stderr
+    listed = [line for line in move.stdout.splitlines() if line.startswith("delete trigger")]
+    assert listed == [
+        "delete trigger public.audit: Count down (BEFORE, for each row)",
+        "delete trigger public.audit: changed (AFTER, for each row)",
+    ], move.stdout
+    assert move.stdout.endswith("each fires once per moved row, inside its chunk's transaction\n")
+    copy = run_cli(env, *dry_run, "--mode", "copy")
+    assert copy.returncode == 0, copy.stderr
+    assert "trigger" not in copy.stdout, copy.stdout
+
+
 def test_job_progress_is_estimated_from_the_cutoff(
     env: dict[str, str], database_url: str, tmp_path: Path
 ) -> None:

@@ -117,10 +117,22 @@ def test_old_partitions_dropped_whole_then_restored(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:
     seed(database_url)
+    sql(  # a DELETE trigger fires for the rows moved by rows, none of the dropped ones
+        database_url,
+        """
+        CREATE TABLE deleted (id bigint, created_at date);
+        CREATE FUNCTION log_delete() RETURNS trigger LANGUAGE plpgsql
+            AS $$BEGIN INSERT INTO deleted VALUES (OLD.id, OLD.created_at); RETURN NULL; END$$;
+        CREATE TRIGGER log_delete AFTER DELETE ON events
+            FOR EACH ROW EXECUTE FUNCTION log_delete();
+        """,
+    )
     before = rows(database_url)
     plan = run_cli(env, "enqueue", "--table", "events", "--before", CUTOFF, "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.count("whole: archived, then dropped") == 12, plan.stdout
+    assert "delete trigger public.events: log_delete (AFTER, for each row)" in plan.stdout
+    assert "(not for the partitions taken whole)" in plan.stdout
     assert "public.events_2024_01: by rows" in plan.stdout
     assert "public.events_default: by rows" in plan.stdout
     assert re.search(r"parquet size   ~[\d.]+ k?B ", plan.stdout), plan.stdout  # the leaves'
@@ -140,6 +152,9 @@ def test_old_partitions_dropped_whole_then_restored(
     )
     check(database_url, azurite, container, before)
     assert run_cli(env, "verify", "--table", "events").returncode == 0
+    by_rows = {k for k in before if k[1].year > 2023 or k[0] > 100000} - set(rows(database_url))
+    logged = sql(database_url, "SELECT id, created_at FROM deleted")
+    assert by_rows and sorted((r["id"], r["created_at"]) for r in logged) == sorted(by_rows)
 
     # a range of a dropped month: the partition comes back with its bound, then its rows
     back = run_cli(

@@ -51,6 +51,7 @@ class ArchivePlan:
     children: tuple[ChildPlan, ...] = ()  # --with-children: the aggregate's other tables
     # move mode on a range-partitioned table: (partition, bytes, rows, taken whole)
     partitions: tuple[tuple[str, int, int, bool], ...] = ()
+    triggers: tuple[source.DeleteTrigger, ...] = ()  # move mode: fire once per moved row
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,13 +68,21 @@ class ArchivePlan:
             "uses_index": bool(self.indexes),
             "indexes": list(self.indexes),
             "sequential_scan": self.sequential_scan,
+            "delete_triggers": [
+                {"table": t.table, "name": t.name, "timing": t.timing} for t in self.triggers
+            ],
         }
 
 
 def plan_archive(
-    conn: BulkConnection, request: ArchiveRequest, queries: source.ChunkQueries | None = None
+    conn: BulkConnection,
+    request: ArchiveRequest,
+    queries: source.ChunkQueries | None = None,
+    *,
+    triggers: bool = False,
 ) -> ArchivePlan:
-    """EXPLAIN the archive on the source connection; writes nothing."""
+    """EXPLAIN the archive on the source connection; writes nothing. `triggers`: list a
+    move's row-level DELETE triggers too (a dry run's; a job's start does not need them)."""
     if queries is None:
         queries = source.describe_archive(
             conn, request.table, request.column, request.mode, request.with_children
@@ -83,8 +92,10 @@ def plan_archive(
     # (children per root row, from the statistics): chunks stay ~TARGET_CHUNK_BYTES.
     shares: list[tuple[str, float, tuple[str, ...]]] = []
     aggregate_width = width
+    deleted_from = [queries.table]
     if request.with_children:
         agg = describe_aggregate(conn, queries)
+        deleted_from = [m.table for m in agg.members]
         for m in agg.members[1:]:
             rows, child_width = source.estimate_rows(conn, m.table)
             share = rows / total if total > 0 else 0.0
@@ -110,6 +121,9 @@ def plan_archive(
             for table, share, unindexed in shares
         ),
         partitions=_partitions(conn, request, queries),
+        triggers=tuple(source.delete_triggers(conn, deleted_from))
+        if triggers and request.mode == Mode.MOVE
+        else (),
     )
 
 

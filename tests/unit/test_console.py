@@ -59,3 +59,13 @@ def test_plan_report() -> None:
     report = console.plan_report(plan, "2024-01-01", "move")
     assert report.startswith("dry run: nothing was queued")
     assert "rows to move   ~1,200" in report and "yes (orders_created)" in report
+    assert "trigger" not in report
+
+    plan["partitions"] = [{"partition": "public.orders_2023", "bytes": 9, "rows": 9, "whole": True}]
+    plan["delete_triggers"] = [{"table": "public.orders", "name": "audit", "timing": "AFTER"}]
+    lines = console.plan_report(plan, "2024-01-01", "move").splitlines()
+    assert lines[-2:] == [
+        "delete trigger public.orders: audit (AFTER, for each row)",
+        "               each fires once per moved row, inside its chunk's transaction"
+        " (not for the partitions taken whole)",
+    ]
