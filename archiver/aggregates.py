@@ -123,6 +123,17 @@ class AggregateQueries:
         return next(m for m in self.members if m.table.qualified == table)
 
 
+def children_of(conn: BulkConnection, table: TableInfo) -> list[TableInfo]:
+    """The tables `--with-children` moves with `table`, parents first, `table` left out:
+    none when no foreign key points at it, or when its aggregate cannot be moved (a cycle,
+    a keyless child: enqueue refuses it, saying why)."""
+    try:
+        graph = aggregate(conn, table.qualified, table.oid)
+        return [describe_table(conn, TableName.parse(name)) for name in graph.tables[1:]]
+    except InputError:
+        return []
+
+
 def describe_aggregate(conn: BulkConnection, root: ChunkQueries) -> AggregateQueries:
     """The root's aggregate, each member described and keyed; refused with one line when
     a member has no usable key or the keys form a cycle."""

@@ -4,9 +4,14 @@ else can run as a role given exactly these."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from archiver.ident import quote_ident
+
+if TYPE_CHECKING:
+    from archiver.source import DeleteTrigger
 
 # What the queue's code reads and writes (jobqueue, catalog, the views); one line each.
 QUEUE_TABLES = (
@@ -32,6 +37,7 @@ class TableAccess:
     schema: str
     name: str
     key: tuple[str, ...]
+    child_of: str = ""  # the table it is moved with (--with-children), if it is a child
 
     @property
     def quoted(self) -> str:
@@ -58,18 +64,25 @@ def table_grants(table: TableAccess, role: str) -> list[str]:
     updated), and insert them back (restore)."""
     r, t = quote_ident(role), table.quoted
     keys = ", ".join(quote_ident(k) for k in table.key)
+    moved_with = f"-- {table.schema}.{table.name} references {table.child_of}: moved with it"
     return [
+        *([f"{moved_with} (--with-children)"] if table.child_of else []),
         f"GRANT USAGE ON SCHEMA {quote_ident(table.schema)} TO {r};",
         f"GRANT SELECT, DELETE ON {t} TO {r};  -- archive (copy mode needs SELECT only)",
-        f"GRANT UPDATE ({keys}) ON {t} TO {r};  -- row locks: FOR UPDATE SKIP LOCKED",
+        f"GRANT UPDATE ({keys}) ON {t} TO {r};  -- row locks (FOR UPDATE)",
         f"GRANT INSERT ON {t} TO {r};  -- restore",
     ]
 
 
 def grant_script(
-    queue_schema: str, role: str, tables: list[TableAccess], same_database: bool
+    queue_schema: str,
+    role: str,
+    tables: list[TableAccess],
+    same_database: bool,
+    triggers: Sequence[DeleteTrigger] = (),
 ) -> str:
-    """The whole script, in sections by database, deduplicated."""
+    """The whole script, in sections by database, deduplicated. `triggers`: the tables'
+    row-level DELETE triggers, whose functions run as the role unless SECURITY DEFINER."""
     out = ["-- on the queue database (ARCHIVER_DATABASE_URL)", *queue_grants(queue_schema, role)]
     if tables:
         where = (
@@ -87,4 +100,11 @@ def grant_script(
             "-- restore --into a new table also needs CREATE on that table's schema.",
             "-- --max-replica-lag reads replicas' positions: GRANT pg_monitor TO the role.",
         ]
+        invoker = [t for t in triggers if not t.definer]
+        if invoker:
+            out += [
+                "-- These DELETE triggers run for every moved row as this role: grant what",
+                "-- their functions touch (or make the functions SECURITY DEFINER).",
+                *(f"--   {t.table}: {t.name} runs {t.function}" for t in invoker),
+            ]
     return "\n".join(out)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archiver import db, jobqueue, partitions, source
-from archiver.aggregates import describe_aggregate
+from archiver.aggregates import children_of, describe_aggregate
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
@@ -181,6 +181,17 @@ async def checked_policies(
     return result
 
 
+async def children(settings: Settings, table: str) -> list[str]:
+    """The tables `--with-children` moves with `table` (see aggregates.children_of)."""
+
+    def read(conn: db.BulkConnection) -> list[str]:
+        info = source.describe_table(conn, TableName.parse(table))
+        return [child.qualified for child in children_of(conn, info)]
+
+    found: list[str] = await on_source(settings, read)
+    return found
+
+
 @dataclass(frozen=True)
 class FileSelection:
     job_id: uuid.UUID | None = None
@@ -311,19 +322,29 @@ async def grants(
     if not names and config is not None:
         names = [policy.table for policy, _ in await checked_policies(settings, config)]
 
-    def describe(conn: db.BulkConnection) -> list[TableAccess]:
-        found = []
+    def describe(
+        conn: db.BulkConnection,
+    ) -> tuple[list[TableAccess], list[source.DeleteTrigger]]:
+        """Each table and the tables it is moved with (--with-children: a table referenced
+        by foreign keys is moved with its children or not at all), and their triggers."""
+        found: dict[str, tuple[source.TableInfo, str]] = {}
         for name in names:
             info = source.describe_table(conn, name)
-            found.append(TableAccess(info.schema, info.name, tuple(c.name for c in info.key)))
-        return found
+            found.setdefault(info.qualified, (info, ""))
+            for child in children_of(conn, info):
+                found.setdefault(child.qualified, (child, info.qualified))
+        access = [
+            TableAccess(t.schema, t.name, tuple(c.name for c in t.key), child_of)
+            for t, child_of in found.values()
+        ]
+        return access, source.delete_triggers(conn, [t for t, _ in found.values()])
 
-    access: list[TableAccess] = await on_source(settings, describe) if names else []
+    access, triggers = await on_source(settings, describe) if names else ([], [])
     async with db.connection(settings.database_url) as conn:
         schema = await conn.fetchval(db.query("queue_schema"))
     if schema is None:
         raise InputError("no archiver schema in the queue database; run `archiver migrate` first")
-    return grant_script(str(schema), role, access, settings.same_database)
+    return grant_script(str(schema), role, access, settings.same_database, triggers)
 
 
 async def vacuumed_since(settings: Settings, table: str, since: dt.datetime) -> str:

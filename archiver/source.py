@@ -505,6 +505,8 @@ class DeleteTrigger:
     table: str  # schema.name of the table or partition it is declared on
     name: str
     timing: str  # BEFORE or AFTER
+    function: str  # as regprocedure prints it: schema-qualified unless on the search path
+    definer: bool  # SECURITY DEFINER: runs as its owner, not as the deleting role
 
 
 def delete_triggers(conn: BulkConnection, tables: Iterable[TableInfo]) -> list[DeleteTrigger]:
@@ -518,18 +520,19 @@ def delete_triggers(conn: BulkConnection, tables: Iterable[TableInfo]) -> list[D
         "WITH rels AS (SELECT relid FROM json_array_elements_text($1::json) t(name), "
         "LATERAL (SELECT relid FROM pg_partition_tree(t.name::regclass) "
         "UNION SELECT t.name::regclass) p), "
-        "found AS (SELECT t.oid, t.tgrelid, t.tgparentid, t.tgname, t.tgtype "
+        "found AS (SELECT t.oid, t.tgrelid, t.tgparentid, t.tgname, t.tgtype, t.tgfoid "
         "FROM pg_trigger t WHERE t.tgrelid IN (SELECT relid FROM rels) "
         "AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
         "AND t.tgtype::int & 1 <> 0 AND t.tgtype::int & 8 <> 0) "  # FOR EACH ROW, ON DELETE
         "SELECT DISTINCT n.nspname || '.' || c.relname, f.tgname, "
-        "CASE WHEN f.tgtype::int & 2 <> 0 THEN 'BEFORE' ELSE 'AFTER' END "
+        "CASE WHEN f.tgtype::int & 2 <> 0 THEN 'BEFORE' ELSE 'AFTER' END, "
+        "f.tgfoid::regprocedure::text, p.prosecdef "
         "FROM found f JOIN pg_class c ON c.oid = f.tgrelid "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = f.tgfoid "
         "WHERE f.tgparentid NOT IN (SELECT oid FROM found) ORDER BY 1, 2",
         (json.dumps([t.quoted for t in tables]),),
     )
-    return [DeleteTrigger(str(table), str(name), str(timing)) for table, name, timing in rows]
+    return [DeleteTrigger(str(t), str(n), str(w), str(f), bool(d)) for t, n, w, f, d in rows]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -113,3 +114,64 @@ def test_a_role_that_does_not_own_a_partitioned_table_moves_its_rows(
         sql_value(database_url, f"SELECT count(*) FROM events WHERE created_at < '{CUTOFF}'") == 0
     )
     assert sql_value(database_url, "SELECT count(*) FROM pg_class WHERE relname = 'events_2023_01'")
+
+
+def test_children_and_their_triggers_are_granted(
+    env: dict[str, str], database_url: str, role: str, tmp_path: Path
+) -> None:
+    """A table referenced by foreign keys moves with its children or not at all: its
+    grants cover the children, doctor checks them for a --with-children policy, and the
+    DELETE triggers that run as the role are named (a SECURITY DEFINER one is not)."""
+    sql(
+        database_url,
+        """
+        CREATE TABLE orders (id bigint PRIMARY KEY, created_at date NOT NULL);
+        CREATE TABLE items (order_id bigint REFERENCES orders ON DELETE CASCADE, n int,
+            PRIMARY KEY (order_id, n));
+        CREATE TABLE item_log (order_id bigint, n int);
+        CREATE FUNCTION log_item() RETURNS trigger LANGUAGE plpgsql
+            AS $$BEGIN INSERT INTO item_log VALUES (OLD.order_id, OLD.n); RETURN NULL; END$$;
+        CREATE TRIGGER logged AFTER DELETE ON items FOR EACH ROW EXECUTE FUNCTION log_item();
+        CREATE FUNCTION as_owner() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+            AS $$BEGIN RETURN NULL; END$$;
+        CREATE TRIGGER owned AFTER DELETE ON orders FOR EACH ROW EXECUTE FUNCTION as_owner();
+        INSERT INTO orders SELECT i, DATE '2023-01-01' + i FROM generate_series(1, 400) i;
+        INSERT INTO items SELECT i, k FROM generate_series(1, 400) i, generate_series(1, 3) k;
+        """,
+    )
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        '[[policy]]\nname = "orders"\ntable = "orders"\nolder_than = "30 days"\n'
+        'schedule = "0 2 * * *"\nwith_children = true\n'
+    )
+    printed = run_cli(env, "grants", "--role", role, "--config", str(config))
+    assert printed.returncode == 0, printed.stderr
+    script = printed.stdout
+    assert "-- public.items references public.orders: moved with it" in script
+    assert f'GRANT SELECT, DELETE ON "public"."items" TO "{role}"' in script
+    assert f'GRANT UPDATE ("order_id", "n") ON "public"."items" TO "{role}"' in script
+    assert "--   public.items: logged runs log_item()" in script
+    assert "owned" not in script and "item_log" not in script
+
+    worker_env = {**env, "ARCHIVER_DATABASE_URL": as_role(database_url, role)}
+    parent_only = "\n".join(line for line in script.splitlines() if '"items"' not in line)
+    sql(database_url, parent_only)
+    doctor = run_cli(worker_env, "doctor", "--config", str(config))
+    assert doctor.returncode == 1
+    failed = [line for line in doctor.stdout.splitlines() if line.startswith("FAIL")]
+    assert failed == [
+        "FAIL  privileges on public.items: missing SELECT, DELETE, UPDATE on its key (row locks)"
+        " for move (see `archiver grants`)"
+    ], doctor.stdout
+
+    sql(database_url, script)  # as the owner, and what the trigger's comment asks for:
+    sql(database_url, f'GRANT INSERT ON item_log TO "{role}"')
+    assert run_cli(worker_env, "doctor", "--config", str(config)).returncode == 0
+    job = run_cli(worker_env, "enqueue", "--table", "orders", "--before", "2024-01-01",
+                  "--with-children")  # fmt: skip
+    assert job.returncode == 0, job.stderr
+    assert start_worker(worker_env, "--burst").wait(60) == 0
+    row = sql(database_url, "SELECT status, last_error, attempts FROM background_jobs")[0]
+    assert (row["status"], row["attempts"]) == ("completed", 1), row["last_error"]
+    assert sql_value(database_url, "SELECT count(*) FROM items") == 3 * (400 - 364)
+    assert sql_value(database_url, "SELECT count(*) FROM item_log") == 3 * 364
