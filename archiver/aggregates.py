@@ -124,14 +124,11 @@ class AggregateQueries:
 
 
 def children_of(conn: BulkConnection, table: TableInfo) -> list[TableInfo]:
-    """The tables `--with-children` moves with `table`, parents first, `table` left out:
-    none when no foreign key points at it, or when its aggregate cannot be moved (a cycle,
-    a keyless child: enqueue refuses it, saying why)."""
-    try:
-        graph = aggregate(conn, table.qualified, table.oid)
-        return [describe_table(conn, TableName.parse(name)) for name in graph.tables[1:]]
-    except InputError:
-        return []
+    """The tables `--with-children` moves with `table`, parents first, `table` left out
+    (none when no foreign key points at it); a cycle or a child without a usable key is
+    refused with one line, as describe_aggregate refuses it."""
+    graph = aggregate(conn, table.qualified, table.oid)
+    return [describe_table(conn, TableName.parse(name)) for name in graph.tables[1:]]
 
 
 def describe_aggregate(conn: BulkConnection, root: ChunkQueries) -> AggregateQueries:

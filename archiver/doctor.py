@@ -67,11 +67,11 @@ async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Chec
         if config is None:
             return "no config file (--config or ARCHIVER_CONFIG): nothing scheduled"
         checked = await operations.checked_policies(settings, config)
+        aggregates = [table for policy, table in checked if policy.with_children]
+        children = await operations.aggregate_children(settings, aggregates)
         for policy, table in checked:
             policies.append((table, policy.mode))
-            if policy.with_children:
-                children = await operations.children(settings, table)
-                policies.extend((child, policy.mode) for child in children)
+            policies.extend((child, policy.mode) for child in children.get(table, []))
         return f"{len(checked)} valid in {config.path}"
 
     checks.append(await _check("policies", valid_policies))

@@ -4,7 +4,7 @@ else can run as a role given exactly these."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,9 +64,9 @@ def table_grants(table: TableAccess, role: str) -> list[str]:
     updated), and insert them back (restore)."""
     r, t = quote_ident(role), table.quoted
     keys = ", ".join(quote_ident(k) for k in table.key)
-    moved_with = f"-- {table.schema}.{table.name} references {table.child_of}: moved with it"
+    child = [f"{table.schema}.{table.name}: moved with {table.child_of} (--with-children)"]
     return [
-        *([f"{moved_with} (--with-children)"] if table.child_of else []),
+        *(comment(child) if table.child_of else []),
         f"GRANT USAGE ON SCHEMA {quote_ident(table.schema)} TO {r};",
         f"GRANT SELECT, DELETE ON {t} TO {r};  -- archive (copy mode needs SELECT only)",
         f"GRANT UPDATE ({keys}) ON {t} TO {r};  -- row locks (FOR UPDATE)",
@@ -74,15 +74,25 @@ def table_grants(table: TableAccess, role: str) -> list[str]:
     ]
 
 
+def comment(lines: Iterable[str]) -> list[str]:
+    """SQL comment lines; a name's newline or other control character is escaped, so no
+    name can end the comment and run as SQL."""
+    safe = ("".join(c if c.isprintable() else ascii(c)[1:-1] for c in line) for line in lines)
+    return [f"-- {line}" for line in safe]
+
+
 def grant_script(
     queue_schema: str,
     role: str,
     tables: list[TableAccess],
     same_database: bool,
+    *,
     triggers: Sequence[DeleteTrigger] = (),
+    refused: Sequence[str] = (),
 ) -> str:
-    """The whole script, in sections by database, deduplicated. `triggers`: the tables'
-    row-level DELETE triggers, whose functions run as the role unless SECURITY DEFINER."""
+    """The whole script, in sections by database, deduplicated. `triggers`: the moved
+    tables' row-level DELETE triggers, whose functions run as the role unless SECURITY
+    DEFINER; `refused`: why a table's children could not be read."""
     out = ["-- on the queue database (ARCHIVER_DATABASE_URL)", *queue_grants(queue_schema, role)]
     if tables:
         where = (
@@ -105,6 +115,7 @@ def grant_script(
             out += [
                 "-- These DELETE triggers run for every moved row as this role: grant what",
                 "-- their functions touch (or make the functions SECURITY DEFINER).",
-                *(f"--   {t.table}: {t.name} runs {t.function}" for t in invoker),
+                *comment(f"  {t.table}: {t.name} runs {t.function}" for t in invoker),
             ]
+        out += comment(refused)
     return "\n".join(out)

@@ -71,7 +71,7 @@ async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
     from archiver.archive.plan import plan_archive
 
     result: dict[str, Any] = await on_source(
-        settings, lambda conn: plan_archive(conn, request, triggers=True).to_json()
+        settings, lambda conn: plan_archive(conn, request, list_triggers=True).to_json()
     )
     return result
 
@@ -181,15 +181,18 @@ async def checked_policies(
     return result
 
 
-async def children(settings: Settings, table: str) -> list[str]:
-    """The tables `--with-children` moves with `table` (see aggregates.children_of)."""
+async def aggregate_children(settings: Settings, tables: list[str]) -> dict[str, list[str]]:
+    """Each table's children: the tables `--with-children` moves with it."""
 
-    def read(conn: db.BulkConnection) -> list[str]:
-        info = source.describe_table(conn, TableName.parse(table))
-        return [child.qualified for child in children_of(conn, info)]
+    def read(conn: db.BulkConnection) -> dict[str, list[str]]:
+        found = {}
+        for table in tables:
+            info = source.describe_table(conn, TableName.parse(table))
+            found[table] = [child.qualified for child in children_of(conn, info)]
+        return found
 
-    found: list[str] = await on_source(settings, read)
-    return found
+    children: dict[str, list[str]] = await on_source(settings, read) if tables else {}
+    return children
 
 
 @dataclass(frozen=True)
@@ -313,38 +316,53 @@ async def grants(
     settings: Settings, role: str, tables: list[str], config: ConfigFile | None
 ) -> str:
     """The GRANT script for `role`: the queue, and each of `tables` (default: the config
-    file's policy tables)."""
+    file's policy tables) with the tables it is moved with."""
     from archiver.grants import TableAccess, grant_script
 
     if not role.strip():
         raise InputError("--role: give the role workers and the scheduler log in as")
-    names = [TableName.parse(t) for t in tables]
-    if not names and config is not None:
-        names = [policy.table for policy, _ in await checked_policies(settings, config)]
+    # (table, with its children, moved): a named table's mode is not known, so it gets
+    # what a move needs, and a table referenced by foreign keys only moves with them
+    wanted = [(TableName.parse(t), True, True) for t in tables]
+    if not wanted and config is not None:
+        wanted = [
+            (p.table, p.with_children, p.mode == Mode.MOVE)
+            for p, _ in await checked_policies(settings, config)
+        ]
 
     def describe(
         conn: db.BulkConnection,
-    ) -> tuple[list[TableAccess], list[source.DeleteTrigger]]:
-        """Each table and the tables it is moved with (--with-children: a table referenced
-        by foreign keys is moved with its children or not at all), and their triggers."""
-        found: dict[str, tuple[source.TableInfo, str]] = {}
-        for name in names:
+    ) -> tuple[list[TableAccess], list[source.DeleteTrigger], list[str]]:
+        """Each table to grant on (children marked), the DELETE triggers that will run as
+        the role, and why an aggregate could not be read."""
+        access: dict[str, TableAccess] = {}
+        moved: dict[str, source.TableInfo] = {}
+        refused: list[str] = []
+        for name, with_children, move in wanted:
             info = source.describe_table(conn, name)
-            found.setdefault(info.qualified, (info, ""))
-            for child in children_of(conn, info):
-                found.setdefault(child.qualified, (child, info.qualified))
-        access = [
-            TableAccess(t.schema, t.name, tuple(c.name for c in t.key), child_of)
-            for t, child_of in found.values()
-        ]
-        return access, source.delete_triggers(conn, [t for t, _ in found.values()])
+            members = [info]
+            if with_children:
+                try:
+                    members += children_of(conn, info)
+                except InputError as exc:
+                    refused.append(f"{info.qualified}: --with-children is refused: {exc}")
+            for m in members:
+                child_of = "" if m is info else info.qualified
+                key = tuple(c.name for c in m.key)
+                access.setdefault(m.qualified, TableAccess(m.schema, m.name, key, child_of))
+                if move:
+                    moved.setdefault(m.qualified, m)
+        triggers = source.delete_triggers(conn, moved.values()) if moved else []
+        return list(access.values()), triggers, refused
 
-    access, triggers = await on_source(settings, describe) if names else ([], [])
+    access, triggers, refused = await on_source(settings, describe) if wanted else ([], [], [])
     async with db.connection(settings.database_url) as conn:
         schema = await conn.fetchval(db.query("queue_schema"))
     if schema is None:
         raise InputError("no archiver schema in the queue database; run `archiver migrate` first")
-    return grant_script(str(schema), role, access, settings.same_database, triggers)
+    return grant_script(
+        str(schema), role, access, settings.same_database, triggers=triggers, refused=refused
+    )
 
 
 async def vacuumed_since(settings: Settings, table: str, since: dt.datetime) -> str:

@@ -509,30 +509,37 @@ class DeleteTrigger:
     definer: bool  # SECURITY DEFINER: runs as its owner, not as the deleting role
 
 
+# The enabled row-level DELETE triggers on some tables (oids, comma-separated) and their
+# partitions. A partition's copy of its parent's trigger is left out where that trigger
+# is listed. Foreign keys' triggers are left out by their constraint, not by
+# tgisinternal: PostgreSQL 13 and 14 mark the partitions' copies internal too.
+_DELETE_TRIGGERS = """
+WITH rels AS (
+    SELECT p.relid FROM unnest(string_to_array($1, ',')::oid[]) t(oid),
+    LATERAL (SELECT relid FROM pg_partition_tree(t.oid::regclass)
+             UNION SELECT t.oid::regclass) p),
+found AS (
+    SELECT t.oid, t.tgrelid, t.tgparentid, t.tgname, t.tgtype, t.tgfoid FROM pg_trigger t
+    WHERE t.tgrelid IN (SELECT relid FROM rels) AND t.tgenabled IN ('O', 'A')
+      AND t.tgtype::int & 1 <> 0 AND t.tgtype::int & 8 <> 0  -- FOR EACH ROW, ON DELETE
+      AND NOT EXISTS (SELECT FROM pg_constraint k WHERE k.oid = t.tgconstraint AND k.contype = 'f'))
+SELECT DISTINCT n.nspname || '.' || c.relname, f.tgname,
+       CASE WHEN f.tgtype::int & 2 <> 0 THEN 'BEFORE' ELSE 'AFTER' END,
+       f.tgfoid::regprocedure::text, p.prosecdef
+FROM found f JOIN pg_class c ON c.oid = f.tgrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = f.tgfoid
+WHERE f.tgparentid NOT IN (SELECT oid FROM found)
+"""
+
+
 def delete_triggers(conn: BulkConnection, tables: Iterable[TableInfo]) -> list[DeleteTrigger]:
-    """The enabled row-level DELETE triggers on the tables and their partitions. A trigger
-    declared on a partitioned table is listed once, on it, not on each partition it is
-    cloned to; one declared on an ancestor of an archived partition is listed on the
-    partition. Internal ones (foreign keys' checks) are left out, and so are those enabled
-    only for `session_replication_role = replica`, which archiver never sets."""
-    rows = fetch_all(
-        conn,
-        "WITH rels AS (SELECT relid FROM json_array_elements_text($1::json) t(name), "
-        "LATERAL (SELECT relid FROM pg_partition_tree(t.name::regclass) "
-        "UNION SELECT t.name::regclass) p), "
-        "found AS (SELECT t.oid, t.tgrelid, t.tgparentid, t.tgname, t.tgtype, t.tgfoid "
-        "FROM pg_trigger t WHERE t.tgrelid IN (SELECT relid FROM rels) "
-        "AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
-        "AND t.tgtype::int & 1 <> 0 AND t.tgtype::int & 8 <> 0) "  # FOR EACH ROW, ON DELETE
-        "SELECT DISTINCT n.nspname || '.' || c.relname, f.tgname, "
-        "CASE WHEN f.tgtype::int & 2 <> 0 THEN 'BEFORE' ELSE 'AFTER' END, "
-        "f.tgfoid::regprocedure::text, p.prosecdef "
-        "FROM found f JOIN pg_class c ON c.oid = f.tgrelid "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = f.tgfoid "
-        "WHERE f.tgparentid NOT IN (SELECT oid FROM found) ORDER BY 1, 2",
-        (json.dumps([t.quoted for t in tables]),),
-    )
-    return [DeleteTrigger(str(t), str(n), str(w), str(f), bool(d)) for t, n, w, f, d in rows]
+    """The row-level DELETE triggers that fire for each row deleted from the tables (see
+    _DELETE_TRIGGERS): those enabled for `session_replication_role = origin`, the default,
+    which archiver never changes."""
+    oids = ",".join(str(t.oid) for t in tables)
+    rows = fetch_all(conn, _DELETE_TRIGGERS, (oids,))
+    found = [DeleteTrigger(str(t), str(n), str(w), str(f), bool(d)) for t, n, w, f, d in rows]
+    return sorted(found, key=lambda t: (t.table, t.name))  # by code point, whatever the collation
 
 
 @dataclass(frozen=True)

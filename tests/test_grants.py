@@ -128,6 +128,8 @@ def test_children_and_their_triggers_are_granted(
         CREATE TABLE orders (id bigint PRIMARY KEY, created_at date NOT NULL);
         CREATE TABLE items (order_id bigint REFERENCES orders ON DELETE CASCADE, n int,
             PRIMARY KEY (order_id, n));
+        CREATE TABLE item_notes (order_id bigint, n int, note text, PRIMARY KEY (order_id, n),
+            FOREIGN KEY (order_id, n) REFERENCES items ON DELETE CASCADE);
         CREATE TABLE item_log (order_id bigint, n int);
         CREATE FUNCTION log_item() RETURNS trigger LANGUAGE plpgsql
             AS $$BEGIN INSERT INTO item_log VALUES (OLD.order_id, OLD.n); RETURN NULL; END$$;
@@ -139,19 +141,25 @@ def test_children_and_their_triggers_are_granted(
         INSERT INTO items SELECT i, k FROM generate_series(1, 400) i, generate_series(1, 3) k;
         """,
     )
+    policy = '[[policy]]\nname = "orders"\ntable = "orders"\nolder_than = "30 days"\n'
+    policy += 'schedule = "0 2 * * *"\n'
+    copy = tmp_path / "copy.toml"
+    copy.write_text(policy + 'mode = "copy"\n')
+    printed = run_cli(env, "grants", "--role", role, "--config", str(copy))
+    assert printed.returncode == 0, printed.stderr
+    assert "items" not in printed.stdout and "logged" not in printed.stdout  # no children
+
     config = tmp_path / "archiver.toml"
-    config.write_text(
-        '[[policy]]\nname = "orders"\ntable = "orders"\nolder_than = "30 days"\n'
-        'schedule = "0 2 * * *"\nwith_children = true\n'
-    )
+    config.write_text(policy + "with_children = true\n")
     printed = run_cli(env, "grants", "--role", role, "--config", str(config))
     assert printed.returncode == 0, printed.stderr
     script = printed.stdout
-    assert "-- public.items references public.orders: moved with it" in script
+    assert "-- public.items: moved with public.orders (--with-children)" in script
+    assert "-- public.item_notes: moved with public.orders (--with-children)" in script
     assert f'GRANT SELECT, DELETE ON "public"."items" TO "{role}"' in script
     assert f'GRANT UPDATE ("order_id", "n") ON "public"."items" TO "{role}"' in script
     assert "--   public.items: logged runs log_item()" in script
-    assert "owned" not in script and "item_log" not in script
+    assert ": owned runs" not in script and "item_log" not in script
 
     worker_env = {**env, "ARCHIVER_DATABASE_URL": as_role(database_url, role)}
     parent_only = "\n".join(line for line in script.splitlines() if '"items"' not in line)

@@ -114,8 +114,8 @@ def test_dry_run_changes_nothing(
 
 def test_dry_run_lists_delete_triggers(env: dict[str, str], database_url: str) -> None:
     """A move's dry run names the row-level DELETE triggers that will fire for each moved
-    row; statement-level, insert-only, disabled, replica-only and internal (foreign key)
-    triggers are not listed, and a copy lists none."""
+    row (constraint and ENABLE ALWAYS ones too); statement-level, insert-only, disabled,
+    replica-only and foreign-key triggers are not listed, and a copy lists none."""
     sql(
         database_url,
         """
@@ -129,6 +129,9 @@ def test_dry_run_lists_delete_triggers(env: dict[str, str], database_url: str) -
         CREATE TRIGGER "Count down" BEFORE DELETE ON audit
             FOR EACH ROW EXECUTE FUNCTION count_down();
         CREATE TRIGGER changed AFTER UPDATE OR DELETE ON audit
+            FOR EACH ROW EXECUTE FUNCTION noop();
+        ALTER TABLE audit ENABLE ALWAYS TRIGGER changed;
+        CREATE CONSTRAINT TRIGGER checked AFTER DELETE ON audit DEFERRABLE
             FOR EACH ROW EXECUTE FUNCTION noop();
         CREATE TRIGGER per_statement AFTER DELETE ON audit
             FOR EACH STATEMENT EXECUTE FUNCTION noop();
@@ -149,6 +152,7 @@ def test_dry_run_lists_delete_triggers(env: dict[str, str], database_url: str) -
     assert listed == [
         "delete trigger public.audit: Count down (BEFORE, for each row)",
         "delete trigger public.audit: changed (AFTER, for each row)",
+        "delete trigger public.audit: checked (AFTER, for each row)",
     ], move.stdout
     assert move.stdout.endswith("each fires once per moved row, inside its chunk's transaction\n")
     copy = run_cli(env, *dry_run, "--mode", "copy")

@@ -133,6 +133,8 @@ def test_old_partitions_dropped_whole_then_restored(
     assert plan.stdout.count("whole: archived, then dropped") == 12, plan.stdout
     assert "delete trigger public.events: log_delete (AFTER, for each row)" in plan.stdout
     assert "(not for the partitions taken whole)" in plan.stdout
+    one = run_cli(env, "enqueue", "--table", "events_2024_01", "--before", CUTOFF, "--dry-run")
+    assert "delete trigger public.events_2024_01: log_delete (AFTER" in one.stdout, one.stdout
     assert "public.events_2024_01: by rows" in plan.stdout
     assert "public.events_default: by rows" in plan.stdout
     assert re.search(r"parquet size   ~[\d.]+ k?B ", plan.stdout), plan.stdout  # the leaves'

@@ -79,9 +79,9 @@ def plan_archive(
     request: ArchiveRequest,
     queries: source.ChunkQueries | None = None,
     *,
-    triggers: bool = False,
+    list_triggers: bool = False,
 ) -> ArchivePlan:
-    """EXPLAIN the archive on the source connection; writes nothing. `triggers`: list a
+    """EXPLAIN the archive on the source connection; writes nothing. `list_triggers`: list a
     move's row-level DELETE triggers too (a dry run's; a job's start does not need them)."""
     if queries is None:
         queries = source.describe_archive(
@@ -122,7 +122,7 @@ def plan_archive(
         ),
         partitions=_partitions(conn, request, queries),
         triggers=tuple(source.delete_triggers(conn, deleted_from))
-        if triggers and request.mode == Mode.MOVE
+        if list_triggers and request.mode == Mode.MOVE
         else (),
     )
 
