@@ -520,7 +520,9 @@ WITH rels AS (
              UNION SELECT t.oid::regclass) p),
 found AS (
     SELECT t.oid, t.tgrelid, t.tgparentid, t.tgname, t.tgtype, t.tgfoid FROM pg_trigger t
-    WHERE t.tgrelid IN (SELECT relid FROM rels) AND t.tgenabled IN ('O', 'A')
+    WHERE t.tgrelid IN (SELECT relid FROM rels)
+      AND t.tgenabled IN ('A', CASE current_setting('session_replication_role')
+                               WHEN 'replica' THEN 'R' ELSE 'O' END)
       AND t.tgtype::int & 1 <> 0 AND t.tgtype::int & 8 <> 0  -- FOR EACH ROW, ON DELETE
       AND NOT EXISTS (SELECT FROM pg_constraint k WHERE k.oid = t.tgconstraint AND k.contype = 'f'))
 SELECT DISTINCT n.nspname || '.' || c.relname, f.tgname,
@@ -534,8 +536,8 @@ WHERE f.tgparentid NOT IN (SELECT oid FROM found)
 
 def delete_triggers(conn: BulkConnection, tables: Iterable[TableInfo]) -> list[DeleteTrigger]:
     """The row-level DELETE triggers that fire for each row deleted from the tables (see
-    _DELETE_TRIGGERS): those enabled for `session_replication_role = origin`, the default,
-    which archiver never changes."""
+    _DELETE_TRIGGERS), under the connection's `session_replication_role`: archiver never
+    sets it, but a role's or a database's default can."""
     oids = ",".join(str(t.oid) for t in tables)
     rows = fetch_all(conn, _DELETE_TRIGGERS, (oids,))
     found = [DeleteTrigger(str(t), str(n), str(w), str(f), bool(d)) for t, n, w, f, d in rows]

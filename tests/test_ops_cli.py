@@ -115,7 +115,8 @@ def test_dry_run_changes_nothing(
 def test_dry_run_lists_delete_triggers(env: dict[str, str], database_url: str) -> None:
     """A move's dry run names the row-level DELETE triggers that will fire for each moved
     row (constraint and ENABLE ALWAYS ones too); statement-level, insert-only, disabled,
-    replica-only and foreign-key triggers are not listed, and a copy lists none."""
+    replica-only and foreign-key triggers are not listed (but the replica-only ones are
+    where sessions default to session_replication_role = replica), and a copy lists none."""
     sql(
         database_url,
         """
@@ -158,6 +159,15 @@ def test_dry_run_lists_delete_triggers(env: dict[str, str], database_url: str) -
     copy = run_cli(env, *dry_run, "--mode", "copy")
     assert copy.returncode == 0, copy.stderr
     assert "trigger" not in copy.stdout, copy.stdout
+    # a database whose sessions replay replication fires the replica and ALWAYS ones
+    database = sql_value(database_url, "SELECT current_database()")
+    sql(database_url, f'ALTER DATABASE "{database}" SET session_replication_role = replica')
+    replica = run_cli(env, *dry_run)
+    listed = [line for line in replica.stdout.splitlines() if line.startswith("delete trigger")]
+    assert listed == [
+        "delete trigger public.audit: changed (AFTER, for each row)",
+        "delete trigger public.audit: on_replica (AFTER, for each row)",
+    ], replica.stdout
 
 
 def test_job_progress_is_estimated_from_the_cutoff(
