@@ -78,6 +78,28 @@ def first_line(exc: BaseException) -> str:
 
 
 def error_line(exc: BaseException) -> str:
-    """`Type: first line`, redacted: how a job's error is logged and recorded."""
+    """`Type: first line`, redacted: how a job's error is logged and recorded, with the
+    server function it was raised in, if any (see raised_in)."""
     text = str(exc).strip()
-    return redact(f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__)
+    if not text:
+        return type(exc).__name__
+    where = raised_in(exc)
+    return redact(
+        f"{type(exc).__name__}: {text.splitlines()[0]}" + (f" ({where})" if where else "")
+    )
+
+
+_FUNCTION = re.compile(r"^\s*(?:CONTEXT:\s*)?(\S+ function .*\S)\s*$")
+
+
+def raised_in(exc: BaseException) -> str:
+    """`raised in <function>` for a PostgreSQL error raised inside a server function: the
+    outermost function its CONTEXT names, which for a move's DELETE is a trigger's (a
+    trigger's own permission error otherwise reads as archiver's). From the message
+    (ADBC puts CONTEXT there), its details (PG_DIAG_CONTEXT) or asyncpg's `context`."""
+    context = str(exc).partition("CONTEXT:")[2] or str(getattr(exc, "context", None) or "")
+    for key, value in getattr(exc, "details", None) or ():
+        if key == b"PG_DIAG_CONTEXT" and not context:
+            context = value.decode(errors="replace")
+    functions = [m[1] for m in map(_FUNCTION.match, context.splitlines()) if m]
+    return f"raised in {functions[-1]}" if functions else ""

@@ -172,14 +172,24 @@ def test_children_and_their_triggers_are_granted(
         " for move (see `archiver grants`)"
     ], doctor.stdout
 
-    sql(database_url, script)  # as the owner, and what the trigger's comment asks for:
-    sql(database_url, f'GRANT INSERT ON item_log TO "{role}"')
+    sql(database_url, script)  # as the owner
+    enqueue = ["enqueue", "--table", "orders", "--before", "2024-01-01", "--with-children"]
+    assert run_cli(worker_env, *enqueue, "--max-attempts", "1").returncode == 0
+    assert start_worker(worker_env, "--burst").wait(60) == 0
+    failed_job = sql(database_url, "SELECT status, last_error FROM background_jobs")[0]
+    assert failed_job["status"] == "failed", failed_job["last_error"]
+    assert "permission denied for table item_log" in failed_job["last_error"]
+    assert failed_job["last_error"].endswith(  # the trigger's, not archiver's own statement
+        "(raised in PL/pgSQL function log_item() line 1 at SQL statement)"
+    ), failed_job["last_error"]
+
+    sql(database_url, f'GRANT INSERT ON item_log TO "{role}"')  # what the comment asks for
     assert run_cli(worker_env, "doctor", "--config", str(config)).returncode == 0
-    job = run_cli(worker_env, "enqueue", "--table", "orders", "--before", "2024-01-01",
-                  "--with-children")  # fmt: skip
+    job = run_cli(worker_env, *enqueue)
     assert job.returncode == 0, job.stderr
     assert start_worker(worker_env, "--burst").wait(60) == 0
-    row = sql(database_url, "SELECT status, last_error, attempts FROM background_jobs")[0]
+    row = sql(database_url, "SELECT status, last_error, attempts FROM background_jobs "
+                            "WHERE id = $1::uuid", job.stdout.strip())[0]  # fmt: skip
     assert (row["status"], row["attempts"]) == ("completed", 1), row["last_error"]
     assert sql_value(database_url, "SELECT count(*) FROM items") == 3 * (400 - 364)
     assert sql_value(database_url, "SELECT count(*) FROM item_log") == 3 * 364
