@@ -98,8 +98,10 @@ def raised_in(exc: BaseException) -> str:
     trigger's own permission error otherwise reads as archiver's). From the message
     (ADBC puts CONTEXT there), its details (PG_DIAG_CONTEXT) or asyncpg's `context`."""
     context = str(exc).partition("CONTEXT:")[2] or str(getattr(exc, "context", None) or "")
-    for key, value in getattr(exc, "details", None) or ():
-        if key == b"PG_DIAG_CONTEXT" and not context:
-            context = value.decode(errors="replace")
+    details = getattr(exc, "details", None)  # other libraries' errors have their own kind
+    if not context and isinstance(details, list | tuple):
+        found = [v for k, v in (d for d in details if isinstance(d, tuple) and len(d) == 2)
+                 if k == b"PG_DIAG_CONTEXT" and isinstance(v, bytes)]  # fmt: skip
+        context = found[0].decode(errors="replace") if found else ""
     functions = [m[1] for m in map(_FUNCTION.match, context.splitlines()) if m]
     return f"raised in {functions[-1]}" if functions else ""

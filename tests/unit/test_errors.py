@@ -3,6 +3,8 @@ trigger's) says which."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from archiver.errors import error_line
 
 
@@ -44,3 +46,16 @@ def test_error_line_names_the_function_an_error_was_raised_in() -> None:
     plain = AdbcLike('ERROR:  relation "x" does not exist\n. SQLSTATE: 42P01')
     assert error_line(plain) == 'AdbcLike: ERROR:  relation "x" does not exist'
     assert error_line(ValueError()) == "ValueError"
+
+
+class OtherDetails(Exception):
+    details: ClassVar[dict[str, str]] = {"code": "BlobNotFound"}  # another library's kind
+
+
+class WeirdDetails(Exception):
+    details = 3
+
+
+def test_other_libraries_details_are_left_alone() -> None:
+    assert error_line(OtherDetails("not found")) == "OtherDetails: not found"
+    assert error_line(WeirdDetails("odd")) == "WeirdDetails: odd"
