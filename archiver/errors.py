@@ -98,10 +98,10 @@ def raised_in(exc: BaseException) -> str:
     trigger's own permission error otherwise reads as archiver's). From the message
     (ADBC puts CONTEXT there), its details (PG_DIAG_CONTEXT) or asyncpg's `context`."""
     context = str(exc).partition("CONTEXT:")[2] or str(getattr(exc, "context", None) or "")
-    details = getattr(exc, "details", None)  # other libraries' errors have their own kind
+    details = getattr(exc, "details", None)  # ADBC's (key, value) pairs; others differ
     if not context and isinstance(details, list | tuple):
-        found = [v for k, v in (d for d in details if isinstance(d, tuple) and len(d) == 2)
-                 if k == b"PG_DIAG_CONTEXT" and isinstance(v, bytes)]  # fmt: skip
-        context = found[0].decode(errors="replace") if found else ""
+        pairs = [d for d in details if isinstance(d, tuple) and len(d) == 2]
+        values = [v for k, v in pairs if k == b"PG_DIAG_CONTEXT" and isinstance(v, bytes)]
+        context = values[0].decode(errors="replace") if values else ""
     functions = [m[1] for m in map(_FUNCTION.match, context.splitlines()) if m]
     return f"raised in {functions[-1]}" if functions else ""
