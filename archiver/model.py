@@ -285,6 +285,7 @@ class Job:
     limits: dict[str, Any] = field(default_factory=dict)
     throttled_reason: str | None = None
     throttled_since: dt.datetime | None = None
+    claims: int = 0  # every claim, never reset: the token in its file names
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -310,6 +311,7 @@ class Job:
             limits=json.loads(row.get("limits") or "{}"),
             throttled_reason=row.get("throttled_reason"),
             throttled_since=row.get("throttled_since"),
+            claims=row.get("claims", 0),
         )
 
 

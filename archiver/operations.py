@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from archiver import db, jobqueue, partitions, source
 from archiver.aggregates import children_of, describe_aggregate
 from archiver.config import ConfigFile, Settings
-from archiver.errors import ConfigError, InputError
+from archiver.errors import ConfigError, InputError, JobStateError
 from archiver.ident import TableName
 from archiver.model import ArchiveRequest, CatalogFile, Mode, window_opens
 from archiver.references import check_unreferenced
@@ -286,16 +286,46 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     table = selection.table
     if table and not files and "." not in table:
         raise InputError(f"no archived files of table {table!r}; give schema.table")
-    prefix = storage.object_name("")
-    if table or selection.job_id:
-        table = files[0].source_table if files else table
-        job = str(selection.job_id) if selection.job_id else None
-        prefix = storage.object_name(names.job_prefix(str(table), job))
-    return len(files), await asyncio.to_thread(_verify, storage, files, known, prefix)
+    if selection.job_id:
+        job = str(selection.job_id)
+        tables = await job_tables(settings, selection.job_id, files)
+        prefixes = [names.job_prefix(t, job) for t in tables]
+    elif table:
+        prefixes = [names.job_prefix(files[0].source_table if files else table)]
+    else:
+        prefixes = [""]
+    prefixes = [storage.object_name(p) for p in prefixes]
+    return len(files), await asyncio.to_thread(_verify, storage, files, known, prefixes)
+
+
+async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogFile]) -> list[str]:
+    """Every table a job may have uploaded files of: those of its catalogued files, its
+    table (or partition) and, with --with-children, its children as the source has them
+    now. A failed job may have catalogued nothing, and an attempt's uploads of a child
+    come before its root's."""
+    tables = {f.source_table: None for f in files}
+    try:
+        async with db.connection(settings.database_url) as conn:
+            job = await jobqueue.get_job(conn, job_id)
+    except JobStateError:  # pruned (retention): its files are what is left
+        if not files:
+            raise InputError(f"no job {job_id} and no archived files of it") from None
+        return list(tables)
+    if "table" not in job.payload:  # not an archive job
+        return list(tables)
+    request = ArchiveRequest.from_payload(job.payload)
+    tables[request.partition or request.table] = None
+    if request.with_children:
+        try:
+            children = await aggregate_children(settings, [request.table])
+        except InputError:  # the table is gone or changed: its catalogued files still count
+            children = {}
+        tables.update(dict.fromkeys(children.get(request.table, [])))
+    return list(tables)
 
 
 def _verify(
-    storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefix: str
+    storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefixes: list[str]
 ) -> list[str]:
     from archiver.restore import verify_file
 
@@ -307,7 +337,10 @@ def _verify(
             problems += verify_file(storage, f, workdir)
     paths = {f.path for f in known if f.storage_url == here}
     problems += [
-        f"{o.name}: not in the catalog" for o in storage.list(prefix) if o.name not in paths
+        f"{o.name}: not in the catalog"
+        for prefix in prefixes
+        for o in storage.list(prefix)
+        if o.name not in paths
     ]
     return problems
 

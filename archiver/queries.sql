@@ -30,7 +30,7 @@ picked AS (
         FROM candidates) c
     WHERE n = 1)
 UPDATE background_jobs j
-SET status = 'running', locked_by = $1, attempts = j.attempts + 1,
+SET status = 'running', locked_by = $1, attempts = j.attempts + 1, claims = j.claims + 1,
     started_at = COALESCE(j.started_at, now()), heartbeat_at = now(), finished_at = NULL
 FROM picked WHERE j.id = picked.id
 RETURNING j.*

@@ -393,7 +393,7 @@ class Worker:
                 catalog_conn,
                 job_id=str(job.id),
                 worker=self.name,
-                attempt=job.attempts,
+                attempt=job.claims,
                 request=request,
                 storage=self.storage,
                 same_database=settings.same_database,

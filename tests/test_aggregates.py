@@ -301,6 +301,10 @@ def test_a_frozen_worker_past_its_lease(
     catalogued = {r["path"] for r in sql(database_url, "SELECT path FROM archive_files")}
     stray = frozenset(blob_names(azurite.connection_string, container)) - catalogued
     assert stray and all("-a001-" in name for name in stray)  # the frozen attempt's upload
+    verify = run_cli(env, "verify", "--job", job_id)  # it looks under every table's name
+    assert verify.returncode == 1 and all(
+        f"{n}: not in the catalog" in verify.stdout for n in stray
+    )
     # the frozen worker's rows were locked, so skipped by the rescuer: the next archive
     # takes them; what was archived is archived once
     leftover = leaving(database_url)

@@ -456,6 +456,37 @@ def test_failed_attempts_back_off_then_fail_keeping_errors(
     assert retried.returncode == 0 and job_row(database_url, job_id)["status"] == "queued"
 
 
+@pytest.mark.slow
+def test_a_retried_job_sweeps_the_uploads_of_its_failed_attempts(
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    """Found in a trial: `retry` starts the attempts again, and the file-name token was
+    the attempt, so the retried job's attempt 1 left the failed attempt 2's upload
+    forever (its sweep deletes earlier tokens) and `verify --job` did not see it."""
+    seed_orders(database_url, 20_000)
+    expected = old_ids(database_url)
+    job_id = enqueue(fast, "--max-attempts", "2")
+    failing = start_worker({**fast, "ARCHIVER_FAILPOINTS": "before_commit=raise"})
+    wait_for_status(database_url, job_id, "failed", timeout=60)
+    assert stop(failing) == 0
+    (stray,) = blob_etags(azurite.connection_string, container)  # attempt 2 swept attempt 1's
+    assert "-a002-part-00001" in stray
+    verify = run_cli(fast, "verify", "--job", job_id)
+    assert verify.returncode == 1 and f"{stray}: not in the catalog" in verify.stdout
+
+    assert run_cli(fast, "retry", job_id).returncode == 0
+    worker = start_worker(fast)
+    row = wait_for_status(database_url, job_id, "completed")
+    assert stop(worker) == 0
+    assert (row["attempts"], row["claims"]) == (1, 3)
+    catalogued = {r["path"] for r in sql(database_url, "SELECT path FROM archive_files")}
+    assert catalogued and all("-a003-part-" in path for path in catalogued)
+    assert set(blob_etags(azurite.connection_string, container)) == catalogued
+    verify = run_cli(fast, "verify", "--job", job_id)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
 def test_retention_prunes_finished_jobs_and_keeps_files(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str
 ) -> None:

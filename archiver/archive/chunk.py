@@ -97,7 +97,7 @@ class JobContext:
     """What every chunk of one job shares."""
 
     job_id: str
-    attempt: int
+    attempt: int  # the job's claim count: the fencing token in its file names
     request: ArchiveRequest
     queries: ChunkQueries
     source: BulkConnection

@@ -2,7 +2,9 @@
 
 `<schema.table>/job-<id>-a<attempt>-part-<part>.parquet`, under the storage's prefix. The
 attempt is a fencing token: a worker that lost its job while paused mid-upload writes its
-own attempt's name, never the one of the worker that took the job over.
+own attempt's name, never the one of the worker that took the job over. It is the job's
+claim count (background_jobs.claims), which only grows; not `attempts`, the retry
+budget, which a graceful hand-back gives back and `archiver retry` starts again.
 """
 
 from __future__ import annotations
