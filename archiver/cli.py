@@ -10,8 +10,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+import adbc_driver_manager
 import asyncpg
 
 from archiver import db, failpoints
@@ -35,7 +36,7 @@ from archiver.commands import (
     cmd_worker,
 )
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
-from archiver.errors import ArchiverError, redact
+from archiver.errors import ArchiverError, first_line, redact
 from archiver.logs import setup_logging
 from archiver.model import Mode, Status
 
@@ -58,6 +59,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """A malformed command line is one line on stderr, as every other bad input is (not
+    argparse's usage block, which `--help` prints); exit code 2, argparse's own."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 class _Subcommands:
     """add_parser with the options every subcommand shares."""
 
@@ -70,7 +79,7 @@ class _Subcommands:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="archiver",
         description="Move old PostgreSQL rows into Parquet on Azure Blob Storage: "
         "no row lost, none archived twice.",
@@ -309,8 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), args.verbose)
     except asyncpg.UndefinedTableError as exc:
         return _fail(f"{exc}; run `archiver migrate` first", args.verbose)
-    except (asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
-        return _fail(f"database error: {exc}", args.verbose)
+    except (asyncpg.PostgresError, adbc_driver_manager.Error, *db.CONNECTION_ERRORS) as exc:
+        return _fail(f"database error: {first_line(exc)}", args.verbose)
     except KeyboardInterrupt:
         return 130
 

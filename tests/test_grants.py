@@ -100,9 +100,13 @@ def test_a_role_that_does_not_own_a_partitioned_table_moves_its_rows(
     printed = run_cli(env, "grants", "--role", role, "--table", "events")
     assert printed.returncode == 0, printed.stderr
     assert "the table's owner" in printed.stdout
-    sql(database_url, printed.stdout)
     worker_env = {**env, "ARCHIVER_DATABASE_URL": as_role(database_url, role)}
     enqueue = ["enqueue", "--table", "events", "--before", CUTOFF]
+    ungranted = run_cli(worker_env, *enqueue, "--dry-run")  # found in a trial: a traceback
+    assert ungranted.returncode == 1 and ungranted.stderr.count("\n") == 1, ungranted.stderr
+    assert "database error:" in ungranted.stderr
+    assert "permission denied for table events" in ungranted.stderr
+    sql(database_url, printed.stdout)
     refused = run_cli(worker_env, *enqueue, "--partitions", "drop")
     assert refused.returncode == 1 and "only the owner of public.events" in refused.stderr
     job = run_cli(worker_env, *enqueue)  # auto: by rows, since it cannot drop

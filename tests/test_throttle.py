@@ -95,7 +95,10 @@ def test_throttle_refuses_bad_input(env: dict[str, str], database_url: str) -> N
     bad = run_cli(
         env, "throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "-3"
     )
-    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert (
+        bad.stderr.startswith("archiver throttle: error: ") and "must be at least 1" in bad.stderr
+    )
 
 
 def test_policies_carry_limits_into_their_jobs(
