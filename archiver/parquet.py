@@ -13,7 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver.pgtypes import PG_TEXT_SUFFIX
-from archiver.pgtypes.arrow import converter_for, split_special, unscaled_decimal
+from archiver.pgtypes.arrow import (
+    converter_for,
+    numeric_metadata,
+    split_special,
+    unscaled_decimal,
+)
 
 # Of Arrow data; each write call ends a row group, and a row group's batches wait in
 # memory until it is written (~125k reference rows, about DuckDB's default group). With
@@ -58,7 +63,12 @@ class ParquetFileWriter:
         table_fields = [f for f in source_schema if f.name not in companion_names]
         decimals = dict(unscaled or {})
         pairs = [
-            (f.with_type(pa.decimal128(*decimals[f.name])), unscaled_decimal(*decimals[f.name]))
+            (
+                f.with_type(pa.decimal128(*decimals[f.name])).with_metadata(
+                    numeric_metadata(*decimals[f.name])
+                ),
+                unscaled_decimal(*decimals[f.name]),
+            )
             if f.name in decimals
             else converter_for(f)
             for f in table_fields

@@ -127,6 +127,9 @@ def test_files_carry_types_and_metadata(
         "(Timestamp(isAdjustedToUTC=true",
     ):
         assert logical in schema, schema
+    # read as unscaled int64, written as DECIMAL: its field says numeric, not int8 (a trial)
+    total = pq.read_schema(local).field("total")
+    assert total.metadata == {b"POSTGRESQL:type": b"numeric", b"POSTGRESQL:typmod": b"786438"}
     # Dictionary encoding on the enum only (pgtypes.dictionary_encoded).
     group = meta.row_group(0)
     encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(8)}

@@ -63,6 +63,13 @@ def converter_for(field: pa.Field) -> tuple[pa.Field, Converter | None]:
     return field, None
 
 
+def numeric_metadata(precision: int, scale: int) -> dict[bytes, bytes]:
+    """The field metadata the driver gives a numeric(p, s) column it reads as numeric; one
+    selected as unscaled int64 would otherwise keep the driver's int8 in its file."""
+    typmod = ((precision << 16) | scale) + 4  # PostgreSQL's numeric typmod
+    return {b"POSTGRESQL:type": b"numeric", b"POSTGRESQL:typmod": str(typmod).encode()}
+
+
 def unscaled_decimal(precision: int, scale: int) -> Converter:
     """int64 unscaled values (see pgtypes.sql.SCALED_MAX_PRECISION) -> Decimal128(p, s):
     cast to Decimal128(19, 0), which holds every int64 exactly, then read the same 128-bit
