@@ -322,7 +322,8 @@ def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
         ("uses an index", index),
     ]
     for p in plan.get("partitions", []):
-        how = "whole: archived, then dropped or detached" if p["whole"] else "by rows"
+        then = "dropped" if plan["partition_action"] == "drop" else "detached"
+        how = f"whole: archived, then {then}" if p["whole"] else "by rows"
         fields.append(
             ("partition", f"{p['partition']}: {how} (~{p['rows']:,} rows, {size(p['bytes'])})")
         )

@@ -49,8 +49,10 @@ class ArchivePlan:
     indexes: tuple[str, ...]  # indexes the chunk statement uses
     sequential_scan: bool  # the chunk statement scans the whole table
     children: tuple[ChildPlan, ...] = ()  # --with-children: the aggregate's other tables
-    # move mode on a range-partitioned table: (partition, bytes, rows, taken whole)
+    # move mode on a range-partitioned table: (partition, bytes, rows, taken whole), and
+    # what becomes of those taken whole (drop or detach)
     partitions: tuple[tuple[str, int, int, bool], ...] = ()
+    partition_action: PartitionAction = PartitionAction.ROWS
     triggers: tuple[source.DeleteTrigger, ...] = ()  # move mode: fire once per moved row
 
     def to_json(self) -> dict[str, Any]:
@@ -60,6 +62,7 @@ class ArchivePlan:
                 {"partition": n, "bytes": b, "rows": r, "whole": w}
                 for n, b, r, w in self.partitions
             ],
+            "partition_action": str(self.partition_action),
             "table": self.table,
             "rows": self.rows,
             "chunk_rows": self.chunk_rows,
@@ -106,6 +109,7 @@ def plan_archive(
     plan = source.explain_archive(
         conn, queries, request.cutoff, chunk_rows, move=request.mode == Mode.MOVE
     )
+    action, parts = _partitions(conn, request, queries)
     return ArchivePlan(
         table=queries.table.qualified,
         rows=plan.rows_older,
@@ -120,7 +124,8 @@ def plan_archive(
             ChildPlan(table, int(plan.rows_older * share), unindexed)
             for table, share, unindexed in shares
         ),
-        partitions=_partitions(conn, request, queries),
+        partitions=parts,
+        partition_action=action,
         triggers=tuple(source.delete_triggers(conn, deleted_from))
         if list_triggers and request.mode == Mode.MOVE
         else (),
@@ -129,9 +134,10 @@ def plan_archive(
 
 def _partitions(
     conn: BulkConnection, request: ArchiveRequest, queries: source.ChunkQueries
-) -> tuple[tuple[str, int, int, bool], ...]:
+) -> tuple[PartitionAction, tuple[tuple[str, int, int, bool], ...]]:
     action, _, _ = whole_partitions(conn, request, queries)
+    action = PartitionAction(action)
     if action == PartitionAction.ROWS or request.partition is not None:
-        return ()
+        return action, ()
     found = partitions(conn, queries.table, queries.cutoff_column, request.cutoff) or []
-    return tuple((p.qualified, p.bytes, p.rows, p.whole) for p in found if p.older_rows)
+    return action, tuple((p.qualified, p.bytes, p.rows, p.whole) for p in found if p.older_rows)

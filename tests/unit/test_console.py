@@ -62,8 +62,10 @@ def test_plan_report() -> None:
     assert "trigger" not in report
 
     plan["partitions"] = [{"partition": "public.orders_2023", "bytes": 9, "rows": 9, "whole": True}]
+    plan["partition_action"] = "detach"
     plan["delete_triggers"] = [{"table": "public.orders", "name": "audit", "timing": "AFTER"}]
     lines = console.plan_report(plan, "2024-01-01", "move").splitlines()
+    assert "partition      public.orders_2023: whole: archived, then detached (~9 rows" in lines[-3]
     assert lines[-2:] == [
         "delete trigger public.orders: audit (AFTER, for each row)",
         "               each fires once per moved row, inside its chunk's transaction"
