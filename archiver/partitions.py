@@ -161,7 +161,7 @@ def partitions(
 
 def whole_partitions(
     conn: BulkConnection, request: ArchiveRequest, queries: ChunkQueries
-) -> tuple[str, list[str], list[str]]:
+) -> tuple[PartitionAction, list[str], list[str]]:
     """How a move treats the table's partitions ("drop", "detach" or "rows"; "auto": drop
     where it applies and this role owns the table), the partitions it takes whole and
     those whose older rows it moves row by row (partly old, DEFAULT, sub-partitioned)."""

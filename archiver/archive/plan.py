@@ -136,7 +136,6 @@ def _partitions(
     conn: BulkConnection, request: ArchiveRequest, queries: source.ChunkQueries
 ) -> tuple[PartitionAction, tuple[tuple[str, int, int, bool], ...]]:
     action, _, _ = whole_partitions(conn, request, queries)
-    action = PartitionAction(action)
     if action == PartitionAction.ROWS or request.partition is not None:
         return action, ()
     found = partitions(conn, queries.table, queries.cutoff_column, request.cutoff) or []
