@@ -321,8 +321,8 @@ def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
         ("chunks", f"{plan['chunks']:,} of up to {plan['chunk_rows']:,} rows"),
         ("uses an index", index),
     ]
+    then = "dropped" if plan.get("partition_action") == "drop" else "detached"
     for p in plan.get("partitions", []):
-        then = "dropped" if plan["partition_action"] == "drop" else "detached"
         how = f"whole: archived, then {then}" if p["whole"] else "by rows"
         fields.append(
             ("partition", f"{p['partition']}: {how} (~{p['rows']:,} rows, {size(p['bytes'])})")

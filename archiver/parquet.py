@@ -13,12 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver.pgtypes import PG_TEXT_SUFFIX
-from archiver.pgtypes.arrow import (
-    converter_for,
-    numeric_metadata,
-    split_special,
-    unscaled_decimal,
-)
+from archiver.pgtypes.arrow import converter_for, split_special, unscaled_column
 
 # Of Arrow data; each write call ends a row group, and a row group's batches wait in
 # memory until it is written (~125k reference rows, about DuckDB's default group). With
@@ -63,14 +58,7 @@ class ParquetFileWriter:
         table_fields = [f for f in source_schema if f.name not in companion_names]
         decimals = dict(unscaled or {})
         pairs = [
-            (
-                f.with_type(pa.decimal128(*decimals[f.name])).with_metadata(
-                    numeric_metadata(*decimals[f.name])
-                ),
-                unscaled_decimal(*decimals[f.name]),
-            )
-            if f.name in decimals
-            else converter_for(f)
+            unscaled_column(f, *decimals[f.name]) if f.name in decimals else converter_for(f)
             for f in table_fields
         ]
         self._converters = [c for _, c in pairs]

@@ -63,11 +63,14 @@ def converter_for(field: pa.Field) -> tuple[pa.Field, Converter | None]:
     return field, None
 
 
-def numeric_metadata(precision: int, scale: int) -> dict[bytes, bytes]:
-    """The field metadata the driver gives a numeric(p, s) column it reads as numeric; one
-    selected as unscaled int64 would otherwise keep the driver's int8 in its file."""
-    typmod = ((precision << 16) | scale) + 4  # PostgreSQL's numeric typmod
-    return {b"POSTGRESQL:type": b"numeric", b"POSTGRESQL:typmod": str(typmod).encode()}
+def unscaled_column(field: pa.Field, precision: int, scale: int) -> tuple[pa.Field, Converter]:
+    """converter_for a numeric(p, s) column selected as its unscaled int64: a Decimal128
+    field that says numeric, as the driver says of a numeric it reads itself (it said
+    int8, the type the column was selected as)."""
+    typmod = ((precision << 16) | scale) + 4  # the inverse of pgtypes.sql.decimal_of
+    meta = {b"POSTGRESQL:type": b"numeric", b"POSTGRESQL:typmod": str(typmod).encode()}
+    decimal = pa.decimal128(precision, scale)
+    return field.with_type(decimal).with_metadata(meta), unscaled_decimal(precision, scale)
 
 
 def unscaled_decimal(precision: int, scale: int) -> Converter:
