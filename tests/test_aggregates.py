@@ -7,6 +7,7 @@ with lost 0 / twice 0 over every table."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from collections import Counter
@@ -252,6 +253,34 @@ def test_an_aggregate_copied_from_one_snapshot(
     # children's files cover no cutoff range (-infinity..infinity in the catalog)
     status = run_cli(env, "status")
     assert status.returncode == 0 and "infinity" in status.stdout, status.stderr
+
+
+def test_an_aggregates_progress_counts_every_table(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """What an operator reads in archiver_running_jobs halfway through: rows and files of
+    every table against estimates of every table (not the root's alone, which its rows
+    done passed after the first chunk: 100% done, no ETA)."""
+    seed(database_url, orders=300)
+    before, expected = snapshot(database_url), leaving(database_url)
+    total = sum(len(keys) for keys in expected.values())
+    (job_id,) = enqueue(env)  # 200 old orders, 60 a chunk: 4 chunks of 5 tables' files
+    fast = fast_env(env)
+    kill_at_failpoint(fast, "after_commit", tmp_path / "a.log")  # the first chunk committed
+    (row,) = sql(database_url, "SELECT * FROM archiver_running_jobs")
+    files = sql(database_url, "SELECT row_count FROM archive_files")
+    assert (row["chunks_done"], row["chunks_estimated"]) == (len(files), 20), row
+    assert row["rows_done"] == sum(f["row_count"] for f in files) < total / 2
+    # the planner assumes children spread evenly over all orders; old orders have more
+    assert 0.7 * total <= row["rows_estimated"] <= 1.2 * total, (row, total)
+    assert 10 < row["progress_pct"] < 50, (row["rows_done"], row["rows_estimated"])
+    b = start_worker(fast, log=tmp_path / "b.log")  # takes it over once its lease is out
+    wait_for_status(database_url, job_id, "completed")
+    stop(b)
+    (done,) = sql(database_url, "SELECT progress::text FROM background_jobs")
+    progress = json.loads(done["progress"])
+    assert (progress["rows"], progress["rows_estimated"]) == (total, total)
+    check_exactly_once(database_url, azurite, container, before, expected)
 
 
 @pytest.mark.slow

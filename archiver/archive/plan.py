@@ -55,6 +55,17 @@ class ArchivePlan:
     partition_action: PartitionAction = PartitionAction.ROWS
     triggers: tuple[source.DeleteTrigger, ...] = ()  # move mode: fire once per moved row
 
+    @property
+    def rows_moved(self) -> int:
+        """The rows of every table the job takes: what its progress counts."""
+        return self.rows + sum(c.rows for c in self.children)
+
+    @property
+    def files(self) -> int:
+        """The files the job writes, one a chunk per table with rows: what its progress
+        counts as chunks (an aggregate's chunk writes several)."""
+        return self.chunks * (1 + sum(1 for c in self.children if c.rows))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "children": [c.to_json() for c in self.children],
