@@ -41,10 +41,12 @@ class FileState(StrEnum):
 @dataclass(frozen=True)
 class KeyRange:
     """Keys in (after, through] of a one-column primary key, as PostgreSQL text; None
-    is unbounded. One part of an archive split for parallel workers."""
+    is unbounded. One of `parts` of an archive split for parallel workers, each holding about
+    as many rows older than the cutoff (None: a job queued before it was kept)."""
 
     after: str | None
     through: str | None
+    parts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,9 @@ class ArchiveRequest:
             cutoff=payload["cutoff"],
             mode=Mode(payload["mode"]),
             chunk_rows=payload.get("chunk_rows"),
-            key_range=KeyRange(bounds["after"], bounds["through"]) if bounds else None,
+            key_range=KeyRange(bounds["after"], bounds["through"], bounds.get("parts"))
+            if bounds
+            else None,
             group=payload.get("group"),
             cdc_marker=payload.get("cdc_marker", True),
             vacuum=payload.get("vacuum", False),
@@ -115,7 +119,8 @@ class ArchiveRequest:
         if self.partition is not None:
             data["partition"] = self.partition
         if self.key_range is not None:
-            data["key_range"] = {"after": self.key_range.after, "through": self.key_range.through}
+            r = self.key_range
+            data["key_range"] = {"after": r.after, "through": r.through, "parts": r.parts}
             data["group"] = self.group
         return data
 

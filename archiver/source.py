@@ -431,7 +431,8 @@ class ChunkQueries:
         )
         bounds = list(dict.fromkeys(b for b in (found[0][0] or []) if b is not None))
         edges: list[str | None] = [None, *bounds, None]
-        return [KeyRange(lo, hi) for lo, hi in itertools.pairwise(edges)]
+        parts = len(edges) - 1  # quantiles: each range holds about as many old rows
+        return [KeyRange(lo, hi, parts) for lo, hi in itertools.pairwise(edges)]
 
 
 def bind_chunk(

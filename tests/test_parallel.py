@@ -4,6 +4,7 @@ and claims of several jobs per round trip."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.exactly_once import assert_exactly_once
 from tests.support import (
     Azurite,
     archiver_cmd,
+    kill_at_failpoint,
     run_cli,
     sql,
     sql_value,
@@ -64,6 +66,38 @@ def test_parallel_ranges_move_each_row_exactly_once(
     assert (
         sql_value(database_url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
     )
+
+
+def test_a_parallel_jobs_progress_estimates_its_own_range(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    """archiver_running_jobs after the first chunk of one of three key ranges: its
+    estimates are of its range's rows, not the whole table's (15.7% done where 47% was)."""
+    seed_orders(database_url, 30_000)
+    result = run_cli(
+        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--parallel", "3",
+        "--chunk-rows", "2000",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    kill_at_failpoint(env, "after_commit", tmp_path / "worker.log")
+    (row,) = sql(database_url, "SELECT * FROM archiver_running_jobs")
+    bounds = json.loads(
+        sql_value(database_url, "SELECT payload->>'key_range' FROM background_jobs WHERE id = $1",
+                  row["id"])
+    )  # fmt: skip
+    assert bounds["parts"] == 3
+    left = sql_value(
+        database_url,
+        "SELECT count(*) FROM orders WHERE created_at < $1::timestamptz"
+        " AND ($2::bigint IS NULL OR id > $2::bigint) AND ($3::bigint IS NULL OR id <= $3::bigint)",
+        dt.datetime.fromisoformat(CUTOFF).replace(tzinfo=dt.UTC),
+        bounds["after"] and int(bounds["after"]),
+        bounds["through"] and int(bounds["through"]),
+    )
+    in_range = left + row["rows_done"]  # those its first chunk moved are gone
+    assert 0.8 * in_range <= row["rows_estimated"] <= 1.25 * in_range, (row, in_range)
+    assert row["chunks_estimated"] == -(-row["rows_estimated"] // 2000)
+    assert 25 < row["progress_pct"] < 75, (row["rows_done"], row["rows_estimated"])
 
 
 def test_parallel_refuses_a_multi_column_key(env: dict[str, str], database_url: str) -> None:

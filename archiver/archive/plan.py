@@ -120,20 +120,24 @@ def plan_archive(
     plan = source.explain_archive(
         conn, queries, request.cutoff, chunk_rows, move=request.mode == Mode.MOVE
     )
+    older = plan.rows_older
+    # One of a split archive's ranges holds its share of them (split makes them even).
+    # Not EXPLAINed with the range: the planner takes the key range and the cutoff as
+    # independent, and keys and dates mostly rise together (9,124 estimated that way for
+    # a range of 4,240 of the reference table's old rows).
+    if request.key_range is not None and request.key_range.parts:
+        older = -(-older // request.key_range.parts)
     action, parts = _partitions(conn, request, queries)
     return ArchivePlan(
         table=queries.table.qualified,
-        rows=plan.rows_older,
+        rows=older,
         chunk_rows=chunk_rows,
-        chunks=-(-plan.rows_older // chunk_rows),
-        parquet_bytes=int(plan.rows_older * aggregate_width * PARQUET_RATIO)
-        if aggregate_width > 0
-        else None,
+        chunks=-(-older // chunk_rows),
+        parquet_bytes=int(older * aggregate_width * PARQUET_RATIO) if aggregate_width > 0 else None,
         indexes=plan.indexes,
         sequential_scan=plan.sequential_scan,
         children=tuple(
-            ChildPlan(table, int(plan.rows_older * share), unindexed)
-            for table, share, unindexed in shares
+            ChildPlan(table, int(older * share), unindexed) for table, share, unindexed in shares
         ),
         partitions=parts,
         partition_action=action,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -57,6 +58,10 @@ def test_request_payload_round_trip_and_keys() -> None:
         "public.t", "c", "2024-01-01", Mode.MOVE, key_range=KeyRange("10", None), group="g"
     )
     assert ArchiveRequest.from_payload(part.payload()) == part
+    third = dataclasses.replace(part, key_range=KeyRange("10", "20", 3))
+    assert ArchiveRequest.from_payload(json.loads(json.dumps(third.payload()))) == third
+    older = {**third.payload(), "key_range": {"after": "10", "through": "20"}}  # queued before
+    assert ArchiveRequest.from_payload(older).key_range == KeyRange("10", "20", None)
     quiet = ArchiveRequest("public.t", "c", "2024-01-01", Mode.MOVE, cdc_marker=False)
     assert ArchiveRequest.from_payload(quiet.payload()) == quiet
     assert "cdc_marker" not in r.payload()  # the default is not written: old payloads read the same
