@@ -113,7 +113,7 @@ def start_job(job: JobContext, saved: Progress) -> Progress:
     if not progress.chunk_rows:  # a new job: estimate once; a resumed one keeps its figures
         plan = plan_archive(job.source, job.request, job.queries)
         progress.chunk_rows = plan.chunk_rows
-        progress.rows_estimated = max(progress.rows_estimated, plan.rows_moved)
+        progress.rows_estimated = max(progress.rows_estimated, plan.rows_archived)
         progress.chunks_estimated = max(progress.chunks_estimated, plan.files, 1)
     return progress
 

@@ -56,8 +56,8 @@ class ArchivePlan:
     triggers: tuple[source.DeleteTrigger, ...] = ()  # move mode: fire once per moved row
 
     @property
-    def rows_moved(self) -> int:
-        """The rows of every table the job takes: what its progress counts."""
+    def rows_archived(self) -> int:
+        """The rows of every table the job archives: what its progress counts."""
         return self.rows + sum(c.rows for c in self.children)
 
     @property
