@@ -74,7 +74,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     for job in queued:
         print(job.job_id)
     if group:
-        print(f"group {group}: {len(queued)} jobs", file=sys.stderr)
+        print(f"group {group}: {console.counted(len(queued), 'job')}", file=sys.stderr)
     if args.wait:
         sys.stdout.flush()
         for job in queued:
@@ -297,7 +297,9 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     )
     target = args.into or ", ".join(sorted({f.source_table for f in files}))
     verb = "would restore" if args.dry_run else "restored"
-    print(f"{verb} {rows} rows from {len(files)} files into {target}")
+    print(
+        f"{verb} {console.counted(rows, 'row')} from {console.counted(len(files), 'file')} into {target}"
+    )
     return 0
 
 
@@ -308,7 +310,8 @@ async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     checked, problems = await operations.verify(settings, selection)
     for line in problems:
         print(line)
-    print(f"verified {checked} files: {len(problems)} problems", file=sys.stderr)
+    found = console.counted(len(problems), "problem")
+    print(f"verified {console.counted(checked, 'file')}: {found}", file=sys.stderr)
     if problems:
-        raise VerificationError(f"verify found {len(problems)} problems (listed above)")
+        raise VerificationError(f"verify found {found} (listed above)")
     return 0

@@ -50,6 +50,11 @@ def dumps(value: Any) -> str:
     return json.dumps(value, indent=2, default=_json_default)
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 file', '3 files': a count in a sentence."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def size(nbytes: float | None) -> str:
     if nbytes is None:
         return "-"

@@ -473,6 +473,7 @@ def test_a_retried_job_sweeps_the_uploads_of_its_failed_attempts(
     assert "-a002-part-00001" in stray
     verify = run_cli(fast, "verify", "--job", job_id)
     assert verify.returncode == 1 and f"{stray}: not in the catalog" in verify.stdout
+    assert "verified 0 files: 1 problem\n" in verify.stderr, verify.stderr
 
     assert run_cli(fast, "retry", job_id).returncode == 0
     worker = start_worker(fast)

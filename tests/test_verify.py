@@ -61,6 +61,7 @@ def test_verify_catches_a_file_that_disagrees_with_its_catalog_row(
     result = run_cli(env, "verify")
     assert result.returncode != 0
     assert "1500 rows, catalog says 1501" in result.stdout
+    assert "verified 1 file: 1 problem\n" in result.stderr, result.stderr
     sql(database_url, "UPDATE archive_files SET row_count = row_count - 1")
     result = run_cli(env, "verify")
     assert result.returncode != 0

@@ -71,3 +71,7 @@ def test_plan_report() -> None:
         "               each fires once per moved row, inside its chunk's transaction"
         " (not for the partitions taken whole)",
     ]
+
+
+def test_counted() -> None:
+    assert [console.counted(n, "file") for n in (0, 1, 2)] == ["0 files", "1 file", "2 files"]
