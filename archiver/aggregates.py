@@ -81,8 +81,8 @@ class AggregateQueries:
                 refs = " OR ".join(
                     f"EXISTS (SELECT FROM {self.member(k.parent).temp} p WHERE "
                     + " AND ".join(
-                        f"p.{quote_ident(r)} = c.{quote_ident(c)}"
-                        for c, r in zip(k.columns, k.referenced, strict=True)
+                        f"p.{quote_ident(r)} {eq} c.{quote_ident(c)}"
+                        for c, r, eq in zip(k.columns, k.referenced, k.equals, strict=True)
                     )
                     + ")"
                     for k in m.parents

@@ -67,7 +67,11 @@ def check_unreferenced(conn: BulkConnection, table: str, table_oid: int) -> None
 
 # Every foreign key pointing at the table or one of its partitions, with the referencing
 # table as its partition tree's root (rows of a partitioned child are taken through it)
-# and both sides' columns by name, in key order.
+# and both sides' columns by name, in key order, with the constraint's own equality
+# operators (parent = child) by schema, as PostgreSQL's referential triggers use them: a
+# bare `=` resolves through the search_path, and between citext columns of an extension
+# off it means text's case-sensitive equality, which would miss children PostgreSQL's
+# ON DELETE CASCADE then deletes unarchived.
 _FOREIGN_KEYS = """
 SELECT con.conname::text, con.confdeltype::text,
        child.oid::bigint, cn.nspname::text || '.' || child.relname::text,
@@ -75,6 +79,10 @@ SELECT con.conname::text, con.confdeltype::text,
              JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n ORDER BY k.i),
        ARRAY(SELECT a.attname::text FROM unnest(con.confkey) WITH ORDINALITY k(n, i)
              JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n ORDER BY k.i),
+       ARRAY(SELECT 'OPERATOR(' || quote_ident(n.nspname) || '.' || o.oprname || ')'
+             FROM unnest(con.conpfeqop) WITH ORDINALITY k(op, i)
+             JOIN pg_operator o ON o.oid = k.op JOIN pg_namespace n ON n.oid = o.oprnamespace
+             ORDER BY k.i),
        EXISTS (SELECT FROM pg_index i
                WHERE i.indrelid IN (con.conrelid, child.oid)
                  AND (i.indkey::int2[])[0:cardinality(con.conkey) - 1] @> con.conkey
@@ -100,6 +108,7 @@ class ForeignKey:
     columns: tuple[str, ...]
     parent: str
     referenced: tuple[str, ...]
+    equals: tuple[str, ...]  # parent = child, per column: OPERATOR(schema.=)
     indexed: bool  # an index on the child leads with the key's columns
 
     def __str__(self) -> str:
@@ -110,7 +119,7 @@ def foreign_keys_to(conn: BulkConnection, table: str, table_oid: int) -> list[Fo
     """Every foreign key referencing `table`; one declared on each partition of a
     partitioned child counts once, for the partitioned table."""
     found: dict[tuple[str, tuple[str, ...], tuple[str, ...]], ForeignKey] = {}
-    for name, action, oid, child, columns, referenced, indexed in fetch_all(
+    for name, action, oid, child, columns, referenced, equals, indexed in fetch_all(
         conn, _FOREIGN_KEYS, (table_oid,)
     ):
         key = ForeignKey(
@@ -121,6 +130,7 @@ def foreign_keys_to(conn: BulkConnection, table: str, table_oid: int) -> list[Fo
             tuple(columns),
             table,
             tuple(referenced),
+            tuple(equals),
             bool(indexed),
         )
         found.setdefault((key.child, key.columns, key.referenced), key)

@@ -223,7 +223,8 @@ def _restore_file(
         )
     else:  # a table archived with its parents' rows: in a range restore, the rows
         # whose parents are (back) in place, the others stay archived
-        present = " AND ".join(f"({_references_present(k, values)})" for k in parents)
+        retyped = {name for name, _, _ in mapped.retyped}
+        present = " AND ".join(f"({_references_present(k, values, retyped)})" for k in parents)
         where = f"(($1::text IS NULL AND $2::text IS NULL) OR ({present or 'false'}))"
     params = (plan.cutoff_from, plan.cutoff_to)
     stage = f"{quote_ident(STAGE)} s"
@@ -337,12 +338,15 @@ def parents_first_today(
     return parents_first(tables[0], tables, keys), keys
 
 
-def _references_present(key: ForeignKey, values: dict[str, str]) -> str:
-    """SQL: the staged row's `key` references nothing (a NULL) or a row now in its parent."""
+def _references_present(key: ForeignKey, values: dict[str, str], retyped: set[str]) -> str:
+    """SQL: the staged row's `key` references nothing (a NULL) or a row now in its parent,
+    compared with the constraint's own equality, unless the column's type changed since
+    it was archived (the operator is today's types')."""
     parent = TableName.parse(key.parent)
     archived = [values.get(c, "NULL") for c in key.columns]  # a column added since: NULL
     match = " AND ".join(
-        f"p.{quote_ident(r)} = {v}" for v, r in zip(archived, key.referenced, strict=True)
+        f"p.{quote_ident(r)} {'=' if c in retyped else eq} {v}"
+        for c, v, r, eq in zip(key.columns, archived, key.referenced, key.equals, strict=True)
     )
     nulls = " OR ".join(f"{v} IS NULL" for v in archived)
     return (

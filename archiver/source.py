@@ -29,9 +29,10 @@ SPLIT_SAMPLE_ROWS = 100_000  # rows sampled to place the boundaries of --paralle
 # PostgreSQL reads back exactly.
 ARROW_ORDERED_KEYS = ("int2", "int4", "int8", "uuid", "date", "timestamp", "timestamptz")
 # Key types PostgreSQL orders its own way -- text in the column's collation, char(n)
-# without its padding, numeric with NaN above all -- so a chunk's first and last key (the
-# resume point and the catalog's key range) come from PostgreSQL, never from Arrow.
-PG_ORDERED_KEYS = ("text", "varchar", "bpchar", "numeric")
+# without its padding, citext case-insensitively, numeric with NaN above all -- so a
+# chunk's first and last key (the resume point and the catalog's key range) come from
+# PostgreSQL, never from Arrow.
+PG_ORDERED_KEYS = ("text", "varchar", "bpchar", "citext", "numeric")
 KEY_TYPES = ARROW_ORDERED_KEYS + PG_ORDERED_KEYS
 # Columns a move chunk of a PG-ordered key returns besides the row: its first and last
 # key, in PostgreSQL's order, as JSON arrays of text (the same value on every row).
@@ -54,7 +55,9 @@ SELECT a.attname::text,
        COALESCE(base.typcategory, t.typcategory)::text,
        COALESCE(NULLIF(a.atttypmod, -1), t.typtypmod),
        COALESCE(elem_base.typname, elem.typname, '')::text,
-       COALESCE(elem_base.typcategory, elem.typcategory, '')::text
+       COALESCE(elem_base.typcategory, elem.typcategory, '')::text,
+       (SELECT NULLIF(n.nspname::text, 'pg_catalog') FROM pg_namespace n
+        WHERE n.oid = COALESCE(base.typnamespace, t.typnamespace))
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type base ON t.typtype = 'd' AND base.oid = t.typbasetype
@@ -109,6 +112,24 @@ class Column:
     typmod: int = -1
     element: str = ""  # arrays: the element's (base) type name
     element_category: str = ""
+    base_schema: str | None = None  # the (base) type's schema; None: built in (pg_catalog)
+
+    @property
+    def cast_type(self) -> str:
+        """The (base) type a value is cast to in SQL, by its schema unless built in: an
+        extension's type need not be on the worker's search_path."""
+        if self.base_schema is None:
+            return self.base_type
+        return f"{quote_ident(self.base_schema)}.{quote_ident(self.base_type)}"
+
+    def op(self, symbol: str) -> str:
+        """The comparison `symbol` (=, <, >, ...) of this type, by its type's schema unless
+        built in. With an extension off the worker's search_path, a bare `>` between two
+        citext values resolves to text's, through citext's implicit cast: byte order,
+        case-sensitive, where the key's index and ORDER BY use citext's."""
+        if self.base_schema is None:
+            return symbol
+        return f"OPERATOR({quote_ident(self.base_schema)}.{symbol})"
 
 
 @dataclass(frozen=True)
@@ -177,7 +198,7 @@ def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
             raise InputError(
                 f"key column {column.name!r} of {info.qualified} is {column.type_sql}; "
                 "supported key types: smallint, integer, bigint, numeric, text, varchar, "
-                "char, uuid, date, timestamp, timestamptz"
+                "char, citext, uuid, date, timestamp, timestamptz"
             )
     return info
 
@@ -236,6 +257,28 @@ def describe_archive(
     return queries
 
 
+def follows(key: tuple[Column, ...], values: list[str], row: str | None = None) -> str:
+    """SQL: the row's key comes after `values` (or the `row` subquery holding them) in key
+    order. A row comparison, which the key's index takes as its bound, when every key
+    column's type is built in; otherwise one column at a time, each with its own type's
+    operators (a row comparison would resolve each by the search_path, see Column.op),
+    led by the first column's bound."""
+    names = [quote_ident(c.name) for c in key]
+    if all(c.base_schema is None for c in key):
+        return f"({', '.join(names)}) > ({row or ', '.join(values)})"
+    if len(key) == 1:
+        return f"{names[0]} {key[0].op('>')} {values[0]}"
+    ties = [
+        " AND ".join(
+            [f"{names[j]} {key[j].op('=')} {values[j]}" for j in range(i)]
+            + [f"{names[i]} {key[i].op('>')} {values[i]}"]
+        )
+        for i in range(len(key))
+    ]
+    first = f"{names[0]} {key[0].op('>=')} {values[0]}"
+    return f"{first} AND ({' OR '.join(f'({t})' for t in ties)})"
+
+
 def _setting(name: str, base_type: str, *, once: bool) -> str:
     value = f"current_setting('{name}')::{base_type}"
     return f"(SELECT {value})" if once else value
@@ -271,8 +314,8 @@ class ChunkQueries:
             ("through", "<=", key_range.through),
         ):
             if bound is not None:
-                value = _setting(f"archiver.range_{name}", key.base_type, once=once)
-                cond += f" AND {quote_ident(key.name)} {op} {value}"
+                value = _setting(f"archiver.range_{name}", key.cast_type, once=once)
+                cond += f" AND {quote_ident(key.name)} {key.op(op)} {value}"
         return cond
 
     def select_chunk(
@@ -290,7 +333,11 @@ class ChunkQueries:
         `after`: a row subquery the keys follow instead of the last key."""
         t = self.table
         where = self._chunk_rows(after_key=after_key, key_range=key_range, after=after)
-        sql = f"SELECT {cols} FROM {t.quoted} WHERE {where} ORDER BY {t.quoted_key} LIMIT {limit}"
+        # the key's columns by their table: a bare name in ORDER BY is the select list's
+        # column of that name first, and a key selected as its text (TEXT_KEYS) would
+        # then be sorted as text
+        order = ", ".join(f"{t.quoted}.{quote_ident(c.name)}" for c in t.key)
+        sql = f"SELECT {cols} FROM {t.quoted} WHERE {where} ORDER BY {order} LIMIT {limit}"
         return sql + (" FOR UPDATE SKIP LOCKED" if lock else "")
 
     def _chunk_rows(
@@ -306,13 +353,15 @@ class ChunkQueries:
         as scalar subqueries, for a Filter (see _older_than_cutoff); an index condition
         computes a bare one once by itself."""
         where = self._older_than_cutoff() + self._in_range(key_range, once=once)
+        key = self.table.key
         if after_key:
-            after = ", ".join(
-                _setting(f"archiver.key_{i}", c.base_type, once=once)
-                for i, c in enumerate(self.table.key)
-            )
-        if after is not None:
-            where += f" AND ({self.table.quoted_key}) > ({after})"
+            values = [
+                _setting(f"archiver.key_{i}", c.cast_type, once=once) for i, c in enumerate(key)
+            ]
+            where += " AND " + follows(key, values)
+        elif after is not None:
+            values = [f"(SELECT a.{quote_ident(c.name)} FROM ({after}) a)" for c in key]
+            where += " AND " + follows(key, values, row=after)
         return where
 
     @cached_property

@@ -215,3 +215,91 @@ def test_a_unique_index_on_not_null_columns_stands_in_for_a_primary_key(
     result = run_cli(env, "enqueue", "--table", "loose", "--before", CUTOFF)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "no primary key and no unique index on NOT NULL columns" in result.stderr
+
+
+def test_a_citext_key_of_an_extension_off_the_search_path(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str
+) -> None:
+    """citext installed in its own schema, which the worker's search_path does not hold:
+    a bare `>` or `=` between citext values would then be text's (byte order,
+    case-sensitive), not the order of the key's index. Keys whose bytes order otherwise
+    (a < B < b in citext, B < a < b in bytes) are moved with their children, whose
+    references differ from their parents' keys in case, as citext allows; and copied in
+    three key ranges on two connections each."""
+    key = "(ARRAY['a', 'B', 'b', 'A', 'Z', 'z'])[1 + i % 6] || lpad(i::text, 5, '0')"
+    sql(database_url, "CREATE SCHEMA ext; CREATE EXTENSION citext SCHEMA ext")
+    make_table(database_url, "users", "email ext.citext PRIMARY KEY", key)
+    make_table(database_url, "accounts", "login ext.citext PRIMARY KEY", key, rows=6_000)
+    sql(
+        database_url,
+        "CREATE TABLE logins (id int PRIMARY KEY, "
+        "email ext.citext NOT NULL REFERENCES users ON DELETE CASCADE);"
+        "CREATE INDEX ON logins (email);"
+        "INSERT INTO logins SELECT row_number() OVER (), upper(email::text) "
+        "FROM users, generate_series(1, 2)",
+    )
+    # the common shape: a bigint key, and children referencing a unique citext column
+    make_table(database_url, "profiles", "id bigint PRIMARY KEY", "i")
+    sql(
+        database_url,
+        "ALTER TABLE profiles ADD handle ext.citext UNIQUE;"
+        "UPDATE profiles SET handle = 'Handle' || id;"
+        "CREATE TABLE posts (id int PRIMARY KEY, "
+        "handle ext.citext REFERENCES profiles (handle) ON DELETE CASCADE);"
+        "INSERT INTO posts SELECT id, lower(handle::text) FROM profiles",
+    )
+    children = sql(
+        database_url,
+        "SELECT l.id FROM logins l JOIN users u ON u.email OPERATOR(ext.=) l.email "
+        f"WHERE u.created_at < '{CUTOFF}'",
+    )
+    posts = sql(
+        database_url,
+        "SELECT p.id FROM posts p JOIN profiles f ON f.handle OPERATOR(ext.=) p.handle "
+        f"WHERE f.created_at < '{CUTOFF}'",
+    )
+    expected = {
+        t: old_keys(database_url, t, [k]) for t, k in (("users", "email"), ("accounts", "login"))
+    }
+    moved = archive(env, "users", "--with-children") + archive(env, "profiles", "--with-children")
+    copied = archive(env, "accounts", "--mode", "copy", "--parallel", "3")
+    two = {**env, "ARCHIVER_COPY_CONNECTIONS": "2"}
+    workers = [start_worker(two, "--burst") for _ in range(2)]
+    assert [w.wait(120) for w in workers] == [0, 0]
+    for job_id in moved + copied:
+        wait_for_status(database_url, job_id, "completed", timeout=10)
+    check_archive(database_url, azurite, container, "users", ["email"], expected["users"])
+    check_archive(database_url, azurite, container, "accounts", ["login"], expected["accounts"])
+    assert not sql(database_url, f"SELECT 1 FROM users WHERE created_at < '{CUTOFF}'")
+    for child, ids in (("logins", children), ("posts", posts)):
+        files = sql(
+            database_url,
+            "SELECT path FROM archive_files WHERE source_table = $1",
+            f"public.{child}",
+        )
+        rows = rows_in_blobs(azurite.connection_string, container, [f["path"] for f in files])
+        assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in ids), child
+    # each range job read only its own range, in citext's order
+    for job in sql(
+        database_url,
+        "SELECT j.payload->'key_range'->>'after' AS after, "
+        "j.payload->'key_range'->>'through' AS through, array_agg(f.path) AS paths "
+        "FROM background_jobs j JOIN archive_files f ON f.job_id = j.id "
+        "WHERE j.id = ANY ($1::uuid[]) GROUP BY j.id",
+        copied,
+    ):
+        keys = [
+            r["login"] for r in rows_in_blobs(azurite.connection_string, container, job["paths"])
+        ]
+        outside = sql(
+            database_url,
+            "SELECT k FROM unnest($1::text[]) k WHERE NOT ("
+            "($2::text IS NULL OR k::ext.citext OPERATOR(ext.>) $2::ext.citext) AND "
+            "($3::text IS NULL OR k::ext.citext OPERATOR(ext.<=) $3::ext.citext))",
+            keys,
+            job["after"],
+            job["through"],
+        )
+        assert not outside, f"{len(outside)} keys outside {job['after']}..{job['through']}"
+    verified(env, "users")
+    verified(env, "logins")

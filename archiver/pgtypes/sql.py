@@ -79,6 +79,9 @@ MAX_DECIMAL_PRECISION = 76  # decimal256
 # Decimal128(p, s) exactly (pgtypes.arrow.unscaled_decimal). NaN comes as int8's minimum,
 # which no numeric(18) value reaches.
 SCALED_MAX_PRECISION = 18
+# Key types the driver hands over as opaque bytes (an extension's type): a key column of
+# one is selected as its text, which it reads back exactly.
+TEXT_KEYS = frozenset(("citext",))
 NUMERIC_NAN_UNSCALED = -(2**63)
 
 
@@ -161,14 +164,17 @@ def plan_column(column: Column) -> ColumnPlan:
 
 
 def plan_table(columns: tuple[Column, ...], key: tuple[Column, ...]) -> list[ColumnPlan]:
-    """Plans for every column. Key columns are taken as they are: their types are
-    checked by source.describe_table and resuming needs their real values."""
+    """Plans for every column. Key columns are taken as they are (their text, for
+    TEXT_KEYS): their types are checked by source.describe_table and resuming needs
+    their real values."""
     names = {c.name for c in columns}
     plans = []
     for column in columns:
         plan = plan_column(column)
         if column in key:
-            plan = ColumnPlan(column, quote_ident(column.name), None, plan.parquet)
+            raw = quote_ident(column.name)
+            value = f"{raw}::text" if column.base_type in TEXT_KEYS else raw
+            plan = ColumnPlan(column, value, None, plan.parquet)
         if plan.companion and plan.companion in names:  # no companion: as selected raw
             expression = quote_ident(column.name) if plan.unscaled else plan.expression
             plan = ColumnPlan(column, expression, None, plan.parquet)

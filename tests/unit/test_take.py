@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from archiver import source
 from archiver.archive.chunk import ChunkLimits, JobContext
 from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.source import ChunkQueries, Column, TableInfo
@@ -44,7 +45,7 @@ def test_the_waiting_form_locks_nothing_first_and_rechecks_the_chunk() -> None:
     )
     assert where == (
         f'DELETE FROM "public"."orders" WHERE ctid = ANY (ARRAY (SELECT ctid FROM '
-        f'"public"."orders" WHERE {chunk} ORDER BY "id" '
+        f'"public"."orders" WHERE {chunk} ORDER BY "public"."orders"."id" '
         f"LIMIT current_setting('archiver.limit')::bigint)) AND {recheck} "
     )
 
@@ -85,3 +86,26 @@ def test_a_move_job_waits_until_a_wait_runs_out() -> None:
 )
 def test_other_jobs_skip_locked_rows(job: JobContext) -> None:
     assert not job.waits_for_row_locks
+
+
+EMAIL = Column("email", "ext.citext", "citext", "S", base_schema="ext")
+
+
+def test_an_extension_types_key_is_compared_with_its_own_operators() -> None:
+    """citext in a schema off the search_path: cast to it and compared by its schema; a
+    composite key with it spelled out column by column (a row comparison would resolve
+    each operator through the search_path), led by the first column's bound."""
+    values = ["$a", "$b"]
+    assert source.follows((KEY, EMAIL), values) == (
+        '"id" >= $a AND (("id" > $a) OR ("id" = $a AND "email" OPERATOR("ext".>) $b))'
+    )
+    assert source.follows((EMAIL,), values[:1]) == '"email" OPERATOR("ext".>) $a'
+    assert source.follows((KEY,), values[:1]) == '("id") > ($a)'
+    table = TableInfo("public", "users", (EMAIL, CUTOFF), (EMAIL,))
+    sql = ChunkQueries(table, CUTOFF).read(after_key=True, key_range=KeyRange("a", "b", 2))
+    assert 'current_setting(\'archiver.key_0\')::"ext"."citext"' in sql
+    assert '"email" OPERATOR("ext".<=) current_setting(\'archiver.range_through\')' in sql
+    assert '"email"::text AS "email"' in sql  # the driver has no citext: its text
+    assert sql.endswith(
+        'ORDER BY "public"."users"."email" LIMIT current_setting(\'archiver.limit\')::bigint'
+    )
