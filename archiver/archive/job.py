@@ -111,7 +111,7 @@ def start_job(job: JobContext, saved: Progress) -> Progress:
     progress = job.catalog.committed_progress(saved)
     sweep_stale_uploads(job)
     if not progress.chunk_rows:  # a new job: estimate once; a resumed one keeps its figures
-        plan = plan_archive(job.source, job.request, job.queries)
+        plan = plan_archive(job.source, job.request, job.queries, aggregate=job.aggregate)
         progress.chunk_rows = plan.chunk_rows
         progress.rows_estimated = max(progress.rows_estimated, plan.rows_archived)
         progress.chunks_estimated = max(progress.chunks_estimated, plan.files, 1)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archiver import source
-from archiver.aggregates import describe_aggregate
+from archiver.aggregates import AggregateQueries, describe_aggregate
 from archiver.db import BulkConnection
 from archiver.model import ArchiveRequest, Mode
 from archiver.partitions import PartitionAction, partitions, whole_partitions
@@ -94,9 +94,11 @@ def plan_archive(
     queries: source.ChunkQueries | None = None,
     *,
     list_triggers: bool = False,
+    aggregate: AggregateQueries | None = None,
 ) -> ArchivePlan:
     """EXPLAIN the archive on the source connection; writes nothing. `list_triggers`: list a
-    move's row-level DELETE triggers too (a dry run's; a job's start does not need them)."""
+    move's row-level DELETE triggers too (a dry run's; a job's start does not need them).
+    `aggregate`: a --with-children job's, as the job described it (else described here)."""
     if queries is None:
         queries = source.describe_archive(
             conn, request.table, request.column, request.mode, request.with_children
@@ -108,7 +110,7 @@ def plan_archive(
     aggregate_width = width
     deleted_from = [queries.table]
     if request.with_children:
-        agg = describe_aggregate(conn, queries)
+        agg = aggregate or describe_aggregate(conn, queries)
         deleted_from = [m.table for m in agg.members]
         for m in agg.members[1:]:
             rows, child_width = source.estimate_rows(conn, m.table)
