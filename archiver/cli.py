@@ -317,7 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ArchiverError as exc:
         return _fail(str(exc), args.verbose)
     except asyncpg.UndefinedTableError as exc:
-        return _fail(f"{exc}; run `archiver migrate` first", args.verbose)
+        return _fail(
+            f"{exc}; run `archiver migrate` first (if it ran, its schema is not on this "
+            "role's search_path: `archiver doctor` names it)",
+            args.verbose,
+        )
     except (asyncpg.PostgresError, adbc_driver_manager.Error, *db.CONNECTION_ERRORS) as exc:
         return _fail(f"database error: {first_line(exc)}", args.verbose)
     except KeyboardInterrupt:

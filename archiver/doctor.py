@@ -92,10 +92,25 @@ async def _reachable(url: str) -> str:
     return f"PostgreSQL {version}, as {user}"
 
 
+# Schemas holding archiver's tables (a migrate ran there) that the search_path leaves out.
+_SCHEMAS_OFF_THE_PATH = """
+SELECT string_agg(quote_ident(n.nspname), ', ' ORDER BY n.nspname)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'archiver_migrations' AND c.relkind = 'r'
+"""
+
+
 async def _schema_current(settings: Settings) -> str:
     expected = [name for _, name, _ in db.migration_files()]
     async with db.connection(settings.database_url) as conn:
         if await conn.fetchval("SELECT to_regclass('archiver_migrations')") is None:
+            elsewhere = await conn.fetchval(_SCHEMAS_OFF_THE_PATH)
+            if elsewhere:
+                raise Failed(
+                    f"archiver's tables are in schema {elsewhere}, which is not on this "
+                    f"role's search_path ({await conn.fetchval('SHOW search_path')}): add "
+                    'it, e.g. ALTER ROLE … SET search_path = "$user", ' + elsewhere
+                )
             raise Failed("no archiver schema: run `archiver migrate` as the schema's owner")
         applied = {r["name"] for r in await conn.fetch("SELECT name FROM archiver_migrations")}
     missing = [name for name in expected if name not in applied]

@@ -61,3 +61,19 @@ def test_a_broken_deployment(env: dict[str, str], tmp_path: Path) -> None:
     result = run_cli(unreachable, "doctor")
     assert result.returncode == 1 and result.stdout.startswith("FAIL  queue database")
     assert "pw" not in result.stdout
+
+
+def test_archivers_schema_off_the_search_path_is_named(
+    env: dict[str, str], database_url: str
+) -> None:
+    """A role hardened with an empty search_path does not see archiver's tables: doctor
+    names the schema they are in, and every other command points at doctor."""
+    name = database_url.rsplit("/", 1)[1]
+    sql(database_url, f"ALTER DATABASE {name} SET search_path = ''")
+    result = run_cli(env, "doctor")
+    assert result.returncode == 1
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("FAIL  schema")]
+    assert "archiver's tables are in schema public, which is not on this role's" in line
+    status = run_cli(env, "status")
+    assert status.returncode == 1 and status.stderr.count("\n") == 1, status.stderr
+    assert "`archiver doctor` names it" in status.stderr
