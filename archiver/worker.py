@@ -30,6 +30,7 @@ from archiver import db, failpoints, jobqueue, metrics
 from archiver.archive.chunk import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.config import Settings
+from archiver.console import counted
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.maintenance import Maintenance
 from archiver.model import ArchiveRequest, Job, Progress, Status
@@ -339,7 +340,10 @@ class Worker:
                 jobqueue.complete(pool, job.id, self.name, progress.to_json())
             ):
                 log.info(
-                    "job %s: completed, %d rows in %d files", job.id, progress.rows, progress.files
+                    "job %s: completed, %s in %s",
+                    job.id,
+                    counted(progress.rows, "row"),
+                    counted(progress.files, "file"),
                 )
                 metrics.job_finished("completed")
         finally:

@@ -26,6 +26,7 @@ from archiver.archive import names
 from archiver.archive.commit import CommitStrategy
 from archiver.archive.stats import ChunkStats, key_text
 from archiver.catalog import Catalog
+from archiver.console import counted
 from archiver.db import BulkConnection, BulkCursor, record_batches
 from archiver.errors import LockBusy, VerificationError
 from archiver.guardrails import (
@@ -213,11 +214,11 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
         raise
     if job.partition is not None:
         log.info(
-            "job %s: partition %s archived whole (%d rows in %d files) and %s",
+            "job %s: partition %s archived whole (%s in %s) and %s",
             job.job_id,
             job.partition.name,
-            new_progress.rows,
-            len(files),
+            counted(new_progress.rows, "row"),
+            counted(len(files), "file"),
             "dropped" if job.partition.action == PartitionAction.DROP else "detached",
         )
         return new_progress
