@@ -314,6 +314,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         failpoints.configure(settings.failpoints)
         command: Command = args.func
         return asyncio.run(command(args, settings))
+    except BrokenPipeError:
+        # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools
+        # do, with the status a shell reports for them (128 + SIGPIPE). Not a database
+        # error: asyncpg and the Azure SDK raise their own for a broken socket.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit flush
+        return 141
     except ArchiverError as exc:
         return _fail(str(exc), args.verbose)
     except asyncpg.UndefinedTableError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -262,3 +263,18 @@ def test_progress_bar_redraws_one_line_on_a_terminal(database_url: str) -> None:
     text = out.getvalue()
     assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
     assert "[######..................]  25%  250 rows  2.5 MB" in text
+
+
+def test_output_into_a_reader_that_stopped_is_not_an_error(env: dict[str, str]) -> None:
+    """`archiver jobs | head -1` once head has exited: no "database error: Broken pipe"
+    (as it said before), no traceback; the status a shell reports for Unix tools there."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before archiver writes its first line
+    try:
+        result = subprocess.run(
+            archiver_cmd("jobs"), env=env, stdout=write, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, "")
