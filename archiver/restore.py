@@ -204,13 +204,14 @@ def _check_casts(
 def _restore_file(
     cur: BulkCursor,
     local: Path,
+    name: str,
     target: str,
     plan: RestorePlan,
     columns: ArchivedColumns,
     parents: list[ForeignKey],
 ) -> tuple[int, ColumnMap]:
-    """Stage one file and insert its rows (in range) into target: (rows inserted, how its
-    columns were matched)."""
+    """Stage one file (downloaded to `local`; `name` on storage) and insert its rows (in
+    range) into target: (rows inserted, how its columns were matched)."""
     data = staging_table(pq.read_table(local))
     cur.adbc_ingest(STAGE, data, mode="create", temporary=True)
     mapped = map_columns(cur, target, columns, set(data.column_names), plan)
@@ -239,7 +240,7 @@ def _restore_file(
         )[0][0]
         if taken:
             raise InputError(
-                f"{taken} archived rows of {local.name} have keys already in {target}; "
+                f"{taken} archived rows of {name} have keys already in {target}; "
                 "nothing restored (--on-conflict skip restores the others)"
             )
     names = ", ".join(quote_ident(n) for n in values)
@@ -285,7 +286,7 @@ def restore(
                 if columns.partition and plan.into is None:
                     _recreate_partition(cur, target, *columns.partition)
                 parents = [k for k in keys if k.child == f.source_table]
-                rows, mapped = _restore_file(cur, local, target, plan, columns, parents)
+                rows, mapped = _restore_file(cur, local, f.path, target, plan, columns, parents)
                 total += rows
                 if mapped.differences() != said:
                     said = mapped.differences()

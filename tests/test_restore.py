@@ -98,6 +98,7 @@ def test_restore_into_original_refuses_conflicts_then_skips_them(
     assert refused.returncode != 0
     assert refused.stderr.startswith("archiver: error: ") and "already in" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+    assert f"public.orders/job-{job}-a001-part-00001.parquet have keys" in refused.stderr
     assert sql_value(database_url, "SELECT count(*) FROM orders") == 1500  # unchanged
 
     skipped = run_cli(env, "restore", "--job", job, "--on-conflict", "skip")
