@@ -123,12 +123,13 @@ class AggregateQueries:
         return next(m for m in self.members if m.table.qualified == table)
 
 
-def children_of(conn: BulkConnection, table: TableInfo) -> list[TableInfo]:
+def children_of(conn: BulkConnection, table: TableInfo) -> tuple[list[TableInfo], Aggregate]:
     """The tables `--with-children` moves with `table`, parents first, `table` left out
-    (none when no foreign key points at it); a cycle or a child without a usable key is
-    refused with one line, as describe_aggregate refuses it."""
+    (none when no foreign key points at it), and the foreign keys between them; a cycle or
+    a child without a usable key is refused with one line, as describe_aggregate refuses
+    it."""
     graph = aggregate(conn, table.qualified, table.oid)
-    return [describe_table(conn, TableName.parse(name)) for name in graph.tables[1:]]
+    return [describe_table(conn, TableName.parse(name)) for name in graph.tables[1:]], graph
 
 
 def describe_aggregate(conn: BulkConnection, root: ChunkQueries) -> AggregateQueries:

@@ -133,6 +133,25 @@ async def _queue_privileges(settings: Settings) -> str:
     return "every table the queue uses"
 
 
+# Schemas without USAGE for the role that hold the (base) type of one of the table's key
+# or foreign-key columns: archiver casts to such types and compares with their operators
+# by schema (source.Column.op, references.ForeignKey.equals).
+_TYPE_SCHEMAS_WITHOUT_USAGE = """
+SELECT string_agg(DISTINCT quote_ident(n.nspname), ', ')
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+JOIN pg_namespace n ON n.oid = COALESCE(b.typnamespace, t.typnamespace)
+WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
+  AND n.nspname <> 'pg_catalog' AND NOT has_schema_privilege(n.oid, 'USAGE')
+  AND (EXISTS (SELECT FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
+                                        AND a.attnum = ANY (i.indkey::int2[]))
+       OR EXISTS (SELECT FROM pg_constraint c WHERE c.contype = 'f'
+                  AND ((c.conrelid = a.attrelid AND a.attnum = ANY (c.conkey))
+                       OR (c.confrelid = a.attrelid AND a.attnum = ANY (c.confkey)))))
+"""
+
+
 async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
     needed = ["SELECT"] + (["DELETE"] if mode == Mode.MOVE else [])
     async with db.connection(settings.effective_source_url) as conn:
@@ -145,6 +164,9 @@ async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
             "SELECT has_any_column_privilege($1::regclass, 'UPDATE')", table
         ):
             missing.append("UPDATE on its key (row locks)")
+        schemas = await conn.fetchval(_TYPE_SCHEMAS_WITHOUT_USAGE, table)
+        if schemas:
+            missing.append(f"USAGE on schema {schemas} (its key's or foreign keys' types)")
     if missing:
         raise Failed(f"missing {', '.join(missing)} for {mode} (see `archiver grants`)")
     return f"enough to {mode}"

@@ -87,12 +87,15 @@ def grant_script(
     tables: list[TableAccess],
     same_database: bool,
     *,
+    type_schemas: Sequence[str] = (),
     triggers: Sequence[DeleteTrigger] = (),
     refused: Sequence[str] = (),
 ) -> str:
-    """The whole script, in sections by database, deduplicated. `triggers`: the moved
-    tables' row-level DELETE triggers, whose functions run as the role unless SECURITY
-    DEFINER; `refused`: why a table's children could not be read."""
+    """The whole script, in sections by database, deduplicated. `type_schemas`: where the
+    types and operators archiver names by schema live (an extension's: a citext key, a
+    foreign key's equality), which needs USAGE there; `triggers`: the moved tables'
+    row-level DELETE triggers, whose functions run as the role unless SECURITY DEFINER;
+    `refused`: why a table's children could not be read."""
     out = ["-- on the queue database (ARCHIVER_DATABASE_URL)", *queue_grants(queue_schema, role)]
     if tables:
         where = (
@@ -101,6 +104,11 @@ def grant_script(
         out += ["", f"-- on {where}"]
         for table in tables:
             out += [line for line in table_grants(table, role) if line not in out]
+        r = quote_ident(role)
+        for schema in type_schemas:
+            usage = f"GRANT USAGE ON SCHEMA {quote_ident(schema)} TO {r};"
+            if usage not in out:  # not already a table's schema
+                out.append(f"{usage}  -- types and operators of keys and foreign keys")
         out += [
             "-- restore and --with-children stage rows in temporary tables: PUBLIC has",
             "-- TEMPORARY on a database by default; where it was revoked, GRANT TEMPORARY ON",

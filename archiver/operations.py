@@ -188,7 +188,7 @@ async def aggregate_children(settings: Settings, tables: list[str]) -> dict[str,
         found = {}
         for table in tables:
             info = source.describe_table(conn, TableName.parse(table))
-            found[table] = [child.qualified for child in children_of(conn, info)]
+            found[table] = [child.qualified for child in children_of(conn, info)[0]]
         return found
 
     children: dict[str, list[str]] = await on_source(settings, read) if tables else {}
@@ -365,36 +365,49 @@ async def grants(
 
     def describe(
         conn: db.BulkConnection,
-    ) -> tuple[list[TableAccess], list[source.DeleteTrigger], list[str]]:
-        """Each table to grant on (children marked), the DELETE triggers that will run as
-        the role, and why an aggregate could not be read."""
+    ) -> tuple[list[TableAccess], set[str], list[source.DeleteTrigger], list[str]]:
+        """Each table to grant on (children marked), the schemas of the types and operators
+        archiver names by schema, the DELETE triggers that will run as the role, and why
+        an aggregate could not be read."""
         access: dict[str, TableAccess] = {}
         moved: dict[str, source.TableInfo] = {}
         refused: list[str] = []
+        schemas: set[str] = set()
         for name, with_children, move in wanted:
             info = source.describe_table(conn, name)
             members = [info]
             if with_children:
                 try:
-                    members += children_of(conn, info)
+                    children, graph = children_of(conn, info)
                 except InputError as exc:
                     refused.append(f"{info.qualified}: --with-children is refused: {exc}")
+                else:
+                    members += children
+                    schemas |= {s for k in graph.keys for s, _ in k.operators} - {"pg_catalog"}
             for m in members:
+                schemas |= {c.base_schema for c in m.key if c.base_schema is not None}
                 child_of = "" if m is info else info.qualified
                 key = tuple(c.name for c in m.key)
                 access.setdefault(m.qualified, TableAccess(m.schema, m.name, key, child_of))
                 if move:
                     moved.setdefault(m.qualified, m)
         triggers = source.delete_triggers(conn, moved.values()) if moved else []
-        return list(access.values()), triggers, refused
+        return list(access.values()), schemas, triggers, refused
 
-    access, triggers, refused = await on_source(settings, describe) if wanted else ([], [], [])
+    described = await on_source(settings, describe) if wanted else ([], set(), [], [])
+    access, schemas, triggers, refused = described
     async with db.connection(settings.database_url) as conn:
         schema = await conn.fetchval(db.query("queue_schema"))
     if schema is None:
         raise InputError("no archiver schema in the queue database; run `archiver migrate` first")
     return grant_script(
-        str(schema), role, access, settings.same_database, triggers=triggers, refused=refused
+        str(schema),
+        role,
+        access,
+        settings.same_database,
+        type_schemas=sorted(schemas),
+        triggers=triggers,
+        refused=refused,
     )
 
 

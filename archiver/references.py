@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from archiver.db import BulkConnection, fetch_all
 from archiver.errors import InputError
+from archiver.ident import quote_ident
 
 # Keys pointing at the table or at any of its partitions (a partitioned table's key shows
 # once on the parent and once per partition, linked by conparentid: count the parent's).
@@ -79,10 +80,11 @@ SELECT con.conname::text, con.confdeltype::text,
              JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n ORDER BY k.i),
        ARRAY(SELECT a.attname::text FROM unnest(con.confkey) WITH ORDINALITY k(n, i)
              JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.n ORDER BY k.i),
-       ARRAY(SELECT 'OPERATOR(' || quote_ident(n.nspname) || '.' || o.oprname || ')'
-             FROM unnest(con.conpfeqop) WITH ORDINALITY k(op, i)
+       ARRAY(SELECT n.nspname::text FROM unnest(con.conpfeqop) WITH ORDINALITY k(op, i)
              JOIN pg_operator o ON o.oid = k.op JOIN pg_namespace n ON n.oid = o.oprnamespace
              ORDER BY k.i),
+       ARRAY(SELECT o.oprname::text FROM unnest(con.conpfeqop) WITH ORDINALITY k(op, i)
+             JOIN pg_operator o ON o.oid = k.op ORDER BY k.i),
        EXISTS (SELECT FROM pg_index i
                WHERE i.indrelid IN (con.conrelid, child.oid)
                  AND (i.indkey::int2[])[0:cardinality(con.conkey) - 1] @> con.conkey
@@ -108,18 +110,23 @@ class ForeignKey:
     columns: tuple[str, ...]
     parent: str
     referenced: tuple[str, ...]
-    equals: tuple[str, ...]  # parent = child, per column: OPERATOR(schema.=)
+    operators: tuple[tuple[str, str], ...]  # parent = child, per column: (schema, name)
     indexed: bool  # an index on the child leads with the key's columns
 
     def __str__(self) -> str:
         return f"{self.child} ({self.name}, ON DELETE {self.on_delete})"
+
+    @property
+    def equals(self) -> tuple[str, ...]:
+        """The equality operators as SQL, per column: OPERATOR("schema".=)."""
+        return tuple(f"OPERATOR({quote_ident(s)}.{name})" for s, name in self.operators)
 
 
 def foreign_keys_to(conn: BulkConnection, table: str, table_oid: int) -> list[ForeignKey]:
     """Every foreign key referencing `table`; one declared on each partition of a
     partitioned child counts once, for the partitioned table."""
     found: dict[tuple[str, tuple[str, ...], tuple[str, ...]], ForeignKey] = {}
-    for name, action, oid, child, columns, referenced, equals, indexed in fetch_all(
+    for name, action, oid, child, columns, referenced, schemas, ops, indexed in fetch_all(
         conn, _FOREIGN_KEYS, (table_oid,)
     ):
         key = ForeignKey(
@@ -130,7 +137,7 @@ def foreign_keys_to(conn: BulkConnection, table: str, table_oid: int) -> list[Fo
             tuple(columns),
             table,
             tuple(referenced),
-            tuple(equals),
+            tuple(zip(schemas, ops, strict=True)),
             bool(indexed),
         )
         found.setdefault((key.child, key.columns, key.referenced), key)

@@ -197,3 +197,49 @@ def test_children_and_their_triggers_are_granted(
     assert (row["status"], row["attempts"]) == ("completed", 1), row["last_error"]
     assert sql_value(database_url, "SELECT count(*) FROM items") == 3 * (400 - 364)
     assert sql_value(database_url, "SELECT count(*) FROM item_log") == 3 * 364
+
+
+def test_a_citext_key_off_the_search_path_gets_usage_on_its_schema(
+    env: dict[str, str], database_url: str, role: str, tmp_path: Path
+) -> None:
+    """archiver casts to citext and compares with its operators by schema, which needs
+    USAGE on that schema: the script grants it, doctor names it when it is missing, and
+    the role moves a citext-keyed table with children that reference it in another case."""
+    sql(
+        database_url,
+        """
+        CREATE SCHEMA ext; CREATE EXTENSION citext SCHEMA ext;
+        CREATE TABLE users (email ext.citext PRIMARY KEY, created_at date NOT NULL);
+        CREATE TABLE logins (id int PRIMARY KEY,
+            email ext.citext NOT NULL REFERENCES users ON DELETE CASCADE);
+        INSERT INTO users SELECT 'User' || i || '@Example.com', DATE '2023-01-01' + i
+            FROM generate_series(1, 400) i;
+        INSERT INTO logins SELECT row_number() OVER (), lower(email::text) FROM users;
+        """,
+    )
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        '[[policy]]\nname = "users"\ntable = "users"\nolder_than = "30 days"\n'
+        'schedule = "0 2 * * *"\nwith_children = true\n'
+    )
+    printed = run_cli(env, "grants", "--role", role, "--config", str(config))
+    assert printed.returncode == 0, printed.stderr
+    usage = f'GRANT USAGE ON SCHEMA "ext" TO "{role}";'
+    assert printed.stdout.count(usage) == 1, printed.stdout
+    sql(database_url, "\n".join(x for x in printed.stdout.splitlines() if usage not in x))
+    worker_env = {**env, "ARCHIVER_DATABASE_URL": as_role(database_url, role)}
+    doctor = run_cli(worker_env, "doctor", "--config", str(config))
+    failed = [line for line in doctor.stdout.splitlines() if line.startswith("FAIL")]
+    assert doctor.returncode == 1 and len(failed) == 2, doctor.stdout  # users and logins
+    assert all("USAGE on schema ext" in line for line in failed), failed
+
+    sql(database_url, printed.stdout)
+    assert run_cli(worker_env, "doctor", "--config", str(config)).returncode == 0
+    enqueue = ["enqueue", "--table", "users", "--before", "2024-01-01", "--with-children"]
+    assert run_cli(worker_env, *enqueue, "--chunk-rows", "100").returncode == 0
+    assert start_worker(worker_env, "--burst").wait(60) == 0
+    row = sql(database_url, "SELECT status, last_error FROM background_jobs")[0]
+    assert row["status"] == "completed", row["last_error"]
+    archived = "SELECT sum(row_count) FROM archive_files WHERE source_table = $1"
+    assert sql_value(database_url, archived, "public.users") == 364
+    assert sql_value(database_url, archived, "public.logins") == 364  # every child, not 0

@@ -36,3 +36,15 @@ def test_children_triggers_and_hostile_names() -> None:
         'GRANT UPDATE ("order_id", "n") ON "public"."items\nDROP TABLE orders; --" TO "w";'
         in script
     )
+
+
+def test_the_schemas_of_types_named_by_schema_get_usage() -> None:
+    """citext in its own schema, named in a key's casts and a foreign key's operators:
+    USAGE there, once, and not twice where a table's own schema is that schema."""
+    tables = [TableAccess("public", "users", ("email",))]
+    script = grant_script("public", "w", tables, True, type_schemas=["ext", "public"])
+    lines = script.splitlines()
+    assert [line for line in lines if line.startswith('GRANT USAGE ON SCHEMA "ext"')] == [
+        'GRANT USAGE ON SCHEMA "ext" TO "w";  -- types and operators of keys and foreign keys'
+    ]
+    assert len([line for line in lines if line.startswith('GRANT USAGE ON SCHEMA "public"')]) == 1
