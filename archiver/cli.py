@@ -312,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         setup_logging(settings.log_format, args.verbose)
         failpoints.configure(settings.failpoints)
+        db.use_driver(settings.adbc_driver)
         command: Command = args.func
         return asyncio.run(command(args, settings))
     except BrokenPipeError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import tomllib
@@ -93,6 +94,20 @@ def _text(_variable: str, raw: str) -> str:
 def _postgres_url(variable: str, raw: str) -> str:
     if urlsplit(raw).scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"{variable}: expected a postgresql:// URL, got {redact(raw)!r}")
+    return raw
+
+
+def check_adbc_driver(variable: str, raw: str) -> str:
+    """A shared library the ADBC driver manager can load: it exports AdbcDriverInit."""
+    path = Path(raw)
+    if not path.is_absolute() or not path.is_file():
+        raise ConfigError(f"{variable}: expected the absolute path of a file, got {raw!r}")
+    try:
+        library = ctypes.CDLL(raw)
+    except OSError as exc:
+        raise ConfigError(f"{variable}: cannot load {raw!r}: {exc}") from None
+    if not hasattr(library, "AdbcDriverInit"):
+        raise ConfigError(f"{variable}: {raw!r} is not an ADBC driver (no AdbcDriverInit)")
     return raw
 
 
@@ -200,8 +215,15 @@ class Settings:
     copy_connections: int = _setting(
         1,
         "ARCHIVER_COPY_CONNECTIONS",
-        "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see Benchmark)",
+        "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see Performance)",
         _number(int, 1, 2),
+    )
+    adbc_driver: str | None = _setting(
+        None,
+        "ARCHIVER_ADBC_DRIVER",
+        "the ADBC PostgreSQL driver library (`libadbc_driver_postgresql.so`) to load instead of the one in the adbc-driver-postgresql wheel; the wheels 1.9.0-1.13.0 for Linux x86-64 are built without compiler optimisation: a Release build of the same source decodes rows with a third of the CPU (see Performance)",
+        check_adbc_driver,
+        shown="the wheel's",
     )
     retry_base_seconds: float = _setting(
         5.0,

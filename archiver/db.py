@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import adbc_driver_manager
 import asyncpg
@@ -88,6 +88,7 @@ class BulkConnection(Protocol):
 
     @property
     def adbc_connection(self) -> Any: ...  # set_autocommit(), for VACUUM
+    def adbc_get_info(self) -> dict[str, Any]: ...
     def cursor(self) -> BulkCursor: ...
     def commit(self) -> None: ...
     def rollback(self) -> None: ...
@@ -181,6 +182,29 @@ class _DeferredModule(types.ModuleType):
         return getattr(importlib.import_module(self.__name__), attribute)
 
 
+_driver: str | None = None  # ARCHIVER_ADBC_DRIVER, or None: the wheel's own library
+
+
+def use_driver(path: str | None) -> None:
+    """Load bulk connections' driver from `path` (a checked ARCHIVER_ADBC_DRIVER), or
+    from the adbc-driver-postgresql wheel when None."""
+    global _driver
+    _driver = path
+
+
+def _connect_with(driver: str, url: str) -> BulkConnection:
+    """What adbc_driver_postgresql.dbapi.connect does, with another build of its library."""
+    import adbc_driver_manager.dbapi
+
+    database = adbc_driver_manager.AdbcDatabase(driver=driver, uri=url)
+    try:
+        connection = adbc_driver_manager.AdbcConnection(database)
+    except BaseException:
+        database.close()
+        raise
+    return cast(BulkConnection, adbc_driver_manager.dbapi.Connection(database, connection))
+
+
 def _open_bulk(url: str) -> BulkConnection:
     """A new ADBC connection, its session in UTC so dates and naive timestamps convert the
     same way everywhere."""
@@ -194,7 +218,7 @@ def _open_bulk(url: str) -> BulkConnection:
     if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
         sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
     try:
-        conn: BulkConnection = adbc.connect(url)
+        conn: BulkConnection = adbc.connect(url) if _driver is None else _connect_with(_driver, url)
     except adbc_driver_manager.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}"

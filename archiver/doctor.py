@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import importlib.metadata
+import platform
+import re
+import sys
 import tempfile
 import time
 import uuid
@@ -60,6 +64,7 @@ async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Chec
         checks.append(
             await _check("source database", lambda: _reachable(settings.effective_source_url))
         )
+    checks.append(await _check("bulk driver", lambda: asyncio.to_thread(_bulk_driver, settings)))
     checks.append(await _check("clock", lambda: _clock_skew(settings)))
     policies: list[tuple[str, Mode]] = []
 
@@ -170,6 +175,30 @@ async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
     if missing:
         raise Failed(f"missing {', '.join(missing)} for {mode} (see `archiver grants`)")
     return f"enough to {mode}"
+
+
+# adbc-driver-postgresql wheels whose Linux x86-64 library is compiled without optimisation
+# (functions keep their stack frames; `__bswap_32` is a call): decoding rows costs ~3x the
+# CPU of a Release build of the same source (README, "Performance").
+UNOPTIMISED_WHEELS = ((1, 9, 0), (1, 13, 0))
+
+
+def _bulk_driver(settings: Settings) -> str:
+    """The ADBC connection a worker reads rows on, through the library it will load."""
+    with db.connect_bulk(settings.effective_source_url):
+        pass
+    if settings.adbc_driver:
+        return f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)"
+    version = importlib.metadata.version("adbc-driver-postgresql")
+    detail = f"adbc-driver-postgresql {version}, the wheel's library"
+    released = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    first, last = UNOPTIMISED_WHEELS
+    if first <= released <= last and (sys.platform, platform.machine()) == ("linux", "x86_64"):
+        detail += (
+            ", built without optimisation: a Release build decodes rows with a third of "
+            "the CPU (README: ARCHIVER_ADBC_DRIVER)"
+        )
+    return detail
 
 
 async def _clock_skew(settings: Settings) -> str:

@@ -32,6 +32,8 @@ from pathlib import Path
 import asyncpg
 
 from archiver import db, source
+from archiver.config import check_adbc_driver
+from archiver.errors import ConfigError
 from archiver.model import ArchiveRequest, Mode
 from bench.reference import seed_orders
 from tests.support import Azurite, with_database
@@ -327,6 +329,28 @@ class Bench:
                  locking, move, "s", "(reported)", None)  # fmt: skip
         self.peak_small = max(p for _, p, _ in file_runs)
         self.peak_small_two = max(p for _, p, _ in two_runs)
+        if self.args.adbc_driver:
+            self.with_driver(n, floor, delete)
+
+    def with_driver(self, n: int, floor: float, delete: float) -> None:
+        """The figures that miss their targets, again with --adbc-driver: a build of the
+        driver other than the wheel's (README: ARCHIVER_ADBC_DRIVER)."""
+        repeat, driver = self.args.repeat, {"ARCHIVER_ADBC_DRIVER": self.args.adbc_driver}
+        url = self.dbs.copy(n)
+        for kind, label, goal in (("file", "file://", 1.10), ("az", "Azurite", 1.25)):
+            for connections, extra in (
+                ("", {}),
+                (", ARCHIVER_COPY_CONNECTIONS=2", TWO_CONNECTIONS),
+            ):
+                seconds = min(
+                    self.archive_copy(url, kind, **driver, **extra)[0] for _ in range(repeat)
+                )
+                self.add(f"copy mode -> {label}, --adbc-driver{connections}", seconds, floor,
+                         "s", f"<= {goal:.2f}x", seconds <= goal * floor)  # fmt: skip
+        self.dbs.drop(url)
+        move = best(repeat, lambda: self.archive_move(n, 1, 1, **driver))
+        self.add("move mode -> Azurite, --adbc-driver", move, floor + delete, "s",
+                 "<= 1.5x (floor+DELETE)", move <= 1.5 * (floor + delete))  # fmt: skip
 
     def memory(self) -> None:
         n, big = self.args.rows, self.args.big_rows
@@ -552,12 +576,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny: one run each, few queue jobs")
     p.add_argument("--skip", action="append", default=[], choices=SECTIONS)
     p.add_argument(
+        "--adbc-driver",
+        metavar="PATH",
+        help="also run the missed data-path figures with this build of libadbc_driver_postgresql.so",
+    )
+    p.add_argument(
         "--admin-url",
         default=os.environ.get(
             "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
         ),
     )
     args = p.parse_args(argv)
+    if args.adbc_driver:
+        try:
+            check_adbc_driver("--adbc-driver", args.adbc_driver)
+        except ConfigError as exc:
+            p.error(str(exc))
     args.big_rows = args.big_rows or 3 * args.rows
     args.latency_jobs, args.noop_jobs, args.queue_template_rows = 200, 10_000, 1
     args.one_row_tables = 100

@@ -5,10 +5,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pyarrow
 import pytest
 
 from bench.reference import seed_orders
 from tests.support import free_port, run_cli, sql, sql_value
+
+NOT_A_DRIVER = str(next(Path(pyarrow.get_library_dirs()[0]).glob("libarrow.so.*")))
 
 
 @pytest.fixture
@@ -106,6 +109,13 @@ def test_unreachable_storage(env: dict[str, str], orders: str) -> None:
             "ARCHIVER_DATABASE_URL: expected a postgresql:// URL",
         ),
         ("ARCHIVER_POLL_INTERVAL", "soon", "ARCHIVER_POLL_INTERVAL: expected a float"),
+        (
+            "ARCHIVER_ADBC_DRIVER",
+            "/nonexistent/libadbc_driver_postgresql.so",
+            "ARCHIVER_ADBC_DRIVER: expected the absolute path of a file",
+        ),
+        ("ARCHIVER_ADBC_DRIVER", __file__, "ARCHIVER_ADBC_DRIVER: cannot load"),
+        ("ARCHIVER_ADBC_DRIVER", NOT_A_DRIVER, "is not an ADBC driver (no AdbcDriverInit)"),
     ],
 )
 def test_bad_settings(env: dict[str, str], orders: str, var: str, value: str, needle: str) -> None:

@@ -8,13 +8,22 @@ import sys
 import pytest
 
 from tests.support import ADMIN_URL, ROOT
+from tests.test_driver import WHEEL_LIBRARY
 
 pytestmark = pytest.mark.slow  # the whole benchmark, tiny: still ~15 s
 
 
 def test_tiny_bench_prints_the_whole_table() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--rows", "2000", "--quick", "--admin-url", ADMIN_URL],
+        [
+            *(sys.executable, "-m", "bench.run", "--rows", "2000", "--quick"),
+            *(
+                "--admin-url",
+                ADMIN_URL,
+                "--adbc-driver",
+                str(WHEEL_LIBRARY),
+            ),  # the wheel's, by path
+        ],
         capture_output=True,
         text=True,
         timeout=280,
@@ -45,6 +54,9 @@ def test_tiny_bench_prints_the_whole_table() -> None:
         "WAL of the move by whole partitions",
         "--parallel 2, 1 worker",
         "--parallel 2, 2 workers",
+        "copy mode -> file://, --adbc-driver, ARCHIVER_COPY_CONNECTIONS=2",
+        "copy mode -> Azurite, --adbc-driver",
+        "move mode -> Azurite, --adbc-driver",
     ):
         assert any(expected in f for f in figures), (expected, figures)
     assert all(len(r.split(" | ")) == 6 for r in rows)

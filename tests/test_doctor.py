@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import adbc_driver_postgresql
+
 from bench.reference import seed_orders
 from tests.support import free_port, fresh_database, run_cli, sql
 
@@ -30,12 +32,15 @@ def test_a_good_deployment(env: dict[str, str], database_url: str, tmp_path: Pat
         "queue database",
         "schema",
         "queue privileges",
+        "bulk driver",
         "clock",
         "policies",
         "privileges on public.orders",
         "storage",
     ]
-    assert "auth: connection string" in lines[-1] and "1 valid" in lines[4]
+    assert "auth: connection string" in lines[-1] and "1 valid" in lines[5]
+    wheel = f"adbc-driver-postgresql {adbc_driver_postgresql.__version__}, the wheel's library"
+    assert wheel in lines[3]
 
 
 def test_a_broken_deployment(env: dict[str, str], tmp_path: Path) -> None:
