@@ -19,13 +19,21 @@ $(AZURITE): dev/package.json dev/package-lock.json
 
 install: $(STAMP) $(AZURITE)
 
+# For the tests: the 1.12.0 wheel's driver library, which writes NULL array elements back
+# as "" and 0; doctor and restore must refuse it (tests/test_driver.py).
+FLAWED_DRIVER := dev/flawed-driver/libadbc_driver_postgresql.so
+$(FLAWED_DRIVER): $(STAMP)
+	rm -rf dev/flawed-driver && mkdir -p dev/flawed-driver
+	$(PY) -m pip download -q --no-deps --only-binary :all: -d dev/flawed-driver 'adbc-driver-postgresql==1.12.0'
+	$(PY) -c 'import glob, sys, zipfile; wheel = zipfile.ZipFile(glob.glob("dev/flawed-driver/*.whl")[0]); open(sys.argv[1], "wb").write(wheel.read("adbc_driver_postgresql/libadbc_driver_postgresql.so"))' $@
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check archiver tests bench
 	$(VENV)/bin/ruff format --check archiver tests bench
 	$(VENV)/bin/mypy
 
 # The whole suite: lint, then pytest against a real PostgreSQL and Azurite.
-test: install lint
+test: install lint $(FLAWED_DRIVER)
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest
 
 # The fast tier alone: no PostgreSQL, no Azurite.

@@ -73,6 +73,7 @@ class BulkCursor(Protocol):
     def execute(self, operation: str, parameters: Any = None) -> None: ...
     def fetchall(self) -> list[Row]: ...
     def fetch_record_batch(self) -> Any: ...  # a pyarrow.RecordBatchReader
+    def fetch_arrow_table(self) -> Any: ...  # a pyarrow.Table
     def adbc_ingest(
         self, table_name: str, data: Any, mode: str = ..., *, temporary: bool = ...
     ) -> int: ...
@@ -203,6 +204,47 @@ def _connect_with(driver: str, url: str) -> BulkConnection:
         database.close()
         raise
     return cast(BulkConnection, adbc_driver_manager.dbapi.Connection(database, connection))
+
+
+# Values a restore writes back through the driver, each in a form some build of it has
+# written wrong without an error: NULL elements of arrays as "" and 0 (the 1.12.0 wheel, and
+# a 1.13.0 development snapshot built from source), uuid as bytea (1.12.0).
+_PROBE = """SELECT ARRAY['a', NULL, '']::text[] AS text_array, ARRAY[1, NULL]::int8[] AS int8_array,
+  ''::text AS empty_text, NULL::text AS null_text,
+  'f47ac10b-58cc-4372-a567-0e02b2c3d479'::uuid AS uuid, '{"k": [1, null, ""]}'::jsonb AS jsonb,
+  timestamptz '2024-02-29 12:34:56.789012+00' AS timestamptz, '\\x00ff'::bytea AS bytea"""
+_PROBE_TABLE = "archiver_driver_probe"
+
+
+def driver_round_trip(conn: BulkConnection) -> list[str] | None:
+    """Read values through the driver and write them back through it (as a restore stages
+    a file), then compare their text forms in PostgreSQL: "<column> <read> came back
+    <written>" for each that changed, or None where the role may not create a temporary
+    table (which restore needs too). Rolls back: call it before other work."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT has_database_privilege(current_database(), 'TEMPORARY')")
+            if not cur.fetchall()[0][0]:
+                return None
+            cur.execute(_PROBE)
+            table = cur.fetch_arrow_table()
+            cur.adbc_ingest(_PROBE_TABLE, table, mode="create", temporary=True)
+            names = table.column_names
+            pairs = ", ".join(
+                f"(SELECT {n}::text FROM ({_PROBE}) p), (SELECT {n}::text FROM pg_temp.{_PROBE_TABLE})"
+                for n in names
+            )
+            cur.execute(f"SELECT {pairs}")
+            row = cur.fetchall()[0]
+    except adbc_driver_manager.Error as exc:
+        return [f"the round trip failed: {first_line(exc)}"]
+    finally:
+        conn.rollback()
+    return [
+        f"{name} {row[2 * i]!r} came back {row[2 * i + 1]!r}"
+        for i, name in enumerate(names)
+        if row[2 * i] != row[2 * i + 1]
+    ]
 
 
 def _open_bulk(url: str) -> BulkConnection:

@@ -185,12 +185,22 @@ UNOPTIMISED_WHEELS = ((1, 9, 0), (1, 13, 0))
 
 def _bulk_driver(settings: Settings) -> str:
     """The ADBC connection a worker reads rows on, through the library it will load."""
-    with db.connect_bulk(settings.effective_source_url):
-        pass
+    with db.connect_bulk(settings.effective_source_url) as conn:
+        changed = db.driver_round_trip(conn)
     if settings.adbc_driver:
-        return f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)"
-    version = importlib.metadata.version("adbc-driver-postgresql")
-    detail = f"adbc-driver-postgresql {version}, the wheel's library"
+        detail = f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)"
+    else:
+        version = importlib.metadata.version("adbc-driver-postgresql")
+        detail = f"adbc-driver-postgresql {version}, the wheel's library"
+    if changed:
+        raise Failed(
+            f"{detail} does not write back what it reads, so a restore would change "
+            f"values: {'; '.join(changed)}"
+        )
+    if changed is None:
+        detail += " (round trip not checked: no TEMPORARY privilege, which restore needs)"
+    if settings.adbc_driver:
+        return detail
     released = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
     first, last = UNOPTIMISED_WHEELS
     if first <= released <= last and (sys.platform, platform.machine()) == ("linux", "x86_64"):

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from archiver import pgtypes
 from archiver.archive.stats import in_arrow_order, key_range, key_text
-from archiver.db import BulkConnection, BulkCursor, fetch_all
+from archiver.db import BulkConnection, BulkCursor, driver_round_trip, fetch_all
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.model import CatalogFile
@@ -265,6 +265,12 @@ def restore(
     tables = list(dict.fromkeys(f.source_table for f in plan.files))
     if len(tables) > 1 and plan.into is not None:
         raise InputError(f"files of several tables match ({', '.join(tables)}); --into takes one")
+    changed = driver_round_trip(conn)
+    if changed:
+        raise RestoreFailed(
+            "restore refused, nothing changed: the ADBC driver does not write back what it "
+            f"reads ({'; '.join(changed)}); see `archiver doctor`"
+        )
     ordered, keys = parents_first_today(conn, tables)
     order = {t: i for i, t in enumerate(ordered)}
     # a stable sort: within a table the catalog's order (oldest file first) stands

@@ -11,7 +11,7 @@ from pathlib import Path
 import adbc_driver_postgresql
 
 from bench.reference import seed_orders
-from tests.support import enqueued, run_cli, sql_value, start_worker, wait_for_status
+from tests.support import ROOT, enqueued, run_cli, sql, sql_value, start_worker, wait_for_status
 
 WHEEL_LIBRARY = Path(adbc_driver_postgresql.__file__).parent / "libadbc_driver_postgresql.so"
 
@@ -41,3 +41,46 @@ def test_a_worker_moves_rows_through_the_driver_library_it_is_given(
     archived = sql_value(database_url, "SELECT sum(row_count) FROM archive_files")
     assert archived == 3_000 - 120
     assert sql_value(database_url, "SELECT count(*) FROM orders") == 120
+
+
+FLAWED = ROOT / "dev" / "flawed-driver" / "libadbc_driver_postgresql.so"  # `make test` fetches it
+
+
+def test_a_driver_that_writes_values_back_changed_is_refused_by_doctor_and_restore(
+    env: dict[str, str], database_url: str
+) -> None:
+    """The 1.12.0 wheel's library writes NULL elements of arrays back as "" and 0 without an
+    error. A restore through it would have completed, the archived rows changed."""
+    assert FLAWED.is_file(), "run `make test` (Makefile: FLAWED_DRIVER)"
+    sql(
+        database_url,
+        "CREATE TABLE events (id int PRIMARY KEY, created_at timestamptz NOT NULL, "
+        "tags text[], counts int8[]); "
+        "INSERT INTO events SELECT g, '2020-01-01'::timestamptz + g * interval '1 hour', "
+        "ARRAY['t' || g, NULL, ''], ARRAY[g, NULL] FROM generate_series(1, 500) g; "
+        "CREATE TABLE snapshot AS SELECT * FROM events",
+    )
+    [job] = enqueued(env, "--table", "events", "--before", "2021-01-01")
+    assert start_worker(env, "--burst").wait(timeout=120) == 0
+    assert sql_value(database_url, "SELECT count(*) FROM events") == 0
+    flawed = {**env, "ARCHIVER_ADBC_DRIVER": str(FLAWED)}
+
+    doctor = run_cli(flawed, "doctor")
+    assert doctor.returncode == 1
+    (line,) = [x for x in doctor.stdout.splitlines() if x.startswith("FAIL  bulk driver")]
+    assert "does not write back what it reads" in line
+    assert 'text_array \'{a,NULL,""}\' came back \'{a,"",""}\'' in line, line
+    assert "int8_array '{1,NULL}' came back '{1,0}'" in line, line
+
+    refused = run_cli(flawed, "restore", "--job", job)
+    assert refused.returncode != 0
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "restore refused, nothing changed: the ADBC driver does not write back" in refused.stderr
+    assert sql_value(database_url, "SELECT count(*) FROM events") == 0
+
+    restored = run_cli(env, "restore", "--job", job)  # the wheel's library: exact
+    assert restored.returncode == 0, restored.stderr
+    for a, b in (("events", "snapshot"), ("snapshot", "events")):
+        assert (
+            sql_value(database_url, f"SELECT count(*) FROM (TABLE {a} EXCEPT ALL TABLE {b}) d") == 0
+        )
