@@ -89,7 +89,6 @@ class BulkConnection(Protocol):
 
     @property
     def adbc_connection(self) -> Any: ...  # set_autocommit(), for VACUUM
-    def adbc_get_info(self) -> dict[str, Any]: ...
     def cursor(self) -> BulkCursor: ...
     def commit(self) -> None: ...
     def rollback(self) -> None: ...
@@ -206,9 +205,9 @@ def _connect_with(driver: str, url: str) -> BulkConnection:
     return cast(BulkConnection, adbc_driver_manager.dbapi.Connection(database, connection))
 
 
-# Values a restore writes back through the driver, each in a form some build of it has
-# written wrong without an error: NULL elements of arrays as "" and 0 (the 1.12.0 wheel, and
-# a 1.13.0 development snapshot built from source), uuid as bytea (1.12.0).
+# Values of the kinds a restore writes back through the driver. Some builds of it wrote
+# two of them wrong without an error: NULL elements of arrays as "" and 0 (the 1.12.0
+# wheel, and a 1.13.0 development snapshot built from source), uuid as bytea (1.12.0).
 _PROBE = """SELECT ARRAY['a', NULL, '']::text[] AS text_array, ARRAY[1, NULL]::int8[] AS int8_array,
   ''::text AS empty_text, NULL::text AS null_text,
   'f47ac10b-58cc-4372-a567-0e02b2c3d479'::uuid AS uuid, '{"k": [1, null, ""]}'::jsonb AS jsonb,
