@@ -229,11 +229,8 @@ def driver_round_trip(conn: BulkConnection) -> list[str] | None:
             table = cur.fetch_arrow_table()
             cur.adbc_ingest(_PROBE_TABLE, table, mode="create", temporary=True)
             names = table.column_names
-            pairs = ", ".join(
-                f"(SELECT {n}::text FROM ({_PROBE}) p), (SELECT {n}::text FROM pg_temp.{_PROBE_TABLE})"
-                for n in names
-            )
-            cur.execute(f"SELECT {pairs}")
+            pairs = ", ".join(f"p.{n}::text, w.{n}::text" for n in names)
+            cur.execute(f"SELECT {pairs} FROM ({_PROBE}) p, pg_temp.{_PROBE_TABLE} w")
             row = cur.fetchall()[0]
     except adbc_driver_manager.Error as exc:
         return [f"the round trip failed: {first_line(exc)}"]

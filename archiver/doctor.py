@@ -183,32 +183,37 @@ async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
 UNOPTIMISED_WHEELS = ((1, 9, 0), (1, 13, 0))
 
 
+def _unoptimised_wheel(version: str) -> bool:
+    released = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    first, last = UNOPTIMISED_WHEELS
+    on = (sys.platform, platform.machine()) == ("linux", "x86_64")
+    return on and first <= released <= last
+
+
 def _bulk_driver(settings: Settings) -> str:
-    """The ADBC connection a worker reads rows on, through the library it will load."""
+    """The ADBC connection a worker reads rows on, through the library it will load, and
+    a restore's round trip through it."""
     with db.connect_bulk(settings.effective_source_url) as conn:
         changed = db.driver_round_trip(conn)
     if settings.adbc_driver:
-        detail = f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)"
+        library, unoptimised = f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)", False
     else:
         version = importlib.metadata.version("adbc-driver-postgresql")
-        detail = f"adbc-driver-postgresql {version}, the wheel's library"
+        library = f"adbc-driver-postgresql {version}, the wheel's library"
+        unoptimised = _unoptimised_wheel(version)
     if changed:
         raise Failed(
-            f"{detail} does not write back what it reads, so a restore would change "
+            f"{library} does not write back what it reads, so a restore would change "
             f"values: {'; '.join(changed)}"
         )
     if changed is None:
-        detail += " (round trip not checked: no TEMPORARY privilege, which restore needs)"
-    if settings.adbc_driver:
-        return detail
-    released = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
-    first, last = UNOPTIMISED_WHEELS
-    if first <= released <= last and (sys.platform, platform.machine()) == ("linux", "x86_64"):
-        detail += (
+        library += " (round trip not checked: no TEMPORARY privilege, which restore needs)"
+    if unoptimised:
+        library += (
             ", built without optimisation: a Release build decodes rows with a third of "
             "the CPU (README: ARCHIVER_ADBC_DRIVER)"
         )
-    return detail
+    return library
 
 
 async def _clock_skew(settings: Settings) -> str:

@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import adbc_driver_postgresql
 import asyncpg
 
 ROOT = Path(__file__).resolve().parent.parent
+# The driver library the adbc-driver-postgresql wheel ships (ARCHIVER_ADBC_DRIVER's default)
+WHEEL_LIBRARY = Path(adbc_driver_postgresql.__file__).parent / "libadbc_driver_postgresql.so"
 AZURITE_BIN = ROOT / "dev" / "node_modules" / ".bin" / "azurite-blob"
 AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="

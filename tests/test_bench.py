@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from tests.support import ADMIN_URL, ROOT
-from tests.test_driver import WHEEL_LIBRARY
+from tests.support import ADMIN_URL, ROOT, WHEEL_LIBRARY
 
 pytestmark = pytest.mark.slow  # the whole benchmark, tiny: still ~15 s
 
@@ -16,13 +15,16 @@ pytestmark = pytest.mark.slow  # the whole benchmark, tiny: still ~15 s
 def test_tiny_bench_prints_the_whole_table() -> None:
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "bench.run", "--rows", "2000", "--quick"),
-            *(
-                "--admin-url",
-                ADMIN_URL,
-                "--adbc-driver",
-                str(WHEEL_LIBRARY),
-            ),  # the wheel's, by path
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--rows",
+            "2000",
+            "--quick",
+            "--admin-url",
+            ADMIN_URL,
+            "--adbc-driver",  # the wheel's own library, by path
+            str(WHEEL_LIBRARY),
         ],
         capture_output=True,
         text=True,

@@ -8,12 +8,17 @@ import shutil
 import signal
 from pathlib import Path
 
-import adbc_driver_postgresql
-
 from bench.reference import seed_orders
-from tests.support import ROOT, enqueued, run_cli, sql, sql_value, start_worker, wait_for_status
-
-WHEEL_LIBRARY = Path(adbc_driver_postgresql.__file__).parent / "libadbc_driver_postgresql.so"
+from tests.support import (
+    ROOT,
+    WHEEL_LIBRARY,
+    enqueued,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_for_status,
+)
 
 
 def test_a_worker_moves_rows_through_the_driver_library_it_is_given(
