@@ -347,12 +347,15 @@ class ChunkQueries:
         key_range: KeyRange | None,
         after: str | None = None,
         once: bool = False,
+        cutoff: bool = True,
     ) -> str:
         """The conditions a chunk's rows meet, but its limit: older than the cutoff, in the
         key range, after the last key (or the `after` row subquery). `once`: the settings
         as scalar subqueries, for a Filter (see _older_than_cutoff); an index condition
-        computes a bare one once by itself."""
-        where = self._older_than_cutoff() + self._in_range(key_range, once=once)
+        computes a bare one once by itself. `cutoff=False`: the key's conditions alone."""
+        where = (self._older_than_cutoff() if cutoff else "true") + self._in_range(
+            key_range, once=once
+        )
         key = self.table.key
         if after_key:
             values = [
@@ -374,8 +377,24 @@ class ChunkQueries:
         """Each column as the type table says (pgtypes), SQL-filled companions last."""
         return pgtypes.select_list(self.plans)
 
+    def chunk_end(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
+        """The key `limit` keys after the last key (in the key range), old rows or not, as
+        text: where a key-range chunk (`take(by_key_range=True)`) ends; no row when fewer
+        keys are left. An index-only scan of the key's index, ~0.1 s per 1M keys where
+        the visibility map is set (measured here). One-column keys."""
+        t = self.table
+        key = f"{t.quoted}.{quote_ident(t.key[0].name)}"
+        where = self._chunk_rows(after_key=after_key, key_range=key_range, cutoff=False)
+        limit = "current_setting('archiver.limit')::bigint - 1"
+        return f"SELECT {key}::text FROM {t.quoted} WHERE {where} ORDER BY {key} OFFSET {limit} LIMIT 1"
+
     def take(
-        self, *, after_key: bool, key_range: KeyRange | None = None, skip_locked: bool = True
+        self,
+        *,
+        after_key: bool,
+        key_range: KeyRange | None = None,
+        skip_locked: bool = True,
+        by_key_range: bool = False,
     ) -> str:
         """Move mode: delete the chunk's rows and return them. No ORDER BY on the result:
         sorting costs ~1 s per 500k rows and the key range is computed from the Arrow
@@ -405,9 +424,21 @@ class ChunkQueries:
 
         A key PostgreSQL orders its own way (PG_ORDERED_KEYS) is locked in a CTE, and the
         statement also returns the chunk's first and last key as PostgreSQL orders them
-        (a top-1 sort of the chunk's keys each)."""
+        (a top-1 sort of the chunk's keys each).
+
+        `by_key_range=True` (with `skip_locked=False`, one-column keys): no rows chosen
+        first; the DELETE takes every row older than the cutoff in the key range, whose
+        end the caller finds with `chunk_end`. One pass over the rows instead of two (the
+        chunk subquery's and the TID scan's): 2.29-2.51 CPU-s of the backend against
+        2.60-2.74 for 1M reference rows (measured here). The range holds at most `limit`
+        keys, so at most `limit` rows, fewer where old rows are sparse in key order."""
         t = self.table
         keys = t.quoted_key
+        if by_key_range:
+            assert not skip_locked and t.key_in_arrow_order and not t.partitioned
+            assert len(t.key) == 1
+            where = self._chunk_rows(after_key=after_key, key_range=key_range, once=True)
+            return f"DELETE FROM {t.quoted} WHERE {where} RETURNING {self.select_list}"
         row = keys if t.partitioned else "ctid"
         if t.key_in_arrow_order:
             inner = self.select_chunk(

@@ -86,13 +86,14 @@ def _psql_seconds(url: str, *commands: str) -> float:
 def _server_share(url: str, mode: Mode) -> list[str]:
     """psql commands running archiver's own statement for the whole job as one chunk --
     its select list (the exact-type expressions of pgtypes), key order and, in move mode,
-    the DELETE in the form a job starts with (waiting for row locks, not taking them) --
+    the DELETE in the form a job starts with (a key range, waiting for row locks, not
+    taking them; the whole table is within one chunk's keys, so the range is unbounded) --
     through the same binary COPY, with nothing on the client but psql writing to
     /dev/null: what the server alone spends on an archive."""
     with db.connect_bulk(url) as conn:
         queries = source.describe_archive(conn, "orders", "created_at", mode)
     if mode == Mode.MOVE:
-        statement = queries.take(after_key=False, skip_locked=False)
+        statement = queries.take(after_key=False, skip_locked=False, by_key_range=True)
     else:
         statement = queries.read(after_key=False)
     return [

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from bench.reference import seed_orders
 from tests.archive_check import catalog_paths, rows_in_blobs
@@ -83,6 +84,22 @@ def test_a_chunk_waits_politely_for_an_application_lock(
     assert_exactly_once(database_url, azurite.connection_string, container, expected)
 
 
+def _seed(database_url: str, rows: int, oldest_first: bool) -> None:
+    """The reference rows, whose oldest have the highest ids; `oldest_first`: created in
+    key order instead (a serial key), so that a move takes dense key ranges."""
+    seed_orders(database_url, rows)
+    if oldest_first:
+        sql(
+            database_url,
+            "UPDATE orders SET created_at = timestamptz '2025-01-01 00:00:00+00' "
+            f"- make_interval(mins => ({rows} + 1 - id)::int)",
+        )
+        sql(database_url, "VACUUM orders")
+
+
+KEY_ORDER = pytest.mark.parametrize("oldest_first", [False, True], ids=["newest", "oldest"])
+
+
 def _old_ids(database_url: str) -> list[int]:
     return [
         r["id"]
@@ -143,14 +160,21 @@ def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
     assert_exactly_once(database_url, azurite.connection_string, container, set(old) - {renewed})
 
 
+@KEY_ORDER
 def test_rows_held_past_the_wait_are_skipped_for_the_rest_of_the_attempt(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+    env: dict[str, str],
+    database_url: str,
+    azurite: Azurite,
+    container: str,
+    tmp_path: Path,
+    oldest_first: bool,
 ) -> None:
     """Rows an application holds longer than ARCHIVER_ROW_LOCK_WAIT: the chunk that meets
     the first rolls back and is taken again with FOR UPDATE SKIP LOCKED at once (no
     backoff, no lock retry or attempt spent), and so are the later chunks, which skip
-    the second held row without waiting; both stay for the next job."""
-    seed_orders(database_url, 20_000)  # ~9,900 rows older than the cutoff: 5 chunks
+    the second held row without waiting; both stay for the next job. Oldest first, the
+    chunk that waits is a key range's DELETE."""
+    _seed(database_url, 20_000, oldest_first)  # ~9,900 rows older than the cutoff: 5 chunks
     old = _old_ids(database_url)
     held = [old[len(old) // 3], old[2 * len(old) // 3]]  # in two different middle chunks
 
@@ -210,16 +234,23 @@ def test_the_short_wait_ends_with_the_delete(
     assert_exactly_once(database_url, azurite.connection_string, container, set(old))
 
 
+@KEY_ORDER
 def test_a_move_under_an_application_writing_old_rows(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+    env: dict[str, str],
+    database_url: str,
+    azurite: Azurite,
+    container: str,
+    tmp_path: Path,
+    oldest_first: bool,
 ) -> None:
     """Six application sessions update and delete random old rows in short transactions
     (each holds its row 0-150 ms, so some waits end in time and some run out) while a
     move job takes them in 500-row chunks. Every row is in exactly one place, and that
-    place holds the row as the application last committed it: never a stale version."""
+    place holds the row as the application last committed it: never a stale version.
+    Oldest first, the chunks are key ranges deleted in one pass."""
     import random
 
-    seed_orders(database_url, 20_000)
+    _seed(database_url, 20_000, oldest_first)
     old = _old_ids(database_url)
     run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "500")
     last_note: dict[int, str] = {}
@@ -272,3 +303,34 @@ def test_a_move_under_an_application_writing_old_rows(
     stale = {i: n for i, n in last_note.items() if (archived | left).get(i) != n}
     assert not stale, f"{len(stale)} rows not as last committed, e.g. {list(stale.items())[:3]}"
     assert_exactly_once(database_url, azurite.connection_string, container, set(old) - deleted)
+
+
+def test_an_empty_key_range_does_not_end_a_move(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    """Old rows dense in key order are moved a key range at a time; a range holding no
+    old row (here, 1,000 new rows between two runs of old ones) turns the job to choosing
+    its chunks' rows in key order, and the old rows past the gap are still moved."""
+    sql(
+        database_url,
+        """CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL, body text);
+           INSERT INTO events SELECT g, CASE WHEN g <= 2000 OR g BETWEEN 3001 AND 3300
+               THEN timestamptz '2024-01-01' + make_interval(mins => g::int)
+               ELSE timestamptz '2030-01-01' END, 'event ' || g
+           FROM generate_series(1, 5000) g;""",
+    )
+    old = [r["id"] for r in sql(database_url, "SELECT id FROM events WHERE at < '2025-01-01'")]
+    args = ("--table", "events", "--column", "at", "--before", "2025-01-01")
+    assert run_cli(env, "enqueue", *args, "--chunk-rows", "500").returncode == 0
+    log = tmp_path / "worker.log"
+    assert start_worker(env, "--burst", log=log).wait(120) == 0
+    text = log.read_text()
+    assert text.count("choosing each chunk's rows in key order") == 1
+    assert "0 rows older than the cutoff in the next 500 keys of public.events" in text
+    files = sql(database_url, "SELECT row_count FROM archive_files ORDER BY part")
+    assert [f["row_count"] for f in files] == [500, 500, 500, 500, 300]
+    assert (
+        sql(database_url, "SELECT count(*) AS n FROM events WHERE at < '2025-01-01'")[0]["n"] == 0
+    )
+    archived = rows_in_blobs(azurite.connection_string, container, catalog_paths(database_url))
+    assert sorted(r["id"] for r in archived) == sorted(old)

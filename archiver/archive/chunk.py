@@ -35,7 +35,7 @@ from archiver.guardrails import (
     emit_cdc_marker,
     lock_holders,
 )
-from archiver.model import ArchivedFile, ArchiveRequest, Mode, Progress
+from archiver.model import ArchivedFile, ArchiveRequest, KeyRange, Mode, Progress
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
 from archiver.partitions import PartitionAction, WholePartition
 from archiver.source import (
@@ -87,10 +87,13 @@ class ChunkLimits:
 
 @dataclass
 class RowLocks:
-    """Whether a job's move chunks still wait (briefly) for rows others hold: until the
-    first wait runs out, then they skip locked rows for the rest of the attempt."""
+    """How a job's move chunks find their rows, for the rest of the attempt. They wait
+    (briefly) for rows others hold until the first wait runs out, then skip locked rows
+    (`skip`). Waiting, they take key ranges until one is less than 90% rows older than
+    the cutoff, then choose each chunk's rows in key order (`sparse`)."""
 
     skip: bool = False
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,16 @@ class JobContext:
             and t.key_in_arrow_order
             and self.limits.row_lock_wait > 0
             and not self.row_locks.skip
+        )
+
+    @property
+    def takes_key_ranges(self) -> bool:
+        """The next waiting chunk deletes a key range (source.ChunkQueries.take with
+        by_key_range): a one-column key, while old rows have been dense in key order."""
+        return (
+            self.waits_for_row_locks
+            and len(self.queries.table.key) == 1
+            and not self.row_locks.sparse
         )
 
     @property
@@ -351,16 +364,28 @@ def take_rows(
     key_range = job.request.key_range
     after = progress.last_key is not None
 
-    def run(cur: BulkCursor, statement: str, timeouts: tuple[float, float]) -> None:
+    def run(
+        cur: BulkCursor,
+        statement: str,
+        timeouts: tuple[float, float],
+        key_range: KeyRange | None = key_range,
+    ) -> None:
         bind_chunk(cur, job.request.cutoff, progress.last_key, rows, key_range, timeouts)
         cur.execute(statement)
 
     limits, of = job.limits, FileOf.root(job)
     if job.waits_for_row_locks:  # move mode, the DELETE waiting briefly for row locks
+        waits = (limits.row_wait, limits.statement_timeout)
         try:
-            take = job.queries.take(after_key=after, key_range=key_range, skip_locked=False)
-            run(cur, take, (limits.row_wait, limits.statement_timeout))
-            taken = archive_file(job, cur, tmp, part, of)
+            taken = None
+            if job.takes_key_ranges:
+                taken = take_key_range(job, cur, run, waits, (rows, after), tmp, part)
+            # an empty key range is no sign that the job is done: after one, or on a key
+            # of several columns, the chunk's rows are chosen in key order
+            if taken is None and not job.takes_key_ranges:
+                take = job.queries.take(after_key=after, key_range=key_range, skip_locked=False)
+                run(cur, take, waits)
+                taken = archive_file(job, cur, tmp, part, of)
         except Exception as exc:
             if getattr(exc, "sqlstate", None) in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
                 raise _RowLockWaitOver from exc
@@ -385,6 +410,44 @@ def take_rows(
         later = pool.submit(read_next, reader)
         taken = archive_file(job, cur, tmp, part, of)
         return [f for f in (taken, later.result()) if f is not None]
+
+
+def take_key_range(
+    job: JobContext,
+    cur: BulkCursor,
+    run: Callable[..., None],
+    waits: tuple[float, float],
+    chunk: tuple[int, bool],
+    tmp: Path,
+    part: int,
+) -> ArchivedFile | None:
+    """A waiting move chunk of `chunk` = (rows, after the last key) as one key range:
+    its end found first (`chunk_end`: the key `rows` keys on; none when fewer are left),
+    then every row older than the cutoff in it deleted. A bounded range less than 90%
+    old rows (old rows sparse in key order: the next ranges, and their files, would be as
+    thin) turns the job to choosing each chunk's rows for the rest of the attempt. None
+    when the range held no old row."""
+    rows, after = chunk
+    queries, key_range = job.queries, job.request.key_range
+    run(cur, queries.chunk_end(after_key=after, key_range=key_range), waits)
+    found = cur.fetchall()
+    through = found[0][0] if found else None
+    if through is not None:
+        key_range = KeyRange(key_range.after if key_range else None, through)
+    take = queries.take(after_key=after, key_range=key_range, skip_locked=False, by_key_range=True)
+    run(cur, take, waits, key_range)
+    taken = archive_file(job, cur, tmp, part, FileOf.root(job))
+    if through is not None and (taken.row_count if taken else 0) < 0.9 * rows:
+        job.row_locks.sparse = True
+        log.info(
+            "job %s: %s older than the cutoff in the next %s of %s; choosing each "
+            "chunk's rows in key order for the rest of the attempt",
+            job.job_id,
+            counted(taken.row_count if taken else 0, "row"),
+            counted(rows, "key"),
+            queries.table.qualified,
+        )
+    return taken
 
 
 @dataclass(frozen=True)

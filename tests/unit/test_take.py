@@ -50,6 +50,39 @@ def test_the_waiting_form_locks_nothing_first_and_rechecks_the_chunk() -> None:
     )
 
 
+def test_the_key_range_form_deletes_the_range_in_one_pass() -> None:
+    """No rows chosen first: the DELETE takes every old row in the key range, whose end
+    `chunk_end` finds among the keys alone (old or not) in key order."""
+    queries = ChunkQueries(ORDERS, CUTOFF)
+    sql = queries.take(
+        after_key=True, key_range=KeyRange(None, "900"), skip_locked=False, by_key_range=True
+    )
+    assert sql.split(" RETURNING ")[0] == (
+        'DELETE FROM "public"."orders" WHERE "created_at" < '
+        "(SELECT current_setting('archiver.cutoff')::timestamptz)"
+        " AND \"id\" <= (SELECT current_setting('archiver.range_through')::int8)"
+        " AND (\"id\") > ((SELECT current_setting('archiver.key_0')::int8))"
+    )
+    end = queries.chunk_end(after_key=True, key_range=KeyRange("100", None))
+    assert end == (
+        'SELECT "public"."orders"."id"::text FROM "public"."orders" WHERE true'
+        " AND \"id\" > current_setting('archiver.range_after')::int8"
+        " AND (\"id\") > (current_setting('archiver.key_0')::int8)"
+        ' ORDER BY "public"."orders"."id"'
+        " OFFSET current_setting('archiver.limit')::bigint - 1 LIMIT 1"
+    )
+
+
+def test_key_ranges_until_old_rows_turn_sparse() -> None:
+    job = _job()
+    assert job.takes_key_ranges
+    job.row_locks.sparse = True
+    assert job.waits_for_row_locks and not job.takes_key_ranges
+    composite = dataclasses.replace(ORDERS, key=(KEY, CUTOFF))
+    assert not _job(composite).takes_key_ranges
+    assert not _job(wait=0).takes_key_ranges
+
+
 def _job(table: TableInfo = ORDERS, mode: Mode = Mode.MOVE, wait: float = 0.1) -> JobContext:
     request = ArchiveRequest(table.qualified, "created_at", "2024-01-01T00:00:00+00:00", mode)
     return JobContext(
