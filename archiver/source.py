@@ -378,15 +378,19 @@ class ChunkQueries:
         return pgtypes.select_list(self.plans)
 
     def chunk_end(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
-        """The key `limit` keys after the last key (in the key range), old rows or not, as
-        text: where a key-range chunk (`take(by_key_range=True)`) ends; no row when fewer
-        keys are left. An index-only scan of the key's index, ~0.1 s per 1M keys where
-        the visibility map is set (measured here). One-column keys."""
+        """Where a key-range chunk (`take(by_key_range=True)`) would end, if it should be
+        one: whether the first row after the last key (in the key range) is older than the
+        cutoff (NULL: no row is left), and only then the key `limit` keys on, old rows or
+        not, as text (NULL: fewer keys are left). Both are index scans of the key's
+        index, the second index-only: ~0.1 s per 1M keys where the visibility map is set
+        (measured here). One-column keys."""
         t = self.table
         key = f"{t.quoted}.{quote_ident(t.key[0].name)}"
         where = self._chunk_rows(after_key=after_key, key_range=key_range, cutoff=False)
+        first = f"SELECT {self._older_than_cutoff()} FROM {t.quoted} WHERE {where} ORDER BY {key} LIMIT 1"
         limit = "current_setting('archiver.limit')::bigint - 1"
-        return f"SELECT {key}::text FROM {t.quoted} WHERE {where} ORDER BY {key} OFFSET {limit} LIMIT 1"
+        end = f"SELECT {key}::text FROM {t.quoted} WHERE {where} ORDER BY {key} OFFSET {limit} LIMIT 1"
+        return f"SELECT old, CASE WHEN old THEN ({end}) END FROM (SELECT ({first}) AS old) first"
 
     def take(
         self,

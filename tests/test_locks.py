@@ -305,32 +305,44 @@ def test_a_move_under_an_application_writing_old_rows(
     assert_exactly_once(database_url, azurite.connection_string, container, set(old) - deleted)
 
 
-def test_an_empty_key_range_does_not_end_a_move(
+def test_old_rows_sparse_in_key_order_turn_a_move_to_choosing_its_rows(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
-    """Old rows dense in key order are moved a key range at a time; a range holding no
-    old row (here, 1,000 new rows between two runs of old ones) turns the job to choosing
-    its chunks' rows in key order, and the old rows past the gap are still moved."""
-    sql(
-        database_url,
-        """CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL, body text);
-           INSERT INTO events SELECT g, CASE WHEN g <= 2000 OR g BETWEEN 3001 AND 3300
-               THEN timestamptz '2024-01-01' + make_interval(mins => g::int)
-               ELSE timestamptz '2030-01-01' END, 'event ' || g
-           FROM generate_series(1, 5000) g;""",
-    )
-    old = [r["id"] for r in sql(database_url, "SELECT id FROM events WHERE at < '2025-01-01'")]
-    args = ("--table", "events", "--column", "at", "--before", "2025-01-01")
-    assert run_cli(env, "enqueue", *args, "--chunk-rows", "500").returncode == 0
+    """Old rows dense in key order are moved a key range at a time. Past them, a range
+    that would start at a new row (`audit`) or that holds under 90% old rows (`events`,
+    one old row then 999 new) turns the job to choosing its chunks' rows in key order,
+    and the old rows past the gap are moved all the same."""
+    old_ids = "g <= 2000 OR g BETWEEN 3001 AND 3300"
+    for table, which in (("events", f"{old_ids} OR g = 2001"), ("audit", old_ids)):
+        sql(
+            database_url,
+            f"""CREATE TABLE {table} (id bigint PRIMARY KEY, at timestamptz NOT NULL, body text);
+                INSERT INTO {table} SELECT g, CASE WHEN {which}
+                    THEN timestamptz '2024-01-01' + make_interval(mins => g::int)
+                    ELSE timestamptz '2030-01-01' END, 'row ' || g
+                FROM generate_series(1, 5000) g;""",
+        )
+        args = ("--table", table, "--column", "at", "--before", "2025-01-01", "--chunk-rows", "500")
+        assert run_cli(env, "enqueue", *args).returncode == 0
+    old = {
+        t: [r["id"] for r in sql(database_url, f"SELECT id FROM {t} WHERE at < '2025-01-01'")]
+        for t in ("events", "audit")
+    }
     log = tmp_path / "worker.log"
     assert start_worker(env, "--burst", log=log).wait(120) == 0
     text = log.read_text()
-    assert text.count("choosing each chunk's rows in key order") == 1
-    assert "0 rows older than the cutoff in the next 500 keys of public.events" in text
-    files = sql(database_url, "SELECT row_count FROM archive_files ORDER BY part")
-    assert [f["row_count"] for f in files] == [500, 500, 500, 500, 300]
-    assert (
-        sql(database_url, "SELECT count(*) AS n FROM events WHERE at < '2025-01-01'")[0]["n"] == 0
-    )
-    archived = rows_in_blobs(azurite.connection_string, container, catalog_paths(database_url))
-    assert sorted(r["id"] for r in archived) == sorted(old)
+    assert text.count("choosing each chunk's rows in key order") == 2
+    assert "1 of the next 500 keys of public.events are rows older than the cutoff" in text
+    assert "the next row of public.audit is not older than the cutoff" in text
+    for table, sizes in (("events", [500] * 4 + [1, 300]), ("audit", [500] * 4 + [300])):
+        files = sql(
+            database_url,
+            "SELECT row_count FROM archive_files WHERE source_table = $1 ORDER BY part",
+            f"public.{table}",
+        )
+        assert [f["row_count"] for f in files] == sizes
+        left = sql(database_url, f"SELECT count(*) AS n FROM {table} WHERE at < '2025-01-01'")
+        assert left[0]["n"] == 0
+        paths = catalog_paths(database_url, f"public.{table}")
+        archived = rows_in_blobs(azurite.connection_string, container, paths)
+        assert sorted(r["id"] for r in archived) == sorted(old[table])

@@ -89,8 +89,9 @@ class ChunkLimits:
 class RowLocks:
     """How a job's move chunks find their rows, for the rest of the attempt. They wait
     (briefly) for rows others hold until the first wait runs out, then skip locked rows
-    (`skip`). Waiting, they take key ranges until one is less than 90% rows older than
-    the cutoff, then choose each chunk's rows in key order (`sparse`)."""
+    (`skip`). Waiting, they take key ranges until the next row is not older than the
+    cutoff or a range is less than 90% old rows, then choose each chunk's rows in key
+    order (`sparse`)."""
 
     skip: bool = False
     sparse: bool = False
@@ -423,31 +424,36 @@ def take_key_range(
 ) -> ArchivedFile | None:
     """A waiting move chunk of `chunk` = (rows, after the last key) as one key range:
     its end found first (`chunk_end`: the key `rows` keys on; none when fewer are left),
-    then every row older than the cutoff in it deleted. A bounded range less than 90%
-    old rows (old rows sparse in key order: the next ranges, and their files, would be as
-    thin) turns the job to choosing each chunk's rows for the rest of the attempt. None
-    when the range held no old row."""
+    then every row older than the cutoff in it deleted. Where old rows are sparse in key
+    order, key ranges would be thin, and so would their files: when the next row is not
+    old, or a bounded range is less than 90% old rows, the job chooses each chunk's rows
+    for the rest of the attempt. None when no old row was taken."""
     rows, after = chunk
     queries, key_range = job.queries, job.request.key_range
     run(cur, queries.chunk_end(after_key=after, key_range=key_range), waits)
-    found = cur.fetchall()
-    through = found[0][0] if found else None
+    first_old, through = cur.fetchall()[0]
+    table = queries.table.qualified
+    if first_old is False:
+        _sparse(job, f"the next row of {table} is not older than the cutoff")
+        return None
     if through is not None:
         key_range = KeyRange(key_range.after if key_range else None, through)
     take = queries.take(after_key=after, key_range=key_range, skip_locked=False, by_key_range=True)
     run(cur, take, waits, key_range)
     taken = archive_file(job, cur, tmp, part, FileOf.root(job))
-    if through is not None and (taken.row_count if taken else 0) < 0.9 * rows:
-        job.row_locks.sparse = True
-        log.info(
-            "job %s: %s older than the cutoff in the next %s of %s; choosing each "
-            "chunk's rows in key order for the rest of the attempt",
-            job.job_id,
-            counted(taken.row_count if taken else 0, "row"),
-            counted(rows, "key"),
-            queries.table.qualified,
-        )
+    old = taken.row_count if taken else 0
+    if through is not None and old < 0.9 * rows:
+        _sparse(job, f"{old:,} of the next {rows:,} keys of {table} are rows older than the cutoff")
     return taken
+
+
+def _sparse(job: JobContext, found: str) -> None:
+    job.row_locks.sparse = True
+    log.info(
+        "job %s: %s; choosing each chunk's rows in key order for the rest of the attempt",
+        job.job_id,
+        found,
+    )
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,22 @@ def test_the_key_range_form_deletes_the_range_in_one_pass() -> None:
         " AND (\"id\") > ((SELECT current_setting('archiver.key_0')::int8))"
     )
     end = queries.chunk_end(after_key=True, key_range=KeyRange("100", None))
-    assert end == (
-        'SELECT "public"."orders"."id"::text FROM "public"."orders" WHERE true'
+    keys = (
+        'FROM "public"."orders" WHERE true'
         " AND \"id\" > current_setting('archiver.range_after')::int8"
         " AND (\"id\") > (current_setting('archiver.key_0')::int8)"
         ' ORDER BY "public"."orders"."id"'
+    )
+    first = (
+        "SELECT \"created_at\" < (SELECT current_setting('archiver.cutoff')::timestamptz) "
+        f"{keys} LIMIT 1"
+    )
+    last = (
+        f'SELECT "public"."orders"."id"::text {keys}'
         " OFFSET current_setting('archiver.limit')::bigint - 1 LIMIT 1"
+    )
+    assert (
+        end == f"SELECT old, CASE WHEN old THEN ({last}) END FROM (SELECT ({first}) AS old) first"
     )
 
 
