@@ -379,18 +379,29 @@ class ChunkQueries:
 
     def chunk_end(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
         """Where a key-range chunk (`take(by_key_range=True)`) would end, if it should be
-        one: whether the first row after the last key (in the key range) is older than the
-        cutoff (NULL: no row is left), and only then the key `limit` keys on, old rows or
-        not, as text (NULL: fewer keys are left). Both are index scans of the key's
-        index, the second index-only: ~0.1 s per 1M keys where the visibility map is set
-        (measured here). One-column keys."""
+        one, as one row:
+        - `old`: whether the first row after the last key (in the job's key range) is
+          older than the cutoff: false for a NULL cutoff value, NULL when no row is left;
+        - only where it is, `nth`: the key `limit` keys on, old rows or not (NULL when
+          fewer keys are left), and only where that is NULL, `last`: the last key.
+        Keys as text. Each is read from the key's index (`nth` by an index-only scan,
+        ~0.1 s per 1M keys where the visibility map is set, measured here), once: the
+        subqueries are fenced (OFFSET 0) so that the planner does not copy one into two
+        InitPlans. A range always has an end: without one, the DELETE's plan may read
+        the cutoff column's index, every entry older than the cutoff, this job's deleted
+        rows included. One-column keys."""
         t = self.table
         key = f"{t.quoted}.{quote_ident(t.key[0].name)}"
         where = self._chunk_rows(after_key=after_key, key_range=key_range, cutoff=False)
-        first = f"SELECT {self._older_than_cutoff()} FROM {t.quoted} WHERE {where} ORDER BY {key} LIMIT 1"
-        limit = "current_setting('archiver.limit')::bigint - 1"
-        end = f"SELECT {key}::text FROM {t.quoted} WHERE {where} ORDER BY {key} OFFSET {limit} LIMIT 1"
-        return f"SELECT old, CASE WHEN old THEN ({end}) END FROM (SELECT ({first}) AS old) first"
+        keys = f"FROM {t.quoted} WHERE {where} ORDER BY {key}"
+        first = f"SELECT coalesce({self._older_than_cutoff()}, false) {keys} LIMIT 1"
+        nth = f"SELECT {key}::text {keys} OFFSET current_setting('archiver.limit')::bigint - 1 LIMIT 1"
+        last = f"SELECT {key}::text {keys} DESC LIMIT 1"
+        return (
+            f"SELECT old, nth, CASE WHEN old AND nth IS NULL THEN ({last}) END "
+            f"FROM (SELECT old, CASE WHEN old THEN ({nth}) END AS nth "
+            f"FROM (SELECT ({first}) AS old OFFSET 0) f OFFSET 0) n"
+        )
 
     def take(
         self,
@@ -434,8 +445,11 @@ class ChunkQueries:
         first; the DELETE takes every row older than the cutoff in the key range, whose
         end the caller finds with `chunk_end`. One pass over the rows instead of two (the
         chunk subquery's and the TID scan's): 2.29-2.51 CPU-s of the backend against
-        2.60-2.74 for 1M reference rows (measured here). The range holds at most `limit`
-        keys, so at most `limit` rows, fewer where old rows are sparse in key order."""
+        2.60-2.74 for 1M reference rows (measured here). The range held `limit` keys when
+        its end was found, so about as many rows at most: fewer where old rows are
+        sparse in key order, more only by rows inserted into it meanwhile. A row changed
+        while the DELETE waits for it is rechecked against this WHERE, the key's bounds
+        included: a key moved out of the range is not taken."""
         t = self.table
         keys = t.quoted_key
         if by_key_range:

@@ -34,7 +34,7 @@ import asyncpg
 from archiver import db, source
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
-from archiver.model import ArchiveRequest, Mode
+from archiver.model import ArchiveRequest, KeyRange, Mode
 from bench.reference import seed_orders
 from tests.support import Azurite, with_database
 
@@ -86,21 +86,26 @@ def _psql_seconds(url: str, *commands: str) -> float:
 def _server_share(url: str, mode: Mode, *, chosen: bool = False) -> list[str]:
     """psql commands running archiver's own statement for the whole job as one chunk --
     its select list (the exact-type expressions of pgtypes), key order and, in move mode,
-    the DELETE in the form a job starts with (a key range, waiting for row locks, not
-    taking them; the whole table is within one chunk's keys, so the range is unbounded),
-    or `chosen`, the form that chooses its rows first --
+    the DELETE in the form a job starts with (a key range up to the last key, waiting for
+    row locks, not taking them), or `chosen`, the form that chooses its rows first --
     through the same binary COPY, with nothing on the client but psql writing to
     /dev/null: what the server alone spends on an archive."""
     with db.connect_bulk(url) as conn:
         queries = source.describe_archive(conn, "orders", "created_at", mode)
     if mode == Mode.MOVE:
-        statement = queries.take(after_key=False, skip_locked=False, by_key_range=not chosen)
+        statement = queries.take(
+            after_key=False,
+            key_range=None if chosen else KeyRange(None, "the last key"),
+            skip_locked=False,
+            by_key_range=not chosen,
+        )
     else:
         statement = queries.read(after_key=False)
     return [
         # as archiver's bind_chunk; `limit` is a keyword, so set_config instead of SET
         f"SELECT set_config('archiver.cutoff', '{CUTOFF}', false), "
-        "set_config('archiver.limit', '1000000000', false), set_config('jit', 'off', false)",
+        "set_config('archiver.limit', '1000000000', false), set_config('jit', 'off', false), "
+        "set_config('archiver.range_through', (SELECT max(id)::text FROM orders), false)",
         f"\\copy ({statement}) TO '/dev/null' (FORMAT binary)",
     ]
 

@@ -98,6 +98,13 @@ def _seed(database_url: str, rows: int, oldest_first: bool) -> None:
 
 
 KEY_ORDER = pytest.mark.parametrize("oldest_first", [False, True], ids=["newest", "oldest"])
+KEY_RANGE = "a key range of public.orders"  # the worker's debug line for each range
+
+
+def _took_key_ranges(log: str, oldest_first: bool) -> bool:
+    """Whether the worker's chunks were key ranges: oldest first they are, until the job
+    turns to choosing rows; newest first, the first row is new and no range is taken."""
+    return (KEY_RANGE in log) == oldest_first
 
 
 def _old_ids(database_url: str) -> list[int]:
@@ -109,16 +116,22 @@ def _old_ids(database_url: str) -> list[int]:
     ]
 
 
+@KEY_ORDER
 def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+    env: dict[str, str],
+    database_url: str,
+    azurite: Azurite,
+    container: str,
+    tmp_path: Path,
+    oldest_first: bool,
 ) -> None:
-    """The DELETE chooses its rows without locking them and waits for a row another
+    """The DELETE locks no row before it deletes it and waits for a row another
     transaction holds (ARCHIVER_ROW_LOCK_WAIT). When that transaction commits a change,
     the row is never archived in its old version: it stays in the table (PostgreSQL
-    rechecks the chosen ctid against the newest version), or, where a release's TID scan
-    does not recheck, it is taken in its newest version only if that is still older than
-    the cutoff (the DELETE repeats the cutoff in its own WHERE)."""
-    seed_orders(database_url, 12_000)  # ~1,900 rows older than the cutoff
+    rechecks the chosen ctid against the newest version), or it is taken in its newest
+    version only if that is still older than the cutoff (the DELETE's WHERE, rechecked).
+    Oldest first, the waiting DELETE is a key range's, and the two rows are its first."""
+    _seed(database_url, 12_000, oldest_first)  # ~1,900 rows older than the cutoff
     old = _old_ids(database_url)
     changed, renewed = old[0], old[1]
 
@@ -133,7 +146,7 @@ def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
         log = tmp_path / "worker.log"
         assert run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF).returncode == 0
         waits = {**env, "ARCHIVER_ROW_LOCK_WAIT": "60", "ARCHIVER_LOCK_TIMEOUT": "60"}
-        worker = start_worker(waits, "--burst", log=log)
+        worker = start_worker(waits, "--burst", "--verbose", log=log)
         waiting = (
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             'AND query LIKE \'%DELETE FROM "public"."orders"%\''
@@ -144,7 +157,9 @@ def test_a_move_chunk_waits_for_a_row_another_transaction_changes(
         await tx.commit()
         await app.close()
         assert await asyncio.to_thread(worker.wait, 120) == 0
-        assert "taking the chunk again" not in log.read_text()
+        text = log.read_text()
+        assert "taking the chunk again" not in text
+        assert _took_key_ranges(text, oldest_first)
 
     asyncio.run(scenario())
     left = {
@@ -186,7 +201,8 @@ def test_rows_held_past_the_wait_are_skipped_for_the_rest_of_the_attempt(
         log = tmp_path / "worker.log"
         args = ("enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000")
         assert run_cli(env, *args).returncode == 0
-        worker = start_worker({**env, "ARCHIVER_ROW_LOCK_WAIT": "0.2"}, "--burst", log=log)
+        wait = {**env, "ARCHIVER_ROW_LOCK_WAIT": "0.2"}
+        worker = start_worker(wait, "--burst", "--verbose", log=log)
         assert await asyncio.to_thread(worker.wait, 120) == 0
         await tx.rollback()
         await app.close()
@@ -195,6 +211,8 @@ def test_rows_held_past_the_wait_are_skipped_for_the_rest_of_the_attempt(
     text = asyncio.run(scenario())
     assert text.count("taking the chunk again") == 1
     assert "waited 0.2s for a lock on public.orders" in text
+    # oldest first, the DELETE that waited was a key range's
+    assert _took_key_ranges(text[: text.index("waited 0.2s")], oldest_first)
     job = sql(database_url, "SELECT status, attempts, last_error FROM background_jobs")[0]
     assert (job["status"], job["attempts"], job["last_error"]) == ("completed", 1, None)
     left = sql(database_url, "SELECT id FROM orders WHERE id = ANY($1::int8[]) ORDER BY id", old)
@@ -284,12 +302,13 @@ def test_a_move_under_an_application_writing_old_rows(
         done = asyncio.Event()
         apps = [asyncio.create_task(application(n, done)) for n in range(6)]
         await asyncio.sleep(0.3)
-        worker = start_worker(env, "--burst", log=log)
+        worker = start_worker(env, "--burst", "--verbose", log=log)
         assert await asyncio.to_thread(worker.wait, 120) == 0
         done.set()
         await asyncio.gather(*apps)
 
     asyncio.run(scenario())
+    assert _took_key_ranges(log.read_text(), oldest_first)
     assert len(last_note) > 20 and deleted  # the application did write meanwhile
     left = {
         r["id"]: r["note"]
@@ -309,32 +328,41 @@ def test_old_rows_sparse_in_key_order_turn_a_move_to_choosing_its_rows(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> None:
     """Old rows dense in key order are moved a key range at a time. Past them, a range
-    that would start at a new row (`audit`) or that holds under 90% old rows (`events`,
-    one old row then 999 new) turns the job to choosing its chunks' rows in key order,
-    and the old rows past the gap are moved all the same."""
+    that would start at a new row (`audit`), or at a row whose cutoff value is NULL
+    (`gaps`), or that holds under 90% old rows (`events`, one old row then 999 new)
+    turns the job to choosing its chunks' rows in key order, and the old rows past the
+    gap are moved all the same. Fewer keys than a chunk's left (`tail`): the last range
+    ends at the last key."""
     old_ids = "g <= 2000 OR g BETWEEN 3001 AND 3300"
-    for table, which in (("events", f"{old_ids} OR g = 2001"), ("audit", old_ids)):
+    tables = {  # table: (rows, which are old, NULL where, the files expected)
+        "events": (5000, f"{old_ids} OR g = 2001", "false", [500] * 4 + [1, 300]),
+        "audit": (5000, old_ids, "false", [500] * 4 + [300]),
+        "tail": (1200, "true", "false", [500, 500, 200]),  # the last range ends at the last key
+        "gaps": (1200, "true", "g = 501", [500, 500, 199]),  # a NULL cutoff value next
+    }
+    for table, (rows, which, null, _) in tables.items():
         sql(
             database_url,
-            f"""CREATE TABLE {table} (id bigint PRIMARY KEY, at timestamptz NOT NULL, body text);
-                INSERT INTO {table} SELECT g, CASE WHEN {which}
+            f"""CREATE TABLE {table} (id bigint PRIMARY KEY, at timestamptz, body text);
+                INSERT INTO {table} SELECT g, CASE WHEN {null} THEN NULL WHEN {which}
                     THEN timestamptz '2024-01-01' + make_interval(mins => g::int)
                     ELSE timestamptz '2030-01-01' END, 'row ' || g
-                FROM generate_series(1, 5000) g;""",
+                FROM generate_series(1, {rows}) g;""",
         )
         args = ("--table", table, "--column", "at", "--before", "2025-01-01", "--chunk-rows", "500")
         assert run_cli(env, "enqueue", *args).returncode == 0
     old = {
         t: [r["id"] for r in sql(database_url, f"SELECT id FROM {t} WHERE at < '2025-01-01'")]
-        for t in ("events", "audit")
+        for t in tables
     }
     log = tmp_path / "worker.log"
     assert start_worker(env, "--burst", log=log).wait(120) == 0
     text = log.read_text()
-    assert text.count("choosing each chunk's rows in key order") == 2
+    assert text.count("choosing each chunk's rows in key order") == 3
     assert "1 of the next 500 keys of public.events are rows older than the cutoff" in text
     assert "the next row of public.audit is not older than the cutoff" in text
-    for table, sizes in (("events", [500] * 4 + [1, 300]), ("audit", [500] * 4 + [300])):
+    assert "the next row of public.gaps is not older than the cutoff" in text
+    for table, (_, _, _, sizes) in tables.items():
         files = sql(
             database_url,
             "SELECT row_count FROM archive_files WHERE source_table = $1 ORDER BY part",

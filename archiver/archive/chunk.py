@@ -378,12 +378,10 @@ def take_rows(
     if job.waits_for_row_locks:  # move mode, the DELETE waiting briefly for row locks
         waits = (limits.row_wait, limits.statement_timeout)
         try:
-            taken = None
-            if job.takes_key_ranges:
-                taken = take_key_range(job, cur, run, waits, (rows, after), tmp, part)
-            # an empty key range is no sign that the job is done: after one, or on a key
-            # of several columns, the chunk's rows are chosen in key order
-            if taken is None and not job.takes_key_ranges:
+            taken, choose_rows = None, not job.takes_key_ranges
+            if not choose_rows:
+                taken, choose_rows = take_key_range(job, cur, run, waits, rows, after, tmp, part)
+            if choose_rows:
                 take = job.queries.take(after_key=after, key_range=key_range, skip_locked=False)
                 run(cur, take, waits)
                 taken = archive_file(job, cur, tmp, part, of)
@@ -418,33 +416,39 @@ def take_key_range(
     cur: BulkCursor,
     run: Callable[..., None],
     waits: tuple[float, float],
-    chunk: tuple[int, bool],
+    rows: int,
+    after: bool,
     tmp: Path,
     part: int,
-) -> ArchivedFile | None:
-    """A waiting move chunk of `chunk` = (rows, after the last key) as one key range:
-    its end found first (`chunk_end`: the key `rows` keys on; none when fewer are left),
-    then every row older than the cutoff in it deleted. Where old rows are sparse in key
-    order, key ranges would be thin, and so would their files: when the next row is not
-    old, or a bounded range is less than 90% old rows, the job chooses each chunk's rows
-    for the rest of the attempt. None when no old row was taken."""
-    rows, after = chunk
+) -> tuple[ArchivedFile | None, bool]:
+    """A waiting move chunk of `rows` (after the last key, or not) as one key range: its
+    end found first (`chunk_end`: the key `rows` keys on, or the last key), then every
+    row older than the cutoff in it deleted. Returns the file (None: no old row taken)
+    and whether the chunk is still to be taken by choosing its rows. Where old rows are
+    sparse in key order, key ranges would be thin, and so would their files: when the
+    next row is not old, or a full range is less than 90% old rows, the job chooses each
+    chunk's rows for the rest of the attempt; a range that took no old row then is no
+    sign that the job is done, so that chunk is taken again at once. A job is done when
+    no row is left after the last key, or when its last range took no old row."""
     queries, key_range = job.queries, job.request.key_range
     run(cur, queries.chunk_end(after_key=after, key_range=key_range), waits)
-    first_old, through = cur.fetchall()[0]
+    first_old, nth, last = cur.fetchall()[0]
     table = queries.table.qualified
-    if first_old is False:
+    if first_old is None:
+        return None, False
+    if not first_old:
         _sparse(job, f"the next row of {table} is not older than the cutoff")
-        return None
-    if through is not None:
-        key_range = KeyRange(key_range.after if key_range else None, through)
+        return None, True
+    key_range = KeyRange(key_range.after if key_range else None, nth or last)
+    log.debug("job %s: a key range of %s, through key %s", job.job_id, table, key_range.through)
     take = queries.take(after_key=after, key_range=key_range, skip_locked=False, by_key_range=True)
     run(cur, take, waits, key_range)
     taken = archive_file(job, cur, tmp, part, FileOf.root(job))
     old = taken.row_count if taken else 0
-    if through is not None and old < 0.9 * rows:
+    if nth is not None and old < 0.9 * rows:
         _sparse(job, f"{old:,} of the next {rows:,} keys of {table} are rows older than the cutoff")
-    return taken
+        return taken, taken is None
+    return taken, False
 
 
 def _sparse(job: JobContext, found: str) -> None:

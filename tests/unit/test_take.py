@@ -1,14 +1,18 @@
-"""Move mode's chunk statement: the locking form, the waiting form, and which jobs wait."""
+"""Move mode's chunk statement: the locking form, the waiting form, the key-range form, and
+which jobs take which."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from archiver import source
+from archiver.archive import chunk
 from archiver.archive.chunk import ChunkLimits, JobContext
+from archiver.db import BulkCursor
 from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.source import ChunkQueries, Column, TableInfo
 
@@ -70,16 +74,17 @@ def test_the_key_range_form_deletes_the_range_in_one_pass() -> None:
         " AND (\"id\") > (current_setting('archiver.key_0')::int8)"
         ' ORDER BY "public"."orders"."id"'
     )
-    first = (
-        "SELECT \"created_at\" < (SELECT current_setting('archiver.cutoff')::timestamptz) "
-        f"{keys} LIMIT 1"
-    )
-    last = (
+    cutoff = "\"created_at\" < (SELECT current_setting('archiver.cutoff')::timestamptz)"
+    first = f"SELECT coalesce({cutoff}, false) {keys} LIMIT 1"
+    nth = (
         f'SELECT "public"."orders"."id"::text {keys}'
         " OFFSET current_setting('archiver.limit')::bigint - 1 LIMIT 1"
     )
-    assert (
-        end == f"SELECT old, CASE WHEN old THEN ({last}) END FROM (SELECT ({first}) AS old) first"
+    last = f'SELECT "public"."orders"."id"::text {keys} DESC LIMIT 1'
+    assert end == (
+        f"SELECT old, nth, CASE WHEN old AND nth IS NULL THEN ({last}) END "
+        f"FROM (SELECT old, CASE WHEN old THEN ({nth}) END AS nth "
+        f"FROM (SELECT ({first}) AS old OFFSET 0) f OFFSET 0) n"
     )
 
 
@@ -152,3 +157,56 @@ def test_an_extension_types_key_is_compared_with_its_own_operators() -> None:
     assert sql.endswith(
         'ORDER BY "public"."users"."email" LIMIT current_setting(\'archiver.limit\')::bigint'
     )
+
+
+class _EndCursor:
+    """What `chunk_end` found, as the cursor returns it: (old, nth, last)."""
+
+    def __init__(self, found: tuple[bool | None, str | None, str | None]) -> None:
+        self.found = found
+
+    def fetchall(self) -> list[tuple[bool | None, str | None, str | None]]:
+        return [self.found]
+
+
+@dataclasses.dataclass
+class _File:
+    row_count: int
+
+
+@pytest.mark.parametrize(
+    ("found", "rows_taken", "expected"),
+    [
+        # (old, nth, last) -> rows the DELETE took -> (file's rows, choose rows, sparse, end)
+        ((None, None, None), None, (None, False, False, None)),  # no row left: done
+        ((False, None, None), None, (None, True, True, None)),  # the next row is new
+        ((True, "600", None), 500, (500, False, False, "600")),  # a full range, dense
+        ((True, "600", None), 449, (449, False, True, "600")),  # under 90%: sparse
+        ((True, "600", None), None, (None, True, True, "600")),  # empty: choose rows now
+        ((True, None, "900"), 40, (40, False, False, "900")),  # the last range
+        ((True, None, "900"), None, (None, False, False, "900")),  # the last, empty: done
+    ],
+)
+def test_what_a_key_range_chunk_does_with_what_it_found(
+    monkeypatch: pytest.MonkeyPatch,
+    found: tuple[bool | None, str | None, str | None],
+    rows_taken: int | None,
+    expected: tuple[int | None, bool, bool, str | None],
+) -> None:
+    job, ran = _job(), list[KeyRange | None]()
+
+    def run(cur: object, statement: str, waits: object, key_range: KeyRange | None = None) -> None:
+        ran.append(key_range)
+
+    taken = None if rows_taken is None else _File(rows_taken)
+    monkeypatch.setattr(chunk, "archive_file", lambda *args: taken)
+    cur = cast(BulkCursor, _EndCursor(found))
+    file, choose_rows = chunk.take_key_range(job, cur, run, (0.1, 0.0), 500, True, Path("."), 1)
+    bound = ran[1] if len(ran) > 1 else None  # ran[0]: chunk_end's own bind
+    through = bound.through if bound else None
+    assert (
+        file.row_count if file else None,
+        choose_rows,
+        job.row_locks.sparse,
+        through,
+    ) == expected
