@@ -444,8 +444,8 @@ class ChunkQueries:
         `by_key_range=True` (with `skip_locked=False`, one-column keys): no rows chosen
         first; the DELETE takes every row older than the cutoff in the key range, whose
         end the caller finds with `chunk_end`. One pass over the rows instead of two (the
-        chunk subquery's and the TID scan's): 2.29-2.51 CPU-s of the backend against
-        2.60-2.74 for 1M reference rows (measured here). The range held `limit` keys when
+        chunk subquery's and the TID scan's): 2.17-2.51 CPU-s of the backend against
+        2.49-2.74 for 1M reference rows (nine runs each, measured here). The range held `limit` keys when
         its end was found, so about as many rows at most: fewer where old rows are
         sparse in key order, more only by rows inserted into it meanwhile. A row changed
         while the DELETE waits for it is rechecked against this WHERE, the key's bounds
