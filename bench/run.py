@@ -95,7 +95,8 @@ def _server_share(url: str, mode: Mode, *, chosen: bool = False) -> list[str]:
     if mode == Mode.MOVE:
         statement = queries.take(
             after_key=False,
-            key_range=None if chosen else KeyRange(None, "the last key"),
+            # the end's value is bound below, as the last key (a job's last range)
+            key_range=None if chosen else KeyRange(None, "set below"),
             skip_locked=False,
             by_key_range=not chosen,
         )

@@ -377,14 +377,21 @@ def take_rows(
     limits, of = job.limits, FileOf.root(job)
     if job.waits_for_row_locks:  # move mode, the DELETE waiting briefly for row locks
         waits = (limits.row_wait, limits.statement_timeout)
+
+        def delete(statement: str, bound: KeyRange | None = key_range) -> ArchivedFile | None:
+            run(cur, statement, waits, bound)
+            return archive_file(job, cur, tmp, part, of)
+
         try:
             taken, choose_rows = None, not job.takes_key_ranges
             if not choose_rows:
-                taken, choose_rows = take_key_range(job, cur, run, waits, rows, after, tmp, part)
+                run(cur, job.queries.chunk_end(after_key=after, key_range=key_range), waits)
+                found = cur.fetchall()[0]
+                taken, choose_rows = take_key_range(job, found, delete, rows, after)
             if choose_rows:
-                take = job.queries.take(after_key=after, key_range=key_range, skip_locked=False)
-                run(cur, take, waits)
-                taken = archive_file(job, cur, tmp, part, of)
+                taken = delete(
+                    job.queries.take(after_key=after, key_range=key_range, skip_locked=False)
+                )
         except Exception as exc:
             if getattr(exc, "sqlstate", None) in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
                 raise _RowLockWaitOver from exc
@@ -413,26 +420,23 @@ def take_rows(
 
 def take_key_range(
     job: JobContext,
-    cur: BulkCursor,
-    run: Callable[..., None],
-    waits: tuple[float, float],
+    found: tuple[bool | None, str | None, str | None],
+    delete: Callable[[str, KeyRange], ArchivedFile | None],
     rows: int,
     after: bool,
-    tmp: Path,
-    part: int,
 ) -> tuple[ArchivedFile | None, bool]:
-    """A waiting move chunk of `rows` (after the last key, or not) as one key range: its
-    end found first (`chunk_end`: the key `rows` keys on, or the last key), then every
-    row older than the cutoff in it deleted. Returns the file (None: no old row taken)
-    and whether the chunk is still to be taken by choosing its rows. Where old rows are
-    sparse in key order, key ranges would be thin, and so would their files: when the
-    next row is not old, or a full range is less than 90% old rows, the job chooses each
-    chunk's rows for the rest of the attempt; a range that took no old row then is no
-    sign that the job is done, so that chunk is taken again at once. A job is done when
-    no row is left after the last key, or when its last range took no old row."""
+    """A waiting move chunk of `rows` (after the last key, or not) as one key range, from
+    what `chunk_end` `found`: its end is the key `rows` keys on, or the last key; every
+    row older than the cutoff up to it is deleted (`delete` runs the statement and writes
+    its file). Returns the file (None: no old row taken) and whether the chunk is still
+    to be taken by choosing its rows. Where old rows are sparse in key order, key ranges
+    would be thin, and so would their files: when the next row is not old, or a full
+    range is less than 90% old rows, the job chooses each chunk's rows for the rest of
+    the attempt; a range that took no old row then is no sign that the job is done, so
+    that chunk is taken again at once. A job is done when no row is left after the last
+    key, or when its last range took no old row."""
+    first_old, nth, last = found
     queries, key_range = job.queries, job.request.key_range
-    run(cur, queries.chunk_end(after_key=after, key_range=key_range), waits)
-    first_old, nth, last = cur.fetchall()[0]
     table = queries.table.qualified
     if first_old is None:
         return None, False
@@ -441,9 +445,10 @@ def take_key_range(
         return None, True
     key_range = KeyRange(key_range.after if key_range else None, nth or last)
     log.debug("job %s: a key range of %s, through key %s", job.job_id, table, key_range.through)
-    take = queries.take(after_key=after, key_range=key_range, skip_locked=False, by_key_range=True)
-    run(cur, take, waits, key_range)
-    taken = archive_file(job, cur, tmp, part, FileOf.root(job))
+    taken = delete(
+        queries.take(after_key=after, key_range=key_range, skip_locked=False, by_key_range=True),
+        key_range,
+    )
     old = taken.row_count if taken else 0
     if nth is not None and old < 0.9 * rows:
         _sparse(job, f"{old:,} of the next {rows:,} keys of {table} are rows older than the cutoff")

@@ -12,8 +12,7 @@ import pytest
 from archiver import source
 from archiver.archive import chunk
 from archiver.archive.chunk import ChunkLimits, JobContext
-from archiver.db import BulkCursor
-from archiver.model import ArchiveRequest, KeyRange, Mode
+from archiver.model import ArchivedFile, ArchiveRequest, KeyRange, Mode
 from archiver.source import ChunkQueries, Column, TableInfo
 
 KEY = Column("id", "bigint", "int8")
@@ -159,16 +158,6 @@ def test_an_extension_types_key_is_compared_with_its_own_operators() -> None:
     )
 
 
-class _EndCursor:
-    """What `chunk_end` found, as the cursor returns it: (old, nth, last)."""
-
-    def __init__(self, found: tuple[bool | None, str | None, str | None]) -> None:
-        self.found = found
-
-    def fetchall(self) -> list[tuple[bool | None, str | None, str | None]]:
-        return [self.found]
-
-
 @dataclasses.dataclass
 class _File:
     row_count: int
@@ -188,22 +177,19 @@ class _File:
     ],
 )
 def test_what_a_key_range_chunk_does_with_what_it_found(
-    monkeypatch: pytest.MonkeyPatch,
     found: tuple[bool | None, str | None, str | None],
     rows_taken: int | None,
     expected: tuple[int | None, bool, bool, str | None],
 ) -> None:
-    job, ran = _job(), list[KeyRange | None]()
+    job, ran = _job(), list[KeyRange]()
+    taken = None if rows_taken is None else cast(ArchivedFile, _File(rows_taken))
 
-    def run(cur: object, statement: str, waits: object, key_range: KeyRange | None = None) -> None:
+    def delete(statement: str, key_range: KeyRange) -> ArchivedFile | None:
         ran.append(key_range)
+        return taken
 
-    taken = None if rows_taken is None else _File(rows_taken)
-    monkeypatch.setattr(chunk, "archive_file", lambda *args: taken)
-    cur = cast(BulkCursor, _EndCursor(found))
-    file, choose_rows = chunk.take_key_range(job, cur, run, (0.1, 0.0), 500, True, Path("."), 1)
-    bound = ran[1] if len(ran) > 1 else None  # ran[0]: chunk_end's own bind
-    through = bound.through if bound else None
+    file, choose_rows = chunk.take_key_range(job, found, delete, 500, True)
+    through = ran[0].through if ran else None
     assert (
         file.row_count if file else None,
         choose_rows,
