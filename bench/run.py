@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import asyncpg
@@ -44,6 +45,10 @@ FLOOR_SQL = (
     "\\copy (SELECT * FROM orders WHERE created_at < '{cutoff}') TO '/dev/null' (FORMAT binary)"
 )
 DELETE_SQL = "DELETE FROM orders WHERE created_at < '{cutoff}'"
+DUCKDB_EXPORT = (
+    "COPY (SELECT * FROM pg.public.orders WHERE created_at < TIMESTAMPTZ '{cutoff}') "
+    "TO '{path}' (FORMAT parquet, COMPRESSION zstd)"
+)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -214,6 +219,32 @@ def _run_workers(env: dict[str, str], count: int, *args: str) -> list[int]:
     return peaks
 
 
+def _duckdb_seconds(url: str, path: Path) -> float:
+    """DuckDB's postgres_scanner exporting the floor's rows into one zstd Parquet file,
+    with a thread per core: ctid ranges of 1,000 pages read over as many connections
+    sharing one exported snapshot, in no key order, with DuckDB's own type mapping (enum
+    and jsonb as text), decoded and encoded in parallel. Timed from ATTACH (its
+    connections and catalog reads) to the file written; the extension's load, like a
+    worker's imports, is not in it."""
+    import duckdb  # the bench's and the tests' alone (the dev extra)
+
+    con = duckdb.connect()
+    try:
+        version = con.sql("PRAGMA version").fetchone()[0]  # type: ignore[index]
+        library = files("duckdb_extension_postgres_scanner").joinpath(
+            "extensions", version, "postgres_scanner.duckdb_extension"
+        )
+        con.execute(f"LOAD '{library}'")  # signed: DuckDB refuses it otherwise
+        con.execute(f"SET threads = {os.cpu_count()}")
+        started = time.perf_counter()
+        con.execute(f"ATTACH '{url}' AS pg (TYPE postgres, READ_ONLY)")
+        con.execute(DUCKDB_EXPORT.format(cutoff=CUTOFF, path=path))
+        return time.perf_counter() - started
+    finally:
+        con.close()
+        path.unlink(missing_ok=True)
+
+
 def _job_seconds(url: str) -> float:
     """From the first claim to the last completion of the jobs not yet measured."""
     rows = _sql(
@@ -311,6 +342,11 @@ class Bench:
         self.add(
             "copy mode -> file://", copy_file, floor, "s", "<= 1.10x", copy_file <= 1.10 * floor
         )
+        duck = best(repeat, lambda: _duckdb_seconds(url, self.tmp / "duckdb.parquet"))
+        self.add("DuckDB postgres_scanner -> one zstd Parquet file, a thread per core", duck,
+                 floor, "s", "(reported: the best exporter here)", None)  # fmt: skip
+        self.add("copy mode -> file://, against that DuckDB export", copy_file, duck, "s",
+                 "(reported: 'as fast as the best exporter')", None)  # fmt: skip
         # end to end: `archiver enqueue … && archiver worker --burst`, process start-up,
         # claim and completion included, against the job's own time in the same run
         whole, own = min((w, s) for s, _, w in file_runs)

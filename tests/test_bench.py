@@ -39,6 +39,8 @@ def test_tiny_bench_prints_the_whole_table() -> None:
     for expected in (
         "floor: psql",
         "copy mode -> file://",
+        "DuckDB postgres_scanner -> one zstd Parquet file",
+        "copy mode -> file://, against that DuckDB export",
         "copy mode -> Azurite",
         "raw DELETE",
         "move mode -> Azurite",
