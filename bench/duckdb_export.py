@@ -1,7 +1,9 @@
 """The bench's other exporter, in a process of its own: DuckDB's postgres_scanner writing
-the floor's rows into one zstd Parquet file. Prints its seconds.
+the floor's rows into one zstd Parquet file, local or on Azure Blob Storage (its azure
+extension, given AZURE_STORAGE_CONNECTION_STRING). Prints its seconds.
 
     python -m bench.duckdb_export postgresql://... /tmp/out.parquet '2025-01-01 00:00:00+00'
+    python -m bench.duckdb_export postgresql://... az://container/out.parquet '…'
 
 A process of its own because DuckDB's buffers would raise the bench's peak RSS, and a
 worker the bench starts afterwards reports at least that peak (see bench.run._run_workers).
@@ -18,27 +20,39 @@ import duckdb  # the bench's and the tests' alone (the dev extra)
 
 EXPORT = (
     "COPY (SELECT * FROM pg.public.orders WHERE created_at < TIMESTAMPTZ '{cutoff}') "
-    "TO '{path}' (FORMAT parquet, COMPRESSION zstd)"
+    "TO '{target}' (FORMAT parquet, COMPRESSION zstd)"
 )
 
 
-def export_seconds(url: str, path: str, cutoff: str) -> float:
+def load(con: duckdb.DuckDBPyConnection, extension: str) -> None:
+    """An extension from its PyPI wheel (duckdb-extension-<name>, one per DuckDB release);
+    DuckDB checks its signature as it loads it and refuses an unsigned one."""
+    version = con.sql("PRAGMA version").fetchone()[0]  # type: ignore[index]
+    library = files(f"duckdb_extension_{extension}").joinpath(
+        "extensions", version, f"{extension}.duckdb_extension"
+    )
+    con.execute(f"LOAD '{library}'")
+
+
+def export_seconds(url: str, target: str, cutoff: str) -> float:
     """A thread per core: DuckDB reads ctid ranges of 1,000 pages over as many connections
     sharing one exported snapshot, in no key order, with its own type mapping (enum and
     jsonb as text), and decodes and encodes in parallel. Timed from ATTACH (its
     connections and catalog reads, as a job's time includes its connection set-up) to the
-    file written; the extension's load, like a worker's imports, is not in it."""
+    file written; loading the extensions, like a worker's imports, is not in it."""
     con = duckdb.connect()
     try:
-        version = con.sql("PRAGMA version").fetchone()[0]  # type: ignore[index]
-        library = files("duckdb_extension_postgres_scanner").joinpath(
-            "extensions", version, "postgres_scanner.duckdb_extension"
-        )
-        con.execute(f"LOAD '{library}'")  # signed: DuckDB refuses it otherwise
+        load(con, "postgres_scanner")
+        if target.startswith("az://"):
+            load(con, "azure")
+            con.execute(
+                "CREATE SECRET (TYPE azure, CONNECTION_STRING $1)",
+                [os.environ["AZURE_STORAGE_CONNECTION_STRING"]],
+            )
         con.execute(f"SET threads = {os.cpu_count()}")
         started = time.perf_counter()
         con.execute(f"ATTACH '{url}' AS pg (TYPE postgres, READ_ONLY)")
-        con.execute(EXPORT.format(cutoff=cutoff, path=path))
+        con.execute(EXPORT.format(cutoff=cutoff, target=target))
         return time.perf_counter() - started
     finally:
         con.close()

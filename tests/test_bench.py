@@ -42,6 +42,8 @@ def test_tiny_bench_prints_the_whole_table() -> None:
         "DuckDB postgres_scanner -> one zstd Parquet file",
         "copy mode -> file://, against that DuckDB export",
         "copy mode -> Azurite",
+        "DuckDB postgres_scanner -> Azurite, one zstd Parquet file",
+        "copy mode -> Azurite, against that DuckDB export",
         "raw DELETE",
         "move mode -> Azurite",
         "worker peak RSS, 2,000 rows",
