@@ -314,7 +314,7 @@ class Bench:
 
     def duckdb_export(self, url: str, kind: str) -> float:
         """bench.duckdb_export's seconds, writing to a local file or to a new container."""
-        env = _env(url, "", self.azurite)
+        env = {**os.environ, "AZURE_STORAGE_CONNECTION_STRING": self.azurite.connection_string}
         if kind == "file":
             path = self.tmp / "duckdb.parquet"
             try:
