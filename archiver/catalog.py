@@ -14,10 +14,10 @@ records a file first checks the job is still this worker's, and raises LeaseLost
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from archiver.db import BulkConnection, Row, fetch_all, query
+from archiver.bulk import BulkConnection, Row, fetch_all
+from archiver.db import query
 from archiver.errors import LeaseLost
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
 
@@ -110,7 +110,7 @@ class PgCatalog:
         files, rows, nbytes, last_key = fetch_all(
             self.conn, query("committed_progress"), (self.job_id,)
         )[0]
-        return _resumed(saved, int(files), int(rows), int(nbytes), last_key)
+        return resumed(saved, int(files), int(rows), int(nbytes), last_key)
 
     def pending_files(self) -> list[PendingFile]:
         rows = fetch_all(self.conn, query("pending_files"), (self.job_id,))
@@ -150,124 +150,8 @@ class PgCatalog:
         self.conn.rollback()
 
 
-def _resumed(saved: Progress, files: int, rows: int, nbytes: int, last_key: Any) -> Progress:
+def resumed(saved: Progress, files: int, rows: int, nbytes: int, last_key: Any) -> Progress:
     progress = Progress.from_json(saved.to_json())
     progress.files, progress.rows, progress.bytes = files, rows, nbytes
     progress.last_key = (json.loads(last_key) if isinstance(last_key, str) else last_key) or None
     return progress
-
-
-@dataclass
-class _Tables:
-    """What a MemoryDatabase holds: the catalog's rows and the job's lease."""
-
-    files: dict[int, tuple[ArchivedFile, FileState, str | None]] = field(default_factory=dict)
-    progress: Progress = field(default_factory=Progress)
-    held: bool = True  # the job is still this worker's
-    limits: dict[str, Any] = field(default_factory=dict)
-    throttled: list[str | None] = field(default_factory=list)  # every reason said, in order
-
-
-class MemoryDatabase:
-    """A database in memory with transactions, for tests of the commit protocol: the
-    catalog's rows (a Catalog) and a source whose transactions commit or abort (a
-    SourceTransaction, see archive.commit). One instance serving as both is the
-    same-database case; two instances, the separate one. Writes stay in the open
-    transaction until commit(); `statuses` is what pg_xact_status would say."""
-
-    def __init__(self) -> None:
-        self.committed = _Tables()
-        self._open: list[tuple[str, Any]] = []
-        self._xid = 100
-        self.statuses: dict[str, str] = {}
-        self.commits = 0
-
-    # -- the source side ---------------------------------------------------------------
-
-    def transaction_id(self) -> str:
-        self.statuses.setdefault(str(self._xid), "in progress")
-        return str(self._xid)
-
-    def transaction_status(self, xid: str) -> str | None:
-        return self.statuses.get(xid)
-
-    def commit(self) -> None:
-        tables = self.committed
-        for op, arg in self._open:
-            if op == "file":
-                f, state, xid = arg
-                tables.files[f.part] = (f, state, xid)
-            elif op == "confirm" and arg in tables.files:
-                f, _, _ = tables.files[arg]
-                tables.files[arg] = (f, FileState.COMMITTED, None)
-            elif op == "forget":
-                tables.files.pop(arg, None)
-            elif op == "progress":
-                tables.progress = arg
-        self._open.clear()
-        self.statuses[str(self._xid)] = "committed"
-        self._xid += 1
-        self.commits += 1
-
-    def rollback(self) -> None:
-        self._open.clear()
-        if self.statuses.get(str(self._xid)) == "in progress":
-            self.statuses[str(self._xid)] = "aborted"
-        self._xid += 1
-
-    # -- the catalog side --------------------------------------------------------------
-
-    def _check_held(self) -> None:
-        if not self.committed.held:
-            raise LeaseLost("job is no longer held by this worker")
-
-    def next_part(self) -> int:
-        return max(self.committed.files, default=0) + 1
-
-    def catalogued_paths(self) -> set[str]:
-        return {f.path for f, _, _ in self.committed.files.values()}
-
-    def committed_progress(self, saved: Progress) -> Progress:
-        done = sorted(
-            (f for f, state, _ in self.committed.files.values() if state == FileState.COMMITTED),
-            key=lambda f: f.part,
-        )
-        last_key = done[-1].max_key if done else None
-        return _resumed(
-            saved,
-            len(done),
-            sum(f.row_count for f in done),
-            sum(f.byte_size for f in done),
-            last_key,
-        )
-
-    def pending_files(self) -> list[PendingFile]:
-        return [
-            PendingFile(part, f.path, xid or "")
-            for part, (f, state, xid) in sorted(self.committed.files.items())
-            if state == FileState.PENDING
-        ]
-
-    def add_committed(self, f: ArchivedFile, progress: Progress) -> None:
-        self.checkpoint(progress)
-        self._open.append(("file", (f, FileState.COMMITTED, None)))
-
-    def add_pending(self, f: ArchivedFile, source_xid: str) -> None:
-        self._check_held()
-        self._open.append(("file", (f, FileState.PENDING, source_xid)))
-
-    def confirm(self, part: int) -> None:
-        self._open.append(("confirm", part))
-
-    def forget(self, part: int) -> None:
-        self._open.append(("forget", part))
-
-    def checkpoint(self, progress: Progress) -> None:
-        self._check_held()
-        self._open.append(("progress", progress))
-
-    def limits(self) -> dict[str, Any]:
-        return dict(self.committed.limits)
-
-    def set_throttled(self, reason: str | None) -> None:
-        self.committed.throttled.append(reason)

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import adbc_driver_manager
 import asyncpg
 
-from archiver import db, failpoints
+from archiver import bulk, db, failpoints
 from archiver.commands import (
     cmd_cancel,
     cmd_doctor,
@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         setup_logging(settings.log_format, args.verbose)
         failpoints.configure(settings.failpoints)
-        db.use_driver(settings.adbc_driver)
+        bulk.use_driver(settings.adbc_driver)
         command: Command = args.func
         return asyncio.run(command(args, settings))
     except BrokenPipeError:

@@ -12,21 +12,14 @@ import sys
 import uuid
 from typing import Any
 
-from archiver import console, db, jobqueue, operations
+from archiver import console, db, jobqueue, text
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed, VerificationError
 from archiver.ident import TableName
-from archiver.model import (
-    WINDOW,
-    ArchiveRequest,
-    Mode,
-    Status,
-    Window,
-    parse_job_id,
-    replica_lag_limit,
-    wal_rate_limit,
-)
-from archiver.operations import FileSelection, parse_cutoff
+from archiver.limits import WINDOW, Window, replica_lag_limit, wal_rate_limit
+from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
+from archiver.operations import enqueue, grants, inspect
+from archiver.operations import files as file_ops
 
 
 async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
@@ -36,7 +29,7 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
-    cutoff = parse_cutoff(args.before)
+    cutoff = enqueue.parse_cutoff(args.before)
     table = TableName.parse(args.table)
     request = ArchiveRequest(
         str(table),
@@ -52,10 +45,10 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.dry_run:
         if args.wait:
             raise InputError("--dry-run and --wait exclude each other")
-        plan = await operations.plan(settings, request)
+        plan = await enqueue.plan(settings, request)
         print(console.plan_report(plan, cutoff, args.mode))
         return 0
-    group, queued = await operations.enqueue_archive(
+    group, queued = await enqueue.enqueue_archive(
         settings,
         request,
         parallel=args.parallel,
@@ -74,7 +67,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     for job in queued:
         print(job.job_id)
     if group:
-        print(f"group {group}: {console.counted(len(queued), 'job')}", file=sys.stderr)
+        print(f"group {group}: {text.counted(len(queued), 'job')}", file=sys.stderr)
     if args.wait:
         sys.stdout.flush()
         for job in queued:
@@ -140,7 +133,7 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         last_delete = job.finished_at - dt.timedelta(
             seconds=job.progress.get("vacuum_seconds", 0) + 1
         )
-        since = await operations.vacuumed_since(settings, job.payload["table"], last_delete)
+        since = await inspect.vacuumed_since(settings, job.payload["table"], last_delete)
         print(f"{'vacuum since':<13}{since}")
     return 0
 
@@ -174,7 +167,7 @@ def _pause_target(args: argparse.Namespace) -> uuid.UUID | None:
 async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
     job_id = _pause_target(args)
     if job_id is None:
-        table = await operations.qualified_table(settings, args.table)
+        table = await inspect.qualified_table(settings, args.table)
         async with db.connection(settings.database_url) as conn:
             new = await jobqueue.pause_table(conn, table)
         print(f"table {table} {'paused' if new else 'was already paused'}")
@@ -191,7 +184,7 @@ async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
     job_id = _pause_target(args)
     if job_id is None:
-        table = await operations.qualified_table(settings, args.table)
+        table = await inspect.qualified_table(settings, args.table)
         async with db.connection(settings.database_url) as conn:
             resumed = await jobqueue.resume_table(conn, table)
         print(f"table {table} {'resumed' if resumed else 'was not paused'}")
@@ -240,7 +233,7 @@ async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_grants(args: argparse.Namespace, settings: Settings) -> int:
-    print(await operations.grants(settings, args.role, args.table or [], args.config_file))
+    print(await grants.grants(settings, args.role, args.table or [], args.config_file))
     return 0
 
 
@@ -254,7 +247,7 @@ async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
-    checked = await operations.checked_policies(settings, args.config_file)
+    checked = await enqueue.checked_policies(settings, args.config_file)
     now = dt.datetime.now(dt.UTC)
     for policy, table in checked:
         print(
@@ -269,7 +262,7 @@ async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
     from archiver.scheduler import PolicyScheduler
 
-    checked = await operations.checked_policies(settings, args.config_file)
+    checked = await enqueue.checked_policies(settings, args.config_file)
     await PolicyScheduler(settings, checked).run()
     return 0
 
@@ -279,14 +272,14 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError("restore: give either --job ID or --table T")
     if args.job and (args.cutoff_from or args.cutoff_to):
         raise InputError("restore: --from/--to go with --table, not --job")
-    selection = FileSelection(
+    selection = file_ops.FileSelection(
         job_id=parse_job_id(args.job) if args.job else None,
         table=args.table,
-        cutoff_from=parse_cutoff(args.cutoff_from, "--from") if args.cutoff_from else None,
-        cutoff_to=parse_cutoff(args.cutoff_to, "--to") if args.cutoff_to else None,
+        cutoff_from=enqueue.parse_cutoff(args.cutoff_from, "--from") if args.cutoff_from else None,
+        cutoff_to=enqueue.parse_cutoff(args.cutoff_to, "--to") if args.cutoff_to else None,
     )
     out = sys.stdout if args.dry_run else sys.stderr
-    rows, files = await operations.restore(
+    rows, files = await file_ops.restore(
         settings,
         selection,
         into=args.into,
@@ -298,7 +291,7 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     target = args.into or ", ".join(sorted({f.source_table for f in files}))
     verb = "would restore" if args.dry_run else "restored"
     print(
-        f"{verb} {console.counted(rows, 'row')} from {console.counted(len(files), 'file')} into {target}"
+        f"{verb} {text.counted(rows, 'row')} from {text.counted(len(files), 'file')} into {target}"
     )
     return 0
 
@@ -306,12 +299,14 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     if args.job and args.table:
         raise InputError("verify: give --job ID or --table T, not both")
-    selection = FileSelection(job_id=parse_job_id(args.job) if args.job else None, table=args.table)
-    checked, problems = await operations.verify(settings, selection)
+    selection = file_ops.FileSelection(
+        job_id=parse_job_id(args.job) if args.job else None, table=args.table
+    )
+    checked, problems = await file_ops.verify(settings, selection)
     for line in problems:
         print(line)
-    found = console.counted(len(problems), "problem")
-    print(f"verified {console.counted(checked, 'file')}: {found}", file=sys.stderr)
+    found = text.counted(len(problems), "problem")
+    print(f"verified {text.counted(checked, 'file')}: {found}", file=sys.stderr)
     if problems:
         raise VerificationError(f"verify found {found} (listed above)")
     return 0

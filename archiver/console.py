@@ -20,6 +20,7 @@ import asyncpg
 
 from archiver import jobqueue
 from archiver.model import FINISHED, Job, Status
+from archiver.text import duration, size
 
 Columns = Sequence[tuple[str, str]]  # (key, header)
 
@@ -48,28 +49,6 @@ def _json_default(value: Any) -> Any:
 def dumps(value: Any) -> str:
     """JSON for scripts: ids and times as ISO strings, intervals as seconds."""
     return json.dumps(value, indent=2, default=_json_default)
-
-
-def counted(n: int, noun: str) -> str:
-    """'1 file', '3 files': a count in a sentence."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def size(nbytes: float | None) -> str:
-    if nbytes is None:
-        return "-"
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(nbytes) < 1000 or unit == "TB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    raise AssertionError("unreachable")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    hours, rest = divmod(round(seconds), 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def cell(key: str, value: Any) -> str:

@@ -1,28 +1,18 @@
-"""Connections to PostgreSQL (asyncpg for the queue, ADBC for bulk rows) and migrations."""
+"""Connections to the queue's PostgreSQL (asyncpg: small, many, async queries), the named
+queries every queue and catalog statement comes from, and migrations."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.util
-import logging
 import re
-import sys
-import threading
-import time
-import types
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import cache
 from importlib import resources
-from typing import Any, Protocol, cast
 
-import adbc_driver_manager
 import asyncpg
 
-from archiver.errors import ConfigError, DatabaseUnavailable, first_line, redact
-
-log = logging.getLogger(__name__)
+from archiver.errors import ConfigError, DatabaseUnavailable, redact
 
 # The top-level sql/ directory, installed as the package `archiver.migrations` (see
 # pyproject.toml), so a wheel is a complete product.
@@ -60,60 +50,6 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 
 APPLICATION_NAME = "archiver"  # shows in pg_stat_activity
-Row = tuple[Any, ...]
-
-
-class BulkCursor(Protocol):
-    """The part of an ADBC (DB-API) cursor archiver uses."""
-
-    @property
-    def description(self) -> Any: ...
-    @property
-    def adbc_statement(self) -> Any: ...
-    def execute(self, operation: str, parameters: Any = None) -> None: ...
-    def fetchall(self) -> list[Row]: ...
-    def fetch_record_batch(self) -> Any: ...  # a pyarrow.RecordBatchReader
-    def fetch_arrow_table(self) -> Any: ...  # a pyarrow.Table
-    def adbc_ingest(
-        self, table_name: str, data: Any, mode: str = ..., *, temporary: bool = ...
-    ) -> int: ...
-    def __enter__(self) -> BulkCursor: ...
-    def __exit__(self, *exc: object) -> None: ...
-
-
-class BulkConnection(Protocol):
-    """A synchronous ADBC connection to PostgreSQL: bulk rows as Arrow, in a thread.
-
-    A seam so the data path is typed; the ADBC driver's DB-API connection is the one
-    implementation (its own package ships no type hints)."""
-
-    @property
-    def adbc_connection(self) -> Any: ...  # set_autocommit(), for VACUUM
-    def cursor(self) -> BulkCursor: ...
-    def commit(self) -> None: ...
-    def rollback(self) -> None: ...
-    def close(self) -> None: ...
-
-
-def record_batches(cur: BulkCursor) -> Any:
-    """The cursor's result as a pyarrow.RecordBatchReader whose errors keep the server's
-    SQLSTATE. The driver's public fetch_record_batch() returns pyarrow's bare reader, on
-    which an error raised while rows stream (a lock timeout or a deadlock in the middle
-    of a DELETE ... RETURNING) is a plain ArrowInvalid with no SQLSTATE; the driver
-    manager's own wrapper around it asks the driver for the error's details
-    (adbc-driver-manager 1.13; arrow-adbc #1530 is why the public call unwraps it)."""
-    reader = getattr(getattr(cur, "_results", None), "reader", None)
-    return reader if reader is not None else cur.fetch_record_batch()
-
-
-def fetch_all(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-    """Run one read-only query and roll its transaction back: catalog lookups, EXPLAIN."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params or None)
-            return cur.fetchall()
-    finally:
-        conn.rollback()
 
 
 async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
@@ -158,221 +94,6 @@ async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
     assert pool is not None
     return pool
-
-
-class _DeferredModule(types.ModuleType):
-    """Stands in for a module until one of its attributes is asked for, then imports it.
-
-    adbc_driver_manager.dbapi imports pyarrow.dataset as it is imported, for the
-    isinstance checks of adbc_ingest alone: ~60 ms of every process that opens a bulk
-    connection (the CLI's, the worker's) and 3 MB of a worker's peak. Deferred, it loads
-    on first use (restore's adbc_ingest). The standard library's LazyLoader does not survive a second
-    `import` of the module on Python 3.11 (the import system reads its __spec__)."""
-
-    @classmethod
-    def install(cls, name: str) -> None:
-        stand_in = cls(name)
-        sys.modules[name] = stand_in
-        parent, _, child = name.rpartition(".")
-        setattr(importlib.import_module(parent), child, stand_in)
-
-    def __getattr__(self, attribute: str) -> Any:
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), attribute)
-
-
-_driver: str | None = None  # ARCHIVER_ADBC_DRIVER, or None: the wheel's own library
-
-
-def use_driver(path: str | None) -> None:
-    """Load bulk connections' driver from `path` (a checked ARCHIVER_ADBC_DRIVER), or
-    from the adbc-driver-postgresql wheel when None."""
-    global _driver
-    _driver = path
-
-
-def _connect_with(driver: str, url: str) -> BulkConnection:
-    """What adbc_driver_postgresql.dbapi.connect does, with another build of its library."""
-    import adbc_driver_manager.dbapi
-
-    database = adbc_driver_manager.AdbcDatabase(driver=driver, uri=url)
-    try:
-        connection = adbc_driver_manager.AdbcConnection(database)
-    except BaseException:
-        database.close()
-        raise
-    return cast(BulkConnection, adbc_driver_manager.dbapi.Connection(database, connection))
-
-
-# Values of the kinds a restore writes back through the driver. Some builds of it wrote
-# two of them wrong without an error: NULL elements of arrays as "" and 0 (the 1.12.0
-# wheel, and a 1.13.0 development snapshot built from source), uuid as bytea (1.12.0).
-_PROBE = """SELECT ARRAY['a', NULL, '']::text[] AS text_array, ARRAY[1, NULL]::int8[] AS int8_array,
-  ''::text AS empty_text, NULL::text AS null_text,
-  'f47ac10b-58cc-4372-a567-0e02b2c3d479'::uuid AS uuid, '{"k": [1, null, ""]}'::jsonb AS jsonb,
-  timestamptz '2024-02-29 12:34:56.789012+00' AS timestamptz, '\\x00ff'::bytea AS bytea"""
-_PROBE_TABLE = "archiver_driver_probe"
-
-
-def driver_round_trip(conn: BulkConnection) -> list[str] | None:
-    """Read values through the driver and write them back through it (as a restore stages
-    a file), then compare their text forms in PostgreSQL: "<column> <read> came back
-    <written>" for each that changed, or None where the role may not create a temporary
-    table (which restore needs too). Rolls back: call it before other work."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT has_database_privilege(current_database(), 'TEMPORARY')")
-            if not cur.fetchall()[0][0]:
-                return None
-            cur.execute(_PROBE)
-            table = cur.fetch_arrow_table()
-            cur.adbc_ingest(_PROBE_TABLE, table, mode="create", temporary=True)
-            names = table.column_names
-            pairs = ", ".join(f"p.{n}::text, w.{n}::text" for n in names)
-            cur.execute(f"SELECT {pairs} FROM ({_PROBE}) p, pg_temp.{_PROBE_TABLE} w")
-            row = cur.fetchall()[0]
-    except adbc_driver_manager.Error as exc:
-        return [f"the round trip failed: {first_line(exc)}"]
-    finally:
-        conn.rollback()
-    return [
-        f"{name} {row[2 * i]!r} came back {row[2 * i + 1]!r}"
-        for i, name in enumerate(names)
-        if row[2 * i] != row[2 * i + 1]
-    ]
-
-
-def _open_bulk(url: str) -> BulkConnection:
-    """A new ADBC connection, its session in UTC so dates and naive timestamps convert the
-    same way everywhere."""
-    if "pyarrow.dataset" not in sys.modules:
-        _DeferredModule.install("pyarrow.dataset")
-    import adbc_driver_postgresql.dbapi as adbc  # imports pyarrow: only for bulk work
-
-    # pyarrow converts each statement's parameters by trying `import
-    # dateutil.relativedelta`, and Python does not remember a failed import: without
-    # dateutil every statement searched sys.path again (~0.6 ms, 11 ms of a one-row job).
-    if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
-        sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
-    try:
-        conn: BulkConnection = adbc.connect(url) if _driver is None else _connect_with(_driver, url)
-    except adbc_driver_manager.Error as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}"
-        ) from None
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET TIME ZONE 'UTC'")
-            cur.execute(f"SET application_name = '{APPLICATION_NAME}'")
-        conn.commit()
-    except BaseException:
-        _close_quietly(conn)
-        raise
-    log.debug("bulk connection opened to %s", redact(url))
-    return conn
-
-
-def _close_quietly(conn: BulkConnection) -> None:
-    with contextlib.suppress(adbc_driver_manager.Error):  # a terminated backend
-        conn.close()
-
-
-@contextmanager
-def connect_bulk(url: str) -> Iterator[BulkConnection]:
-    """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread)."""
-    conn = _open_bulk(url)
-    try:
-        yield conn
-    finally:
-        _close_quietly(conn)
-
-
-class BulkPool:
-    """ADBC connections kept between a worker's jobs.
-
-    Opening one costs ~40 ms here (the driver reads the server's type catalog on every
-    connect): two of them were more than half of a one-row job's claim -> completed. A
-    connection goes back to the pool only after its job ended without an exception, and
-    is rolled back first; one idle longer than `idle_seconds` is closed (`prune`, called
-    from the worker's loop: servers, poolers and firewalls drop idle sessions), and every
-    reused one answers a query first (its backend's pid, kept for `backend_pid`), so a
-    connection the server dropped costs a reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
-    its transaction (SET LOCAL, set_config(..., true), temporary tables ON COMMIT DROP)
-    except the two settings `_open_bulk` makes."""
-
-    def __init__(
-        self,
-        idle_seconds: float = 60.0,
-        open_connection: Callable[[str], BulkConnection] = _open_bulk,
-    ) -> None:
-        self.idle_seconds = idle_seconds
-        self._open = open_connection
-        self._idle: dict[str, list[tuple[float, BulkConnection]]] = {}
-        self._pids: dict[BulkConnection, int] = {}  # of every connection it holds
-        self._lock = threading.Lock()
-
-    def _take(self, url: str) -> BulkConnection:
-        self.prune()
-        while True:
-            with self._lock:
-                idle = self._idle.get(url)
-                taken = idle.pop() if idle else None
-            conn = self._open(url) if taken is None else taken[1]
-            try:
-                pid = int(fetch_all(conn, "SELECT pg_backend_pid()")[0][0])
-            except adbc_driver_manager.Error:
-                self._discard(conn)
-                if taken is None:
-                    raise
-                continue
-            with self._lock:
-                self._pids[conn] = pid
-            return conn
-
-    def _discard(self, conn: BulkConnection) -> None:
-        with self._lock:
-            self._pids.pop(conn, None)
-        _close_quietly(conn)
-
-    def backend_pid(self, conn: BulkConnection) -> int:
-        """The server process of a connection this pool handed out (to end its
-        transaction from elsewhere with pg_terminate_backend)."""
-        with self._lock:
-            return self._pids[conn]
-
-    def prune(self) -> None:
-        """Close the connections idle for longer than `idle_seconds`."""
-        oldest = time.monotonic() - self.idle_seconds
-        with self._lock:
-            stale = [c for conns in self._idle.values() for since, c in conns if since < oldest]
-            for url, conns in self._idle.items():
-                self._idle[url] = [(since, c) for since, c in conns if since >= oldest]
-        for conn in stale:
-            self._discard(conn)
-
-    @contextmanager
-    def connection(self, url: str) -> Iterator[BulkConnection]:
-        conn = self._take(url)
-        try:
-            yield conn
-        except BaseException:
-            self._discard(conn)
-            raise
-        try:
-            conn.rollback()
-        except adbc_driver_manager.Error:
-            self._discard(conn)
-            return
-        with self._lock:
-            self._idle.setdefault(url, []).append((time.monotonic(), conn))
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for _, conn in conns:
-                self._discard(conn)
 
 
 def migration_files() -> list[tuple[int, str, str]]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import asyncpg
 
 from archiver import db
+from archiver.bulk import connect_bulk, driver_round_trip
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line
 from archiver.grants import QUEUE_TABLES
@@ -53,7 +54,8 @@ async def _check(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
 
 async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Check]:
     """Every check, in the order a fresh deployment meets them."""
-    from archiver import operations
+    from archiver.operations.enqueue import checked_policies
+    from archiver.operations.inspect import aggregate_children
 
     checks = [await _check("queue database", lambda: _reachable(settings.database_url))]
     if not checks[0].ok:
@@ -71,9 +73,9 @@ async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Chec
     async def valid_policies() -> str:
         if config is None:
             return "no config file (--config or ARCHIVER_CONFIG): nothing scheduled"
-        checked = await operations.checked_policies(settings, config)
+        checked = await checked_policies(settings, config)
         aggregates = [table for policy, table in checked if policy.with_children]
-        children = await operations.aggregate_children(settings, aggregates)
+        children = await aggregate_children(settings, aggregates)
         for policy, table in checked:
             policies.append((table, policy.mode))
             policies.extend((child, policy.mode) for child in children.get(table, []))
@@ -193,8 +195,8 @@ def _unoptimised_wheel(version: str) -> bool:
 def _bulk_driver(settings: Settings) -> str:
     """The ADBC connection a worker reads rows on, through the library it will load, and
     a restore's round trip through it."""
-    with db.connect_bulk(settings.effective_source_url) as conn:
-        changed = db.driver_round_trip(conn)
+    with connect_bulk(settings.effective_source_url) as conn:
+        changed = driver_round_trip(conn)
     if settings.adbc_driver:
         library, unoptimised = f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)", False
     else:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from archiver.ident import quote_ident
 
 if TYPE_CHECKING:
-    from archiver.source import DeleteTrigger
+    from archiver.source.triggers import DeleteTrigger
 
 # What the queue's code reads and writes (jobqueue, catalog, the views); one line each.
 QUEUE_TABLES = (

@@ -13,9 +13,11 @@ from typing import Any
 
 import asyncpg
 
-from archiver.db import BulkConnection, fetch_all, query
+from archiver.bulk import BulkConnection, fetch_all
+from archiver.db import query
 from archiver.errors import JobStateError
-from archiver.model import WINDOW, ArchiveRequest, CatalogFile, Job, Status, window_opens
+from archiver.limits import WINDOW, window_opens
+from archiver.model import ArchiveRequest, CatalogFile, Job, Status
 
 ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish

@@ -16,7 +16,8 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from archiver import db, jobqueue
+from archiver import jobqueue
+from archiver.bulk import connect_bulk
 from archiver.errors import ConfigError
 from archiver.model import Job, Status
 
@@ -90,7 +91,7 @@ class JobsByStatus(Collector):
         family = self._family()
         up = GaugeMetricFamily("archiver_queue_up", "1 if the queue could be read")
         try:
-            with db.connect_bulk(self.database_url) as conn:
+            with connect_bulk(self.database_url) as conn:
                 counts = jobqueue.count_jobs_by_status(conn)
         except Exception as exc:
             log.warning("metrics: cannot count jobs (%s)", type(exc).__name__)

@@ -17,7 +17,8 @@ from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
-from archiver.model import WINDOW, ArchiveRequest, Mode, Window, replica_lag_limit, wal_rate_limit
+from archiver.limits import WINDOW, Window, replica_lag_limit, wal_rate_limit
+from archiver.model import ArchiveRequest, Mode
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
 OPTIONAL_KEYS = (

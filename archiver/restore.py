@@ -19,19 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import adbc_driver_manager
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver import pgtypes
-from archiver.archive.stats import in_arrow_order, key_range, key_text
-from archiver.db import BulkConnection, BulkCursor, driver_round_trip, fetch_all
+from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip, fetch_all
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.model import CatalogFile
 from archiver.parquet import read_metadata
 from archiver.pgtypes.arrow import staging_table
-from archiver.references import ForeignKey, foreign_keys_to, parents_first
-from archiver.storage import Storage, file_md5
+from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
+from archiver.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -360,42 +358,3 @@ def _references_present(key: ForeignKey, values: dict[str, str], retyped: set[st
         f"{nulls} OR EXISTS (SELECT FROM {quote_ident(parent.schema or 'public')}."
         f"{quote_ident(parent.name)} p WHERE {match})"
     )
-
-
-def verify_file(storage: Storage, f: CatalogFile, workdir: Path) -> list[str]:
-    """Problems with one catalogued file: missing, size, MD5, rows, key range."""
-    name = f.path
-    stored = storage.stat(name)
-    if stored is None:
-        return [f"{name}: missing"]
-    problems = []
-    if stored.size != f.byte_size:
-        problems.append(f"{name}: size {stored.size}, catalog says {f.byte_size}")
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        local = Path(tmp) / "verify.parquet"
-        storage.download(name, local)
-        md5 = file_md5(local)
-        if md5 != f.md5:
-            problems.append(f"{name}: md5 {md5}, catalog says {f.md5}")
-        try:
-            parquet = pq.ParquetFile(local)
-            rows = parquet.metadata.num_rows
-            keys = parquet.read(columns=f.key_columns)
-        except (pa.ArrowException, OSError) as exc:
-            return [*problems, f"{name}: unreadable Parquet ({exc})"]
-    if rows != f.row_count:
-        problems.append(f"{name}: {rows} rows, catalog says {f.row_count}")
-    elif rows and in_arrow_order([keys.schema.field(k).type for k in f.key_columns]):
-        lo, hi = key_range(keys, f.key_columns)
-        found = ([key_text(v) for v in lo], [key_text(v) for v in hi])
-        if found != (f.min_key, f.max_key):
-            problems.append(
-                f"{name}: keys {found[0]}..{found[1]}, catalog says {f.min_key}..{f.max_key}"
-            )
-    elif rows:  # ordered by PostgreSQL (a collation): the catalogued ends must be there
-        columns = [keys.column(k).to_pylist() for k in f.key_columns]
-        present = {tuple(key_text(v) for v in row) for row in zip(*columns, strict=True)}
-        for end in (f.min_key, f.max_key):
-            if tuple(end) not in present:
-                problems.append(f"{name}: catalogued key {end} is not in the file")
-    return problems

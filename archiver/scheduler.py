@@ -20,12 +20,13 @@ import asyncpg
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from archiver import db, jobqueue
+from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import ArchiverError, ConfigError, error_line
-from archiver.model import window_opens
-from archiver.operations import archive_parts, on_source
-from archiver.partitions import PartitionAction
+from archiver.limits import window_opens
+from archiver.operations.enqueue import archive_parts
 from archiver.policy import Policy
+from archiver.source.partitions import PartitionAction
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,9 @@ class PolicyScheduler:
         request = policy.request(slot, table)
         parts: list[jobqueue.Part] = [(request, request.keys())]
         if policy.partitions != PartitionAction.ROWS:  # the table's partitions, as of now
-            _, parts = await on_source(self.settings, lambda c: archive_parts(c, request))
+            _, parts = await on_source(
+                self.settings.effective_source_url, lambda c: archive_parts(c, request)
+            )
         job_id, created = await jobqueue.enqueue_slot(
             self.pool,
             parts,

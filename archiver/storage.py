@@ -130,7 +130,7 @@ def file_md5(path: Path) -> str:
     return base64.b64encode(digest.digest()).decode()
 
 
-def _join(prefix: str, relative: str) -> str:
+def join_name(prefix: str, relative: str) -> str:
     return f"{prefix}/{relative}" if prefix else relative
 
 
@@ -236,7 +236,7 @@ class AzureStorage:
             raise self._error("cannot reach", exc) from None
 
     def object_name(self, relative: str) -> str:
-        return _join(self.location.prefix, relative)
+        return join_name(self.location.prefix, relative)
 
     def upload(self, name: str) -> Upload:
         return _AzureUpload(self, name)
@@ -404,67 +404,6 @@ class _LocalUpload:
     def abort(self) -> None:
         self._file.close()
         self._partial.unlink(missing_ok=True)
-
-
-class MemoryStorage:
-    """Objects in a dict, for tests of what the data path does with storage (no I/O
-    beyond the local files it is handed)."""
-
-    def __init__(self, prefix: str = "archive") -> None:
-        self.location = StorageLocation("az", "memory", prefix)
-        self.objects: dict[str, bytes] = {}
-
-    def check(self) -> None:
-        pass
-
-    def object_name(self, relative: str) -> str:
-        return _join(self.location.prefix, relative)
-
-    def upload(self, name: str) -> Upload:
-        return _MemoryUpload(self, name)
-
-    def discard_unfinished(self, prefix: str) -> None:
-        pass  # an unfinished upload lives and dies with its process
-
-    def stat(self, name: str) -> StoredObject | None:
-        data = self.objects.get(name)
-        if data is None:
-            return None
-        digest = hashlib.md5(data, usedforsecurity=False).digest()
-        return StoredObject(name, len(data), base64.b64encode(digest).decode())
-
-    def list(self, prefix: str = "") -> Iterator[StoredObject]:
-        for name in sorted(self.objects):
-            if name.startswith(prefix):
-                stored = self.stat(name)
-                assert stored is not None
-                yield stored
-
-    def download(self, name: str, dest: Path) -> None:
-        dest.write_bytes(self.objects[name])
-
-    def delete(self, name: str) -> None:
-        self.objects.pop(name, None)
-
-
-class _MemoryUpload:
-    def __init__(self, storage: MemoryStorage, name: str) -> None:
-        self._storage = storage
-        self._name = name
-        self._buffer = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self._buffer += data
-
-    def commit(self, md5: str) -> StoredObject:
-        failpoints.reach("upload_staged")
-        self._storage.objects[self._name] = bytes(self._buffer)
-        stored = self._storage.stat(self._name)
-        assert stored is not None
-        return stored
-
-    def abort(self) -> None:
-        self._buffer.clear()
 
 
 def open_storage(settings: Settings) -> Storage:

@@ -27,14 +27,15 @@ import asyncpg
 import pyarrow as pa
 
 from archiver import db, failpoints, jobqueue, metrics
-from archiver.archive.chunk import ChunkLimits
+from archiver.archive.context import ChunkLimits
 from archiver.archive.job import open_job, run_job
+from archiver.bulk import BulkPool
 from archiver.config import Settings
-from archiver.console import counted
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.maintenance import Maintenance
 from archiver.model import ArchiveRequest, Job, Progress, Status
 from archiver.storage import Storage
+from archiver.text import counted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,7 +95,7 @@ class Worker:
         # its job is handed back and the process exits without joining it (`abandoned`).
         self.executor = ThreadPoolExecutor(concurrency, thread_name_prefix="job")
         self.abandoned = False
-        self.bulk = db.BulkPool()  # the job threads' ADBC connections, kept between jobs
+        self.bulk = BulkPool()  # the job threads' ADBC connections, kept between jobs
 
     # -- signals ---------------------------------------------------------------------
 

@@ -32,12 +32,14 @@ from pathlib import Path
 import asyncpg
 from azure.storage.blob import BlobServiceClient
 
-from archiver import db, source
+from archiver import db
+from archiver.bulk import connect_bulk
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
 from archiver.model import ArchiveRequest, KeyRange, Mode
-from bench.reference import seed_orders
-from tests.support import Azurite, with_database
+from archiver.source.chunks import describe_archive
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite, with_database
 
 CUTOFF = "2025-01-01 00:00:00+00"  # every reference row is older
 TWO_CONNECTIONS = {"ARCHIVER_COPY_CONNECTIONS": "2"}  # copy mode reading chunks in pairs
@@ -91,8 +93,8 @@ def _server_share(url: str, mode: Mode, *, chosen: bool = False) -> list[str]:
     row locks, not taking them), or `chosen`, the form that chooses its rows first --
     through the same binary COPY, with nothing on the client but psql writing to
     /dev/null: what the server alone spends on an archive."""
-    with db.connect_bulk(url) as conn:
-        queries = source.describe_archive(conn, "orders", "created_at", mode)
+    with connect_bulk(url) as conn:
+        queries = describe_archive(conn, "orders", "created_at", mode)
     if mode == Mode.MOVE:
         statement = queries.take(
             after_key=False,

@@ -34,7 +34,7 @@ export AZURE_STORAGE_CONNECTION_STRING="DefaultEndpointsProtocol=http;AccountNam
 archiver() { .venv/bin/archiver "$@"; }
 
 echo "== archiver migrate"; archiver migrate
-echo "== seeding 200,000 orders"; $py -m bench.reference "$ARCHIVER_DATABASE_URL" 200000
+echo "== seeding 200,000 orders"; $py -m archiver.testing.reference "$ARCHIVER_DATABASE_URL" 200000
 
 # A nightly policy (its slot never falls inside the demo), so the scheduler has work to plan.
 cat > "$work/archiver.toml" <<'TOML'

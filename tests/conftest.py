@@ -12,7 +12,8 @@ import pluggy
 import pytest
 
 from archiver import db
-from tests.support import ADMIN_URL, Azurite, fresh_database, reap_started, sql, with_database
+from archiver.testing.services import Azurite, with_database
+from tests.support import ADMIN_URL, fresh_database, reap_started, sql
 
 
 @pytest.fixture(autouse=True)

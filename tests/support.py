@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,25 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import adbc_driver_postgresql
 import asyncpg
 
+from archiver.testing.services import free_port, with_database
+
 ROOT = Path(__file__).resolve().parent.parent
 # The driver library the adbc-driver-postgresql wheel ships (ARCHIVER_ADBC_DRIVER's default)
 WHEEL_LIBRARY = Path(adbc_driver_postgresql.__file__).parent / "libadbc_driver_postgresql.so"
-AZURITE_BIN = ROOT / "dev" / "node_modules" / ".bin" / "azurite-blob"
-AZURITE_KEY = (
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-)
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
-
-
 ADMIN_URL = os.environ.get(
     "ARCHIVER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
@@ -70,81 +58,6 @@ def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
 def sql_value(url: str, query: str, *args: Any) -> Any:
     rows = sql(url, query, *args)
     return rows[0][0] if rows else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(
-    port: int,
-    timeout: float = 30.0,
-    proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
-
-
-class Azurite:
-    """A real Azurite blob service on a free port, with its data in `location`; can be
-    stopped and started again on the same port and data (outage tests)."""
-
-    def __init__(self, location: Path) -> None:
-        if not AZURITE_BIN.exists():
-            raise RuntimeError(f"{AZURITE_BIN} missing: run `make test` (npm install in dev/)")
-        self.location = location
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def connection_string(self) -> str:
-        return (
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
-            f"AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{self.port}/devstoreaccount1;"
-        )
-
-    def start(self) -> None:
-        self.location.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                str(AZURITE_BIN),
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                str(self.port),
-                "--location",
-                str(self.location),
-                "--skipApiVersionCheck",
-                "--disableTelemetry",
-                "--silent",
-                "--loose",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        wait_for_port(self.port, proc=self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
 
 
 def archiver_cmd(*args: str) -> list[str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
 from tests.archive_check import (
     assert_exactly_once,
     blob_names,
@@ -16,15 +17,7 @@ from tests.archive_check import (
     rows_in_blobs,
     rows_in_db,
 )
-from tests.support import (
-    Azurite,
-    archiver_cmd,
-    run_cli,
-    sql,
-    sql_value,
-    start_worker,
-    wait_for_text,
-)
+from tests.support import archiver_cmd, run_cli, sql, sql_value, start_worker, wait_for_text
 
 CUTOFF = "2024-10-01"
 

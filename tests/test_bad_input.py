@@ -8,8 +8,9 @@ from pathlib import Path
 import pyarrow
 import pytest
 
-from bench.reference import seed_orders
-from tests.support import free_port, run_cli, sql, sql_value
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import free_port
+from tests.support import run_cli, sql, sql_value
 
 NOT_A_DRIVER = str(next(Path(pyarrow.get_library_dirs()[0]).glob("libarrow.so.*")))
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
-from tests.support import PrivateCluster, run_cli, sql, sql_value, start_worker, with_database
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import with_database
+from tests.support import PrivateCluster, run_cli, sql, sql_value, start_worker
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite, with_database
 from tests.exactly_once import assert_exactly_once
 from tests.support import (
-    Azurite,
     PrivateCluster,
     archiver_cmd,
     fresh_database,
@@ -30,7 +30,6 @@ from tests.support import (
     wait_for_status,
     wait_for_text,
     wait_until,
-    with_database,
 )
 
 CUTOFF = "2024-12-25"  # with 20,000 seeded rows: 9,920 rows older

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import adbc_driver_postgresql
 
-from bench.reference import seed_orders
-from tests.support import free_port, fresh_database, run_cli, sql
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import free_port
+from tests.support import fresh_database, run_cli, sql
 
 POLICY = """
 [[policy]]

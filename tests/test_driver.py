@@ -8,7 +8,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
 from tests.support import (
     ROOT,
     WHEEL_LIBRARY,

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
 from tests.support import run_cli, sql, sql_value, start_worker
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from archiver.testing.services import Azurite
 from tests.archive_check import rows_in_blobs
 from tests.support import (
-    Azurite,
     enqueued,
     fast_env,
     kill_at_failpoint,

@@ -12,18 +12,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
 from tests.archive_check import catalog_paths, rows_in_blobs
 from tests.exactly_once import assert_exactly_once
-from tests.support import (
-    Azurite,
-    run_cli,
-    sql,
-    start_worker,
-    wait_for_status,
-    wait_for_text,
-    wait_until,
-)
+from tests.support import run_cli, sql, start_worker, wait_for_status, wait_for_text, wait_until
 
 CUTOFF = "2024-12-25"
 

@@ -13,8 +13,9 @@ from typing import Any, cast
 import pytest
 
 from archiver.logs import RedactingFormatter
+from archiver.testing.services import AZURITE_KEY, free_port
 from tests.ops_jobs import completing_and_failing_jobs, enqueue
-from tests.support import AZURITE_KEY, ROOT, archiver_cmd, free_port, run_cli
+from tests.support import ROOT, archiver_cmd, run_cli
 
 PASSWORD = "Pa55-w0rd-never-logged"
 

@@ -8,15 +8,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from archiver.testing.services import free_port, wait_for_port
 from tests.ops_jobs import OLD_ROWS, completing_and_failing_jobs, enqueue
-from tests.support import (
-    free_port,
-    run_cli,
-    sql_value,
-    start_worker,
-    wait_for_port,
-    wait_until,
-)
+from tests.support import run_cli, sql_value, start_worker, wait_until
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

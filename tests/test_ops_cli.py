@@ -15,17 +15,9 @@ import pytest
 
 from archiver import console
 from archiver.model import Job
+from archiver.testing.services import Azurite
 from tests.ops_jobs import CUTOFF, OLD_ROWS, enqueue, jobs_in_every_state, make_events
-from tests.support import (
-    ROOT,
-    Azurite,
-    archiver_cmd,
-    run_cli,
-    sql,
-    sql_value,
-    start_worker,
-    wait_until,
-)
+from tests.support import ROOT, archiver_cmd, run_cli, sql, sql_value, start_worker, wait_until
 
 
 def cli_json(env: dict[str, str], *args: str) -> Any:

@@ -13,10 +13,10 @@ import pytest
 
 from archiver import jobqueue
 from archiver.model import ArchiveRequest, Job, Mode
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
 from tests.exactly_once import assert_exactly_once
 from tests.support import (
-    Azurite,
     archiver_cmd,
     kill_at_failpoint,
     run_cli,

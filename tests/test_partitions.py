@@ -17,9 +17,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from archiver.testing.services import Azurite
 from tests.archive_check import blob_names, normalize, rows_in_blobs
 from tests.support import (
-    Azurite,
     archiver_cmd,
     enqueued,
     fast_env,

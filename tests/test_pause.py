@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
 from tests.exactly_once import assert_exactly_once
 from tests.ops_jobs import enqueue, make_events
 from tests.support import (
-    Azurite,
     run_cli,
     sql,
     sql_value,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
 from tests.support import run_cli, sql_value
 from tests.test_bad_input import assert_refused
 

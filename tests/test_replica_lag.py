@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import with_database
 from tests.support import (
     PrivateCluster,
     run_cli,
@@ -20,7 +21,6 @@ from tests.support import (
     wait_for_status,
     wait_until,
     which_pg_bin,
-    with_database,
 )
 
 pytestmark = pytest.mark.slow

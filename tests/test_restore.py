@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from azure.storage.blob import BlobServiceClient
 
-from bench.reference import seed_orders
-from tests.support import Azurite, run_cli, sql, sql_value, start_worker
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
+from tests.support import run_cli, sql, sql_value, start_worker
 
 
 def same_rows(url: str, a: str, b: str) -> bool:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
 from tests.archive_check import assert_exactly_once, blob_names, rows_in_blobs, rows_in_db
-from tests.support import ROOT, Azurite, archiver_cmd, sql, sql_value, start_worker, wait_until
+from tests.support import ROOT, archiver_cmd, sql, sql_value, start_worker, wait_until
 
 pytestmark = pytest.mark.slow  # real scheduler processes, run until SIGTERM
 

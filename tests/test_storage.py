@@ -13,7 +13,7 @@ import pytest
 from archiver import storage as storage_module
 from archiver.config import Settings, StorageLocation
 from archiver.storage import AzureStorage, HashingSink, LocalStorage, file_md5
-from tests.support import Azurite
+from archiver.testing.services import Azurite
 
 BLOCK = 256 * 1024
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
 from tests.support import ROOT, run_cli, sql_value, wait_until
 
 pytestmark = pytest.mark.slow  # a real supervisord with a scheduler and two workers

@@ -10,12 +10,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite, free_port
 from tests.exactly_once import assert_exactly_once
 from tests.support import (
-    Azurite,
     archiver_cmd,
-    free_port,
     run_cli,
     sql,
     sql_value,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import duckdb
 
+from archiver.testing.services import Azurite
 from tests.alltypes import ALLTYPES_DDL, ALLTYPES_EDGES, ALLTYPES_FILL, difference
 from tests.archive_check import blob_names
-from tests.support import Azurite, run_cli, sql, sql_value, start_worker
+from tests.support import run_cli, sql, sql_value, start_worker
 
 ROWS = 3000
 

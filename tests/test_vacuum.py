@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
 from tests.support import run_cli, sql, sql_value, start_worker, wait_for_status
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from azure.storage.blob import BlobServiceClient
 
-from bench.reference import seed_orders
-from tests.support import Azurite, run_cli, sql, start_worker
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite
+from tests.support import run_cli, sql, start_worker
 
 
 def test_verify_names_deleted_truncated_and_unknown_blobs(

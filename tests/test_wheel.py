@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.reference import seed_orders
+from archiver.testing.reference import seed_orders
 from tests.support import ROOT, fresh_database, sql, sql_value
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from archiver import failpoints
+from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import Catalog
-from archiver.db import BulkConnection, fetch_all
 from archiver.errors import JobStateError
 from archiver.model import ArchivedFile, Progress
 

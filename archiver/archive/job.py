@@ -14,10 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from archiver import source
-from archiver.aggregates import describe_aggregate
 from archiver.archive import names
-from archiver.archive.chunk import ChunkLimits, JobContext, archive_chunk, rollback_quietly
+from archiver.archive.chunk import archive_chunk, rollback_quietly
 from archiver.archive.commit import (
     CommitStrategy,
     CopyOnly,
@@ -25,13 +23,17 @@ from archiver.archive.commit import (
     SameDatabase,
     SeparateDatabase,
 )
+from archiver.archive.context import ChunkLimits, JobContext
 from archiver.archive.plan import plan_archive
+from archiver.bulk import BulkConnection
 from archiver.catalog import PgCatalog
-from archiver.db import BulkConnection
 from archiver.errors import ArchiverError, LockBusy, OutsideWindow
-from archiver.guardrails import dead_tuples, replica_lag, vacuum, wal_position
-from archiver.model import WINDOW, ArchiveRequest, Mode, Progress, window_opens
-from archiver.partitions import PartitionAction, WholePartition
+from archiver.limits import WINDOW, window_opens
+from archiver.model import ArchiveRequest, Mode, Progress
+from archiver.source.aggregates import describe_aggregate
+from archiver.source.chunks import describe_archive
+from archiver.source.guardrails import dead_tuples, replica_lag, vacuum, wal_position
+from archiver.source.partitions import PartitionAction, WholePartition
 from archiver.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ def open_job(
         commit = SameDatabase(source_tx, catalog, PgCatalog(src, job_id, worker))
     else:
         commit = SeparateDatabase(source_tx, catalog)
-    queries = source.describe_archive(
+    queries = describe_archive(
         src, request.table, request.column, request.mode, request.with_children
     )
     aggregate = describe_aggregate(src, queries) if request.with_children else None
@@ -76,11 +78,11 @@ def open_job(
     if request.partition is not None:  # one partition: whole, or its rows
         parent = queries.table
         if request.partitions == PartitionAction.ROWS:
-            queries = source.describe_archive(src, request.partition, request.column, Mode.MOVE)
+            queries = describe_archive(src, request.partition, request.column, Mode.MOVE)
         else:
             whole = WholePartition(parent, request.partition, PartitionAction(request.partitions))
             if whole.attached(src) is not None:  # else an earlier attempt took it
-                queries = source.describe_archive(src, request.partition, request.column, Mode.COPY)
+                queries = describe_archive(src, request.partition, request.column, Mode.COPY)
     return JobContext(
         job_id,
         attempt,

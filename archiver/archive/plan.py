@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from archiver import source
-from archiver.aggregates import AggregateQueries, describe_aggregate
-from archiver.db import BulkConnection
+from archiver.bulk import BulkConnection
 from archiver.model import ArchiveRequest, Mode
-from archiver.partitions import PartitionAction, partitions, whole_partitions
+from archiver.source.aggregates import AggregateQueries, describe_aggregate
+from archiver.source.chunks import ChunkQueries, describe_archive
+from archiver.source.explain import explain_archive
+from archiver.source.partitions import PartitionAction, partitions, whole_partitions
+from archiver.source.tables import estimate_rows
+from archiver.source.triggers import DeleteTrigger, delete_triggers
 
 TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
 DEFAULT_CHUNK_ROWS = 100_000  # when the table has no statistics yet
@@ -53,7 +56,7 @@ class ArchivePlan:
     # what becomes of those taken whole (drop or detach)
     partitions: tuple[tuple[str, int, int, bool], ...] = ()
     partition_action: PartitionAction = PartitionAction.ROWS
-    triggers: tuple[source.DeleteTrigger, ...] = ()  # move mode: fire once per moved row
+    triggers: tuple[DeleteTrigger, ...] = ()  # move mode: fire once per moved row
 
     @property
     def rows_archived(self) -> int:
@@ -91,7 +94,7 @@ class ArchivePlan:
 def plan_archive(
     conn: BulkConnection,
     request: ArchiveRequest,
-    queries: source.ChunkQueries | None = None,
+    queries: ChunkQueries | None = None,
     *,
     list_triggers: bool = False,
     aggregate: AggregateQueries | None = None,
@@ -100,10 +103,10 @@ def plan_archive(
     move's row-level DELETE triggers too (a dry run's; a job's start does not need them).
     `aggregate`: a --with-children job's, as the job described it (else described here)."""
     if queries is None:
-        queries = source.describe_archive(
+        queries = describe_archive(
             conn, request.table, request.column, request.mode, request.with_children
         )
-    total, width = source.estimate_rows(conn, queries.table)
+    total, width = estimate_rows(conn, queries.table)
     # With children, a root row weighs its own width plus its share of each child's rows
     # (children per root row, from the statistics): chunks stay ~TARGET_CHUNK_BYTES.
     shares: list[tuple[str, float, tuple[str, ...]]] = []
@@ -113,13 +116,13 @@ def plan_archive(
         agg = aggregate or describe_aggregate(conn, queries)
         deleted_from = [m.table for m in agg.members]
         for m in agg.members[1:]:
-            rows, child_width = source.estimate_rows(conn, m.table)
+            rows, child_width = estimate_rows(conn, m.table)
             share = rows / total if total > 0 else 0.0
             aggregate_width += int(share * child_width)
             unindexed = tuple(k.name for k in m.parents if not k.indexed)
             shares.append((m.table.qualified, share, unindexed))
     chunk_rows = request.chunk_rows or chunk_rows_for_width(aggregate_width)
-    plan = source.explain_archive(
+    plan = explain_archive(
         conn, queries, request.cutoff, chunk_rows, move=request.mode == Mode.MOVE
     )
     older = plan.rows_older
@@ -143,14 +146,14 @@ def plan_archive(
         ),
         partitions=parts,
         partition_action=action,
-        triggers=tuple(source.delete_triggers(conn, deleted_from))
+        triggers=tuple(delete_triggers(conn, deleted_from))
         if list_triggers and request.mode == Mode.MOVE
         else (),
     )
 
 
 def _partitions(
-    conn: BulkConnection, request: ArchiveRequest, queries: source.ChunkQueries
+    conn: BulkConnection, request: ArchiveRequest, queries: ChunkQueries
 ) -> tuple[PartitionAction, tuple[tuple[str, int, int, bool], ...]]:
     action, _, _ = whole_partitions(conn, request, queries)
     if action == PartitionAction.ROWS or request.partition is not None:

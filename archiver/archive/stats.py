@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from archiver.errors import InputError
 from archiver.pgtypes import PG_TEXT_SUFFIX
 from archiver.pgtypes.arrow import storage_view, within_python_range
-from archiver.source import FIRST_KEY, LAST_KEY
+from archiver.source.chunks import FIRST_KEY, LAST_KEY
 
 
 @dataclass

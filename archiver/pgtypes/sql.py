@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from archiver.ident import quote_ident
 
 if TYPE_CHECKING:
-    from archiver.source import Column
+    from archiver.source.tables import Column
 
 PG_TEXT_SUFFIX = "__pg_text"
 

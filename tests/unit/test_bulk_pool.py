@@ -10,7 +10,7 @@ from typing import Any
 import adbc_driver_manager
 import pytest
 
-from archiver.db import BulkPool
+from archiver.bulk import BulkPool
 
 
 class FakeConnection:

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from archiver import failpoints
-from archiver.archive.chunk import JobContext
 from archiver.archive.commit import CopyOnly, SameDatabase, SeparateDatabase
+from archiver.archive.context import JobContext
 from archiver.archive.job import start_job
-from archiver.catalog import MemoryDatabase
 from archiver.errors import JobStateError, LeaseLost
 from archiver.failpoints import FailpointError
 from archiver.model import ArchivedFile, ArchiveRequest, FileState, Mode, Progress
-from archiver.source import ChunkQueries, Column, TableInfo
-from archiver.storage import MemoryStorage, put_file
+from archiver.source.chunks import ChunkQueries
+from archiver.source.tables import Column, TableInfo
+from archiver.storage import put_file
+from archiver.testing.memory import MemoryDatabase, MemoryStorage
 
 
 @pytest.fixture(autouse=True)

@@ -6,12 +6,12 @@ import datetime as dt
 import decimal
 import uuid
 
-from archiver import console
+from archiver import console, text
 
 
 def test_cells_by_type_and_name() -> None:
-    assert console.size(999) == "999 B" and console.size(2_500_000) == "2.5 MB"
-    assert console.duration(59) == "0:59" and console.duration(3725) == "1:02:05"
+    assert text.size(999) == "999 B" and text.size(2_500_000) == "2.5 MB"
+    assert text.duration(59) == "0:59" and text.duration(3725) == "1:02:05"
     assert console.cell("rows", 1234567) == "1,234,567"
     assert console.cell("bytes_archived", 1500) == "1.5 kB"
     assert console.cell("eta_seconds", 61.0) == "1:01"
@@ -74,4 +74,4 @@ def test_plan_report() -> None:
 
 
 def test_counted() -> None:
-    assert [console.counted(n, "file") for n in (0, 1, 2)] == ["0 files", "1 file", "2 files"]
+    assert [text.counted(n, "file") for n in (0, 1, 2)] == ["0 files", "1 file", "2 files"]

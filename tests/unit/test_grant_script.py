@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from archiver.grants import TableAccess, grant_script
-from archiver.source import DeleteTrigger
+from archiver.source.triggers import DeleteTrigger
 
 
 def test_children_triggers_and_hostile_names() -> None:

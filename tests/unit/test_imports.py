@@ -12,8 +12,10 @@ HEAVY = ("pyarrow", "azure.storage.blob", "apscheduler", "adbc_driver_postgresql
 def test_the_cli_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
-        "import archiver.cli, archiver.operations, archiver.jobqueue, archiver.console\n"
-        "import archiver.model, archiver.config, archiver.grants, archiver.doctor\n"
+        "import archiver.cli, archiver.jobqueue, archiver.console, archiver.bulk\n"
+        "import archiver.operations.enqueue, archiver.operations.files\n"
+        "import archiver.operations.inspect, archiver.operations.grants\n"
+        "import archiver.model, archiver.limits, archiver.config, archiver.doctor\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     result = subprocess.run(
@@ -24,11 +26,11 @@ def test_the_cli_imports_nothing_heavy() -> None:
 
 def test_the_bulk_driver_leaves_pyarrow_dataset_unloaded_until_used() -> None:
     """adbc's dbapi imports pyarrow.dataset for adbc_ingest alone; archiver defers it
-    (db._DeferredModule) and it still loads, whole, on first use."""
+    (bulk._DeferredModule) and it still loads, whole, on first use."""
     code = (
         "import sys\n"
-        "from archiver import db\n"
-        "db._DeferredModule.install('pyarrow.dataset')\n"
+        "from archiver import bulk\n"
+        "bulk._DeferredModule.install('pyarrow.dataset')\n"
         "import adbc_driver_postgresql.dbapi, pyarrow.dataset\n"
         "print(type(sys.modules['pyarrow.dataset']).__name__)\n"
         "import pyarrow\n"

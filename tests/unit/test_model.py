@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from archiver.errors import InputError
+from archiver.limits import replica_lag_limit
 from archiver.model import (
     ArchivedFile,
     ArchiveRequest,
@@ -19,7 +20,6 @@ from archiver.model import (
     Progress,
     Status,
     parse_job_id,
-    replica_lag_limit,
 )
 
 

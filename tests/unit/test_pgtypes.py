@@ -15,7 +15,7 @@ from archiver.pgtypes.arrow import (
     within_python_range,
 )
 from archiver.pgtypes.sql import plan_column
-from archiver.source import Column
+from archiver.source.tables import Column
 
 
 def typmod(precision: int, scale: int) -> int:

@@ -9,11 +9,11 @@ from typing import cast
 
 import pytest
 
-from archiver import source
-from archiver.archive import chunk
-from archiver.archive.chunk import ChunkLimits, JobContext
+from archiver.archive import take
+from archiver.archive.context import ChunkLimits, JobContext
 from archiver.model import ArchivedFile, ArchiveRequest, KeyRange, Mode
-from archiver.source import ChunkQueries, Column, TableInfo
+from archiver.source.chunks import ChunkQueries, follows
+from archiver.source.tables import Column, TableInfo
 
 KEY = Column("id", "bigint", "int8")
 CUTOFF = Column("created_at", "timestamp with time zone", "timestamptz")
@@ -143,11 +143,11 @@ def test_an_extension_types_key_is_compared_with_its_own_operators() -> None:
     composite key with it spelled out column by column (a row comparison would resolve
     each operator through the search_path), led by the first column's bound."""
     values = ["$a", "$b"]
-    assert source.follows((KEY, EMAIL), values) == (
+    assert follows((KEY, EMAIL), values) == (
         '"id" >= $a AND (("id" > $a) OR ("id" = $a AND "email" OPERATOR("ext".>) $b))'
     )
-    assert source.follows((EMAIL,), values[:1]) == '"email" OPERATOR("ext".>) $a'
-    assert source.follows((KEY,), values[:1]) == '("id") > ($a)'
+    assert follows((EMAIL,), values[:1]) == '"email" OPERATOR("ext".>) $a'
+    assert follows((KEY,), values[:1]) == '("id") > ($a)'
     table = TableInfo("public", "users", (EMAIL, CUTOFF), (EMAIL,))
     sql = ChunkQueries(table, CUTOFF).read(after_key=True, key_range=KeyRange("a", "b", 2))
     assert 'current_setting(\'archiver.key_0\')::"ext"."citext"' in sql
@@ -188,7 +188,7 @@ def test_what_a_key_range_chunk_does_with_what_it_found(
         ran.append(key_range)
         return taken
 
-    file, choose_rows = chunk.take_key_range(job, found, delete, 500, True)
+    file, choose_rows = take.take_key_range(job, found, delete, 500, True)
     through = ran[0].through if ran else None
     assert (
         file.row_count if file else None,

@@ -12,14 +12,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from archiver.archive.chunk import JobContext
 from archiver.archive.commit import SeparateDatabase
+from archiver.archive.context import JobContext
 from archiver.archive.job import _pace, run_job
-from archiver.catalog import MemoryDatabase
 from archiver.errors import InputError, OutsideWindow
-from archiver.model import ArchiveRequest, Mode, Progress, Window, window_opens
-from archiver.source import ChunkQueries, Column, TableInfo
-from archiver.storage import MemoryStorage
+from archiver.limits import Window, window_opens
+from archiver.model import ArchiveRequest, Mode, Progress
+from archiver.source.chunks import ChunkQueries
+from archiver.source.tables import Column, TableInfo
+from archiver.testing.memory import MemoryDatabase, MemoryStorage
 
 UTC = dt.UTC
 PARIS = ZoneInfo("Europe/Paris")

@@ -35,11 +35,12 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from archiver.db import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_all
 from archiver.errors import InputError
 from archiver.ident import quote_ident
 from archiver.model import ArchiveRequest, Mode
-from archiver.source import ChunkQueries, Column, TableInfo
+from archiver.source.chunks import ChunkQueries
+from archiver.source.tables import Column, TableInfo
 
 
 class PartitionAction(StrEnum):

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from archiver import pgtypes
-from archiver.db import BulkConnection
+from archiver.bulk import BulkConnection
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import KeyRange
-from archiver.references import Aggregate, ForeignKey, aggregate
-from archiver.source import FIRST_KEY, LAST_KEY, ChunkQueries, TableInfo, describe_table
+from archiver.source.chunks import FIRST_KEY, LAST_KEY, ChunkQueries
+from archiver.source.references import Aggregate, ForeignKey, aggregate
+from archiver.source.tables import TableInfo, describe_table
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from archiver.db import BulkConnection, BulkCursor, fetch_all
+from archiver.bulk import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError
-from archiver.source import TableInfo
+from archiver.source.tables import TableInfo
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
 DEADLOCK_DETECTED = "40P01"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from archiver.db import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_all
 from archiver.errors import InputError
 from archiver.ident import quote_ident
 

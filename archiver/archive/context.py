@@ -1,0 +1,144 @@
+"""What every chunk of one job shares: the job's request, connections, storage, catalog
+and limits, and how its move chunks find rows for the rest of the attempt."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from archiver import pgtypes
+from archiver.archive import names
+from archiver.archive.commit import CommitStrategy
+from archiver.bulk import BulkConnection
+from archiver.catalog import Catalog
+from archiver.model import ArchiveRequest, Mode
+from archiver.source.chunks import ChunkQueries
+from archiver.source.partitions import WholePartition
+from archiver.source.tables import TableInfo
+from archiver.storage import Storage
+
+if TYPE_CHECKING:
+    from archiver.source.aggregates import AggregateQueries
+
+
+@dataclass(frozen=True)
+class ChunkLimits:
+    """How long a chunk statement waits for locks and runs (seconds; 0: no limit), and
+    how often a chunk that timed out on a lock is retried before the attempt fails."""
+
+    lock_timeout: float = 5.0
+    statement_timeout: float = 0.0
+    lock_retries: int = 10
+    row_lock_wait: float = 0.1  # a move chunk's wait for a row lock; 0: skip locked rows
+
+    @property
+    def timeouts(self) -> tuple[float, float]:
+        """(lock_timeout, statement_timeout), as source.bind_chunk sets them."""
+        return self.lock_timeout, self.statement_timeout
+
+    @property
+    def row_wait(self) -> float:
+        """The lock timeout of a chunk's DELETE that waits for row locks: never longer
+        than any chunk's."""
+        return min(self.row_lock_wait, self.lock_timeout)
+
+
+@dataclass
+class RowLocks:
+    """How a job's move chunks find their rows, for the rest of the attempt. They wait
+    (briefly) for rows others hold until the first wait runs out, then skip locked rows
+    (`skip`). Waiting, they take key ranges until the next row is not older than the
+    cutoff or a range is less than 90% old rows, then choose each chunk's rows in key
+    order (`sparse`)."""
+
+    skip: bool = False
+    sparse: bool = False
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What every chunk of one job shares."""
+
+    job_id: str
+    attempt: int  # the job's claim count: the fencing token in its file names
+    request: ArchiveRequest
+    queries: ChunkQueries
+    source: BulkConnection
+    storage: Storage
+    catalog: Catalog
+    commit: CommitStrategy
+    workdir: Path
+    limits: ChunkLimits = ChunkLimits()
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)  # maintenance windows
+    aggregate: AggregateQueries | None = None  # --with-children
+    partition: WholePartition | None = None  # this job takes one partition whole
+    # copy mode on one table: a second connection on the job's snapshot (see take_rows)
+    reader: BulkConnection | None = None
+    parent: TableInfo | None = None  # a partition's job: its files are the parent's
+    row_locks: RowLocks = field(default_factory=RowLocks)
+
+    def object_name(self, part: int, table: str | None = None) -> str:
+        table = table or self.tables[0]
+        return self.storage.object_name(names.file_name(table, self.job_id, self.attempt, part))
+
+    @property
+    def waits_for_row_locks(self) -> bool:
+        """The next chunk's DELETE waits up to limits.row_wait for a row another
+        transaction holds instead of skipping locked rows (source.ChunkQueries.take):
+        move mode on a plain table whose key Arrow orders, until a wait first runs out."""
+        t = self.queries.table
+        return (
+            self.request.mode == Mode.MOVE
+            and self.aggregate is None
+            and self.partition is None
+            and not t.partitioned
+            and t.key_in_arrow_order
+            and self.limits.row_lock_wait > 0
+            and not self.row_locks.skip
+        )
+
+    @property
+    def takes_key_ranges(self) -> bool:
+        """The next waiting chunk deletes a key range (source.ChunkQueries.take with
+        by_key_range): a one-column key, while old rows have been dense in key order."""
+        return (
+            self.waits_for_row_locks
+            and len(self.queries.table.key) == 1
+            and not self.row_locks.sparse
+        )
+
+    @property
+    def tables(self) -> list[str]:
+        """Every table this job writes files of: its own, then its aggregate's."""
+        if self.parent is not None:
+            return [self.parent.qualified]
+        if self.aggregate is None:
+            return [self.queries.table.qualified]
+        return [m.table.qualified for m in self.aggregate.members]
+
+
+@dataclass(frozen=True)
+class FileOf:
+    """The table a chunk's file holds rows of: the job's, or one of its aggregate's."""
+
+    table: TableInfo
+    plans: list[pgtypes.ColumnPlan]
+    cutoff: str  # its cutoff column; "" for a table archived with its parents' rows
+    metadata: dict[str, str] = field(default_factory=dict)  # more of the file's metadata
+
+    @classmethod
+    def root(cls, job: JobContext) -> FileOf:
+        """The job's own table -- a partition's rows named and catalogued as its parent's,
+        so restore routes them."""
+        q, table = job.queries, job.queries.table
+        if job.parent is not None:
+            table = dataclasses.replace(table, schema=job.parent.schema, name=job.parent.name)
+        return cls(table, q.plans, q.cutoff_column.name)
+
+    @property
+    def keys(self) -> list[str]:
+        return [c.name for c in self.table.key]

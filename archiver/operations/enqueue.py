@@ -1,0 +1,163 @@
+"""Queue an archive: check it against the source database and the storage, split it into
+its jobs, and the policies of a config file checked the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from archiver import db, jobqueue
+from archiver.bulk import BulkConnection, on_source
+from archiver.config import ConfigFile, Settings
+from archiver.errors import ConfigError, InputError
+from archiver.limits import window_opens
+from archiver.model import ArchiveRequest, Mode
+from archiver.source import partitions
+from archiver.source.aggregates import describe_aggregate
+from archiver.source.chunks import ChunkQueries, describe_archive
+from archiver.source.references import check_unreferenced
+from archiver.source.tables import check_cutoff_column, describe_table
+
+if TYPE_CHECKING:
+    from archiver.policy import Policy
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    job_id: uuid.UUID
+    created: bool  # False: an identical job was already queued or running
+
+
+def parse_cutoff(text: str, option: str = "--before") -> str:
+    """A date or ISO timestamp; naive ones are UTC. Returned as ISO 8601 with offset."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(
+            f"{option}: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.isoformat()
+
+
+async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
+    """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
+    from archiver.archive.plan import plan_archive
+
+    result: dict[str, Any] = await on_source(
+        settings.effective_source_url,
+        lambda conn: plan_archive(conn, request, list_triggers=True).to_json(),
+    )
+    return result
+
+
+async def enqueue_archive(
+    settings: Settings,
+    request: ArchiveRequest,
+    *,
+    parallel: int,
+    priority: int,
+    max_attempts: int,
+    limits: dict[str, Any] | None = None,
+) -> tuple[str | None, list[Enqueued]]:
+    """Check the archive on the source and the storage, then queue its jobs (see
+    archive_parts), all or none: (the group id or None, the jobs)."""
+    from archiver.storage import open_storage
+
+    storage = open_storage(settings)
+
+    group, parts = await on_source(
+        settings.effective_source_url, lambda conn: archive_parts(conn, request, parallel)
+    )
+    await asyncio.to_thread(storage.check)
+    run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
+    async with db.connection(settings.database_url) as conn, conn.transaction():
+        queued = await jobqueue.enqueue_parts(
+            conn,
+            parts,
+            priority=priority,
+            max_attempts=max_attempts,
+            limits=limits,
+            run_at=run_at,
+        )
+    return group, [Enqueued(job_id, created) for job_id, created in queued]
+
+
+def archive_parts(
+    conn: BulkConnection, request: ArchiveRequest, parallel: int = 1
+) -> tuple[str | None, list[jobqueue.Part]]:
+    """Check an archive on the source and split it into the jobs that do it: one, or one
+    per key range (`parallel` > 1), or one per old partition (whole, or its older rows).
+    Several share a group id: (the group id or None, the jobs)."""
+    queries = describe_archive(
+        conn, request.table, request.column, request.mode, request.with_children
+    )
+    if request.with_children:
+        describe_aggregate(conn, queries)  # refuses cycles and keyless children
+    action, whole, by_rows = partitions.whole_partitions(conn, request, queries)
+    if whole and parallel > 1:
+        raise InputError(
+            f"--parallel splits a row-by-row archive; {queries.table.qualified} has "
+            f"{len(whole)} partitions to take whole, each by a job of its own already "
+            "(--partitions rows to split it by rows instead)"
+        )
+    ranges = queries.split(conn, request.cutoff, parallel) if parallel > 1 else []
+    request = dataclasses.replace(request, table=queries.table.qualified, partitions=action)
+    group = str(uuid.uuid4()) if ranges or whole else None
+    if whole:  # a job per old partition: whole, or its older rows (no lock on the others)
+        parts = []
+        for name in whole + by_rows:
+            how = action if name in whole else partitions.PartitionAction.ROWS
+            part = dataclasses.replace(request, partition=name, partitions=how, group=group)
+            parts.append((part, part.partition_keys()))
+        return group, parts
+    if ranges:
+        parts = []
+        for i, key_range in enumerate(ranges):
+            part = dataclasses.replace(request, key_range=key_range, group=group)
+            parts.append((part, part.range_keys(i, len(ranges))))
+        return group, parts
+    return None, [(request, request.keys())]
+
+
+async def checked_policies(
+    settings: Settings, config: ConfigFile | None
+) -> list[tuple[Policy, str]]:
+    """The config file's policies, each with its table checked on the source database."""
+    from archiver.policy import parse_policies
+
+    if config is None:
+        raise ConfigError("no config file: pass --config FILE or set ARCHIVER_CONFIG")
+    policies = parse_policies(config.policies)
+    if not policies:
+        raise ConfigError(f"config file {config.path}: no [[policy]] defined")
+
+    def check(conn: BulkConnection) -> list[tuple[Policy, str]]:
+        checked = []
+        for policy in policies:
+            try:
+                info = describe_table(conn, policy.table)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: table: {exc}") from None
+            try:
+                check_cutoff_column(info, policy.column)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: column: {exc}") from None
+            try:
+                if policy.with_children:
+                    queries = ChunkQueries(info, info.column(policy.column))
+                    describe_aggregate(conn, queries)
+                elif policy.mode == Mode.MOVE:
+                    check_unreferenced(conn, info.qualified, info.oid)
+            except InputError as exc:
+                raise InputError(f"policy {policy.name!r}: table: {exc}") from None
+            checked.append((policy, info.qualified))
+        return checked
+
+    result: list[tuple[Policy, str]] = await on_source(settings.effective_source_url, check)
+    return result

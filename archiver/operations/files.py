@@ -1,0 +1,174 @@
+"""The catalogued files a command acts on (`FileSelection`), and the commands over them:
+restore the selected files, verify them against the catalog and storage."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from archiver import db, jobqueue
+from archiver.bulk import BulkConnection, on_source
+from archiver.config import Settings
+from archiver.errors import InputError, JobStateError
+from archiver.ident import TableName
+from archiver.model import ArchiveRequest, CatalogFile
+from archiver.operations.inspect import aggregate_children
+
+if TYPE_CHECKING:
+    from archiver.storage import Storage
+
+
+@dataclass(frozen=True)
+class FileSelection:
+    job_id: uuid.UUID | None = None
+    table: str | None = None
+    cutoff_from: str | None = None  # ISO 8601, inclusive
+    cutoff_to: str | None = None  # ISO 8601, exclusive
+
+    async def files(self, settings: Settings, state: str | None = None) -> list[CatalogFile]:
+        async with db.connection(settings.database_url) as conn:
+            return await jobqueue.archived_files(
+                conn,
+                job_id=self.job_id,
+                table=self.table,
+                cutoff_from=dt.datetime.fromisoformat(self.cutoff_from)
+                if self.cutoff_from
+                else None,
+                cutoff_to=dt.datetime.fromisoformat(self.cutoff_to) if self.cutoff_to else None,
+                state=state,
+            )
+
+
+async def restore(
+    settings: Settings,
+    selection: FileSelection,
+    *,
+    into: str | None,
+    skip_conflicts: bool,
+    dry_run: bool,
+    ignore_dropped_columns: bool,
+    report: Callable[[str], None],
+) -> tuple[int, list[CatalogFile]]:
+    """Restore the selected committed files in one transaction: (rows, files)."""
+    from archiver.restore import RestorePlan, restore
+    from archiver.storage import open_storage
+
+    if into is not None:
+        TableName.parse(into)
+    files = await selection.files(settings, state="committed")
+    if not files:
+        raise InputError("no archived files match")
+    if selection.job_id is None:
+        files += await chunk_children(settings, files)
+    storage = open_storage(settings)
+    plan = RestorePlan(
+        files,
+        into,
+        skip_conflicts,
+        selection.cutoff_from,
+        selection.cutoff_to,
+        dry_run,
+        ignore_dropped_columns,
+    )
+
+    def run(conn: BulkConnection) -> int:
+        return restore(conn, storage, plan, Path(tempfile.gettempdir()), report)
+
+    rows: int = await on_source(settings.effective_source_url, run)
+    return rows, files
+
+
+async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
+    """The files of referencing tables archived in the same chunks as `files`
+    (`--with-children`): a chunk's files are consecutive parts, the root's last, and only
+    the root's has a cutoff column."""
+    chosen = {f.path for f in files}
+    children: list[CatalogFile] = []
+    for job_id in dict.fromkeys(f.job_id for f in files):
+        pending: list[CatalogFile] = []
+        job_files = await FileSelection(job_id=uuid.UUID(job_id)).files(settings, "committed")
+        for f in sorted(job_files, key=lambda f: f.part):
+            if f.cutoff_column:  # a chunk's root file closes it
+                if f.path in chosen:
+                    children += [c for c in pending if c.path not in chosen]
+                pending = []
+            else:
+                pending.append(f)
+    return children
+
+
+async def verify(settings: Settings, selection: FileSelection) -> tuple[int, list[str]]:
+    """Check the selected files against the catalog, and look for objects the catalog
+    does not know where those files live: (files checked, problems)."""
+    from archiver.archive import names
+    from archiver.storage import open_storage
+
+    files = await selection.files(settings)
+    known = await FileSelection().files(settings)
+    storage = open_storage(settings)
+    table = selection.table
+    if table and not files and "." not in table:
+        raise InputError(f"no archived files of table {table!r}; give schema.table")
+    if selection.job_id:
+        job = str(selection.job_id)
+        tables = await job_tables(settings, selection.job_id, files)
+        prefixes = [names.job_prefix(t, job) for t in tables]
+    elif table:
+        prefixes = [names.job_prefix(files[0].source_table if files else table)]
+    else:
+        prefixes = [""]
+    prefixes = [storage.object_name(p) for p in prefixes]
+    return len(files), await asyncio.to_thread(_verify, storage, files, known, prefixes)
+
+
+async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogFile]) -> list[str]:
+    """Every table a job may have uploaded files of: those of its catalogued files, its
+    table (or partition) and, with --with-children, its children as the source has them
+    now. A failed job may have catalogued nothing, and an attempt's uploads of a child
+    come before its root's."""
+    tables = {f.source_table: None for f in files}
+    try:
+        async with db.connection(settings.database_url) as conn:
+            job = await jobqueue.get_job(conn, job_id)
+    except JobStateError:  # pruned (retention): its files are what is left
+        if not files:
+            raise InputError(f"no job {job_id} and no archived files of it") from None
+        return list(tables)
+    if "table" not in job.payload:  # not an archive job
+        return list(tables)
+    request = ArchiveRequest.from_payload(job.payload)
+    tables[request.partition or request.table] = None
+    if request.with_children:
+        try:
+            children = await aggregate_children(settings, [request.table])
+        except InputError:  # the table is gone or changed: its catalogued files still count
+            children = {}
+        tables.update(dict.fromkeys(children.get(request.table, [])))
+    return list(tables)
+
+
+def _verify(
+    storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefixes: list[str]
+) -> list[str]:
+    from archiver.verify import verify_file
+
+    here = str(storage.location)
+    problems: list[str] = []
+    workdir = Path(tempfile.gettempdir())
+    for f in files:
+        if f.storage_url == here:
+            problems += verify_file(storage, f, workdir)
+    paths = {f.path for f in known if f.storage_url == here}
+    problems += [
+        f"{o.name}: not in the catalog"
+        for prefix in prefixes
+        for o in storage.list(prefix)
+        if o.name not in paths
+    ]
+    return problems
