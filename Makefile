@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 AZURITE := dev/node_modules/.bin/azurite-blob
 
-.PHONY: install demo test unit lint bench
+.PHONY: install demo test unit lint docs bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check archiver tests bench
 	$(VENV)/bin/mypy
 
-# The whole suite: lint, then pytest against a real PostgreSQL and Azurite.
-test: install lint $(FLAWED_DRIVER)
+# The documentation site, built into build/site; --strict: a broken link or anchor fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
+
+# The whole suite: lint, the docs, then pytest against a real PostgreSQL and Azurite.
+test: install lint docs $(FLAWED_DRIVER)
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest
 
 # The fast tier alone: no PostgreSQL, no Azurite.

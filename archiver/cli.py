@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Arrow's buffers from the C library's allocator unless the operator chose a pool: with
 # pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB on 1M reference
 # rows and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the same CPU
-# (8 MB driver batches; README, "Memory"). pyarrow reads it once, as it loads; no
+# (8 MB driver batches; docs/performance.md, "Memory"). pyarrow reads it once, as it loads; no
 # command has loaded it yet here, and pa.set_memory_pool() later would leave the Parquet
 # writer's buffers behind. Empty counts as unset (Arrow would take its default).
 ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"

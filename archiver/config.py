@@ -52,7 +52,7 @@ class StorageLocation:
 @dataclass(frozen=True)
 class Spec:
     """How one setting is read: its variable, how its text is checked and cast, its
-    default as the README shows it, and what it means."""
+    default as docs/configuration.md shows it, and what it means."""
 
     variable: str
     meaning: str
@@ -141,7 +141,7 @@ REQUIRED = ""  # the default of a setting that must be given
 @dataclass(frozen=True)
 class Settings:
     """Everything archiver reads from its environment, validated. Each setting is declared
-    here once; parsing, config-file keys, error messages and the README table derive from it."""
+    here once; parsing, config-file keys, error messages and the table in docs/configuration.md derive from it."""
 
     database_url: str = _setting(
         REQUIRED,
@@ -215,13 +215,13 @@ class Settings:
     copy_connections: int = _setting(
         1,
         "ARCHIVER_COPY_CONNECTIONS",
-        "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see Performance)",
+        "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see [Performance](performance.md))",
         _number(int, 1, 2),
     )
     adbc_driver: str | None = _setting(
         None,
         "ARCHIVER_ADBC_DRIVER",
-        "the ADBC PostgreSQL driver library (`libadbc_driver_postgresql.so`) to load instead of the one in the adbc-driver-postgresql wheel; the wheels 1.9.0-1.13.0 for Linux x86-64 are built without compiler optimisation: a Release build of the same source decodes rows with a third of the CPU (see Performance)",
+        "the ADBC PostgreSQL driver library (`libadbc_driver_postgresql.so`) to load instead of the one in the adbc-driver-postgresql wheel; the wheels 1.9.0-1.13.0 for Linux x86-64 are built without compiler optimisation: a Release build of the same source decodes rows with a third of the CPU (see [Performance](performance.md))",
         check_adbc_driver,
         shown="the wheel's",
     )
@@ -324,7 +324,7 @@ CONFIG_VARIABLE = "ARCHIVER_CONFIG"  # the config file, when --config is not giv
 
 
 def markdown_table() -> str:
-    """The README's table of settings, as the declarations above say it."""
+    """docs/configuration.md's table of settings, as the declarations above say it."""
     lines = ["| variable | meaning | default |", "|---|---|---|"]
     for spec in SPECS.values():
         name = f"`{spec.variable}`" + (f" (or `{spec.alias}`)" if spec.alias else "")

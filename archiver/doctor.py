@@ -181,7 +181,7 @@ async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
 
 # adbc-driver-postgresql wheels whose Linux x86-64 library is compiled without optimisation
 # (functions keep their stack frames; `__bswap_32` is a call): decoding rows costs ~3x the
-# CPU of a Release build of the same source (README, "Performance").
+# CPU of a Release build of the same source (docs/performance.md).
 UNOPTIMISED_WHEELS = ((1, 9, 0), (1, 13, 0))
 
 
@@ -213,7 +213,7 @@ def _bulk_driver(settings: Settings) -> str:
     if unoptimised:
         library += (
             ", built without optimisation: a Release build decodes rows with a third of "
-            "the CPU (README: ARCHIVER_ADBC_DRIVER)"
+            "the CPU (docs/performance.md: ARCHIVER_ADBC_DRIVER)"
         )
     return library
 

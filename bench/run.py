@@ -408,7 +408,7 @@ class Bench:
 
     def with_driver(self, n: int, floor: float, delete: float) -> None:
         """The figures that miss their targets, again with --adbc-driver: a build of the
-        driver other than the wheel's (README: ARCHIVER_ADBC_DRIVER)."""
+        driver other than the wheel's (docs/performance.md: ARCHIVER_ADBC_DRIVER)."""
         repeat, driver = self.args.repeat, {"ARCHIVER_ADBC_DRIVER": self.args.adbc_driver}
         url = self.dbs.copy(n)
         for kind, label, goal in (("file", "file://", 1.10), ("az", "Azurite", 1.25)):
@@ -682,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         # data sections end by dropping databases of GBs. For a while after, this
         # machine's fsyncs (every commit's) stall up to ~100 ms: claim p99 78-108 ms
         # right after them against 2.3-8.0 ms on a quiet server, as after an `rm` of a
-        # 1.5 GB file (README, "Benchmark").
+        # 1.5 GB file (docs/performance.md).
         if "queue" not in args.skip:
             bench.queue()
         if "data" not in args.skip:

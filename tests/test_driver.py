@@ -1,6 +1,6 @@
 """ARCHIVER_ADBC_DRIVER: workers and the CLI load the ADBC PostgreSQL driver from the
 library it names instead of the wheel's (a Release build of the same source decodes rows
-with a third of the CPU; README, "Performance")."""
+with a third of the CPU; docs/performance.md."""
 
 from __future__ import annotations
 

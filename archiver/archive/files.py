@@ -26,7 +26,7 @@ from archiver.storage import HashingSink, StoredObject
 # the encoder while the driver fills the next, so they are most of what a chunk holds
 # beyond its row group. With malloc as Arrow's pool (see cli.main), 8 MiB took a copy
 # job's peak RSS 200-204 -> 194-199 MB at 1M reference rows and 221-229 -> 202-207 MB
-# at 3M (three interleaved runs each), at the same CPU (README, "Memory").
+# at 3M (three interleaved runs each), at the same CPU (docs/performance.md, "Memory").
 BATCH_BYTES = "adbc.postgresql.batch_size_hint_bytes"
 READ_BATCH_BYTES = 8 * 1024 * 1024
 ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder (~7 MB each on orders)

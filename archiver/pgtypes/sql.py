@@ -124,7 +124,7 @@ def decimal_of(typmod: int) -> tuple[int, int] | None:
 
 
 def plan_column(column: Column) -> ColumnPlan:
-    """The representation of one column (the README's type table, in code)."""
+    """The representation of one column (the table of docs/types.md, in code)."""
     c = quote_ident(column.name)
     base = column.base_type
     if base in ARROW_CHECKED:

@@ -1,5 +1,5 @@
 """Settings: each declared once; parsing, errors naming the key, file keys and the
-README's table all follow from the declaration."""
+table in docs/configuration.md all follow from the declaration."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from archiver.config import FILE_KEYS, SPECS, ConfigFile, Settings, StorageLocat
 from archiver.errors import ConfigError
 
 URL = "postgresql://u:secret@db/app"
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIGURATION_PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_defaults_and_derived_heartbeat() -> None:
@@ -65,8 +65,8 @@ def test_environment_beats_the_file(tmp_path: Path) -> None:
     assert s.poll_interval == 3.0
 
 
-def test_readme_table_is_the_declarations() -> None:
-    assert markdown_table() in README.read_text(), (
+def test_docs_table_is_the_declarations() -> None:
+    assert markdown_table() in CONFIGURATION_PAGE.read_text(), (
         "regenerate with archiver.config.markdown_table()"
     )
     assert len(SPECS) == len(Settings.__dataclass_fields__)
