@@ -48,7 +48,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         plan = await enqueue.plan(settings, request)
         print(console.plan_report(plan, cutoff, args.mode))
         return 0
-    group, queued = await enqueue.enqueue_archive(
+    group, queued, warning = await enqueue.enqueue_archive(
         settings,
         request,
         parallel=args.parallel,
@@ -56,6 +56,8 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         max_attempts=args.max_attempts,
         limits=_limits(args) or None,
     )
+    if warning:
+        print(f"archiver: warning: {warning}", file=sys.stderr)
     for i, job in enumerate(queued):
         if not job.created:
             print(

@@ -305,6 +305,7 @@ def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
         ("chunks", f"{plan['chunks']:,} of up to {plan['chunk_rows']:,} rows"),
         ("uses an index", index),
     ]
+    fields += [("warning", w) for w in plan.get("warnings", [])]
     then = "dropped" if plan.get("partition_action") == "drop" else "detached"
     for p in plan.get("partitions", []):
         how = f"whole: archived, then {then}" if p["whole"] else "by rows"

@@ -233,7 +233,8 @@ async def _clock_skew(settings: Settings) -> str:
 
 
 def _storage_writable(settings: Settings) -> str:
-    from archiver.storage import open_storage, put_file
+    from archiver.storage import open_storage
+    from archiver.storage.seam import put_file
 
     storage = open_storage(settings)
     storage.check()

@@ -45,6 +45,9 @@ class KeyRange:
     after: str | None
     through: str | None
     parts: int | None = None
+    # the smallest key older than the cutoff when the job started, inclusive; found by
+    # the job (archive.job.bound_to_old_rows), never stored in its payload
+    first: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver.pgtypes import PG_TEXT_SUFFIX
 from archiver.pgtypes.arrow import converter_for, split_special, unscaled_column
+from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 
 # Of Arrow data; each write call ends a row group, and a row group's batches wait in
 # memory until it is written (~125k reference rows, about DuckDB's default group). With

@@ -21,15 +21,15 @@ from typing import Any
 import adbc_driver_manager
 import pyarrow.parquet as pq
 
-from archiver import pgtypes
 from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip, fetch_all
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.model import CatalogFile
 from archiver.parquet import read_metadata
+from archiver.pgtypes import sql as pgtypes
 from archiver.pgtypes.arrow import staging_table
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
-from archiver.storage import Storage
+from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from archiver.archive.stats import in_arrow_order, key_range, key_text
 from archiver.model import CatalogFile
-from archiver.storage import Storage, file_md5
+from archiver.storage.seam import Storage, file_md5
 
 
 def verify_file(storage: Storage, f: CatalogFile, workdir: Path) -> list[str]:

@@ -34,7 +34,7 @@ from archiver.config import Settings
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.maintenance import Maintenance
 from archiver.model import ArchiveRequest, Job, Progress, Status
-from archiver.storage import Storage
+from archiver.storage.seam import Storage
 from archiver.text import counted
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ import pytest
 
 from archiver import db
 from archiver.testing.services import Azurite, with_database
+from tests.harness import Harness
 from tests.support import ADMIN_URL, fresh_database, reap_started, sql
 
 
@@ -67,6 +68,14 @@ def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> 
         "ARCHIVER_POLL_INTERVAL": "0.5",
         "TMPDIR": str(tmp_path),
     }
+
+
+@pytest.fixture
+def h(
+    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> Harness:
+    """The test's world in one: see tests/harness.py."""
+    return Harness(env, database_url, azurite, container, tmp_path)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -11,21 +11,19 @@ import json
 import signal
 import subprocess
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from archiver.testing.services import Azurite
 from tests.archive_check import blob_names, normalize, rows_in_blobs
+from tests.harness import Harness
 from tests.support import (
     enqueued,
     fast_env,
     kill_at_failpoint,
-    run_cli,
     sql,
     start_worker,
-    wait_for_status,
     wait_for_text,
 )
 
@@ -161,13 +159,11 @@ def enqueue(env: dict[str, str], *extra: str) -> list[str]:
     return enqueued(env, *args, *extra)
 
 
-def test_an_aggregate_moved_by_two_workers_then_restored(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    seed(database_url)
-    before, expected = snapshot(database_url), leaving(database_url)
+def test_an_aggregate_moved_by_two_workers_then_restored(h: Harness) -> None:
+    seed(h.url)
+    before, expected = snapshot(h.url), leaving(h.url)
 
-    refused = run_cli(env, "enqueue", "--table", "orders", "--before", CUTOFF)
+    refused = h.cli("enqueue", "--table", "orders", "--before", CUTOFF)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
     for needle in (
         "shipments_order_id_fkey, ON DELETE CASCADE",
@@ -175,16 +171,14 @@ def test_an_aggregate_moved_by_two_workers_then_restored(
         "--with-children",
     ):
         assert needle in refused.stderr
-    assert not sql(database_url, "SELECT 1 FROM background_jobs")
+    assert not h.sql("SELECT 1 FROM background_jobs")
 
     sql(  # fires for every moved shipment; orders' foreign-key triggers are not listed
-        database_url,
+        h.url,
         "CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;"
         "CREATE TRIGGER shipped AFTER DELETE ON shipments FOR EACH ROW EXECUTE FUNCTION noop();",
     )
-    plan = run_cli(
-        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--with-children", "--dry-run"
-    )
+    plan = h.cli("enqueue", "--table", "orders", "--before", CUTOFF, "--with-children", "--dry-run")
     assert plan.returncode == 0, plan.stderr
     triggers = [line for line in plan.stdout.splitlines() if line.startswith("delete trigger")]
     assert triggers == ["delete trigger public.shipments: shipped (AFTER, for each row)"]
@@ -193,25 +187,23 @@ def test_an_aggregate_moved_by_two_workers_then_restored(
     assert "tracking_events_shipment_id_fkey" in plan.stdout, plan.stdout
     assert "shipments_order_id_fkey" not in plan.stdout
 
-    jobs = enqueue(env, "--parallel", "2")
+    jobs = enqueue(h.env, "--parallel", "2")
     assert len(jobs) == 2
-    workers = [start_worker(env, "--burst") for _ in range(2)]
+    workers = [start_worker(h.env, "--burst") for _ in range(2)]
     assert [w.wait(180) for w in workers] == [0, 0]
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=10)
-    check_exactly_once(database_url, azurite, container, before, expected)
-    tables = {
-        r["source_table"] for r in sql(database_url, "SELECT source_table FROM archive_files")
-    }
+        h.wait_for(job_id, "completed", timeout=10)
+    check_exactly_once(h.url, h.azurite, h.container, before, expected)
+    tables = {r["source_table"] for r in h.sql("SELECT source_table FROM archive_files")}
     assert tables == {f"public.{t}" for t in TABLES}  # each table under its own name
     for job_id in jobs:
-        verified = run_cli(env, "verify", "--job", job_id)
+        verified = h.cli("verify", "--job", job_id)
         assert verified.returncode == 0, verified.stdout + verified.stderr
 
     # a range of orders comes back with the rows of their aggregate whose parents are all
     # back: tracking events of their shipments and orders, lines, returns
     rng = ("2023-03-01", "2023-06-01")
-    restored = run_cli(env, "restore", "--table", "orders", "--from", rng[0], "--to", rng[1])
+    restored = h.cli("restore", "--table", "orders", "--from", rng[0], "--to", rng[1])
     assert restored.returncode == 0, restored.stderr
     back = {k for k, r in before["orders"].items() if rng[0] <= str(r["created_at"]) < rng[1]}
     ids = {k[0] for k in back}
@@ -229,116 +221,103 @@ def test_an_aggregate_moved_by_two_workers_then_restored(
             and k in expected["tracking_events"]
         },
     }
-    now = snapshot(database_url)
+    now = snapshot(h.url)
     for table in TABLES:
         assert expected[table] & set(now[table]) == wanted[table], table
         assert all(now[table][k] == before[table][k] for k in wanted[table]), table
     assert wanted["tracking_events"] and len(back) > 10
 
     for job_id in jobs:  # the rest: parents before children, in one transaction per job
-        restored = run_cli(env, "restore", "--job", job_id, "--on-conflict", "skip")
+        restored = h.cli("restore", "--job", job_id, "--on-conflict", "skip")
         assert restored.returncode == 0, restored.stderr
-    assert snapshot(database_url) == before
+    assert snapshot(h.url) == before
 
 
-def test_an_aggregate_copied_from_one_snapshot(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    seed(database_url, orders=300)
-    before, expected = snapshot(database_url), leaving(database_url)
-    (job_id,) = enqueue(env, "--mode", "copy")
-    assert start_worker(env, "--burst").wait(120) == 0
-    wait_for_status(database_url, job_id, "completed", timeout=10)
-    check_exactly_once(database_url, azurite, container, before, expected, copied=True)
+def test_an_aggregate_copied_from_one_snapshot(h: Harness) -> None:
+    seed(h.url, orders=300)
+    before, expected = snapshot(h.url), leaving(h.url)
+    (job_id,) = enqueue(h.env, "--mode", "copy")
+    h.drain()
+    h.wait_for(job_id, "completed", timeout=10)
+    check_exactly_once(h.url, h.azurite, h.container, before, expected, copied=True)
     # children's files cover no cutoff range (-infinity..infinity in the catalog)
-    status = run_cli(env, "status")
+    status = h.cli("status")
     assert status.returncode == 0 and "infinity" in status.stdout, status.stderr
 
 
-def test_an_aggregates_progress_counts_every_table(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
+def test_an_aggregates_progress_counts_every_table(h: Harness) -> None:
     """What an operator reads in archiver_running_jobs halfway through: rows and files of
     every table against estimates of every table (not the root's alone, which its rows
     done passed after the first chunk: 100% done, no ETA)."""
-    seed(database_url, orders=300)
-    before, expected = snapshot(database_url), leaving(database_url)
+    seed(h.url, orders=300)
+    before, expected = snapshot(h.url), leaving(h.url)
     total = sum(len(keys) for keys in expected.values())
-    (job_id,) = enqueue(env)  # 200 old orders, 60 a chunk: 4 chunks of 5 tables' files
-    fast = fast_env(env)
-    kill_at_failpoint(fast, "after_commit", tmp_path / "a.log")  # the first chunk committed
-    (row,) = sql(database_url, "SELECT * FROM archiver_running_jobs")
-    files = sql(database_url, "SELECT row_count FROM archive_files")
+    (job_id,) = enqueue(h.env)  # 200 old orders, 60 a chunk: 4 chunks of 5 tables' files
+    fast = fast_env(h.env)
+    kill_at_failpoint(fast, "after_commit", h.tmp / "a.log")  # the first chunk committed
+    (row,) = h.sql("SELECT * FROM archiver_running_jobs")
+    files = h.sql("SELECT row_count FROM archive_files")
     assert (row["chunks_done"], row["chunks_estimated"]) == (len(files), 20), row
     assert row["rows_done"] == sum(f["row_count"] for f in files) < total / 2
     # the planner assumes children spread evenly over all orders; old orders have more
     assert 0.7 * total <= row["rows_estimated"] <= 1.2 * total, (row, total)
     assert 10 < row["progress_pct"] < 50, (row["rows_done"], row["rows_estimated"])
-    b = start_worker(fast, log=tmp_path / "b.log")  # takes it over once its lease is out
-    wait_for_status(database_url, job_id, "completed")
+    b = start_worker(fast, log=h.tmp / "b.log")  # takes it over once its lease is out
+    h.wait_for(job_id, "completed")
     stop(b)
-    (done,) = sql(database_url, "SELECT progress::text FROM background_jobs")
+    (done,) = h.sql("SELECT progress::text FROM background_jobs")
     progress = json.loads(done["progress"])
     assert (progress["rows"], progress["rows_estimated"]) == (total, total)
-    check_exactly_once(database_url, azurite, container, before, expected)
+    check_exactly_once(h.url, h.azurite, h.container, before, expected)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["before_upload", "before_commit", "after_commit"])
-def test_sigkill_mid_aggregate_chunk(
-    env: dict[str, str],
-    database_url: str,
-    azurite: Azurite,
-    container: str,
-    tmp_path: Path,
-    point: str,
-) -> None:
-    seed(database_url, orders=300)
-    before, expected = snapshot(database_url), leaving(database_url)
-    (job_id,) = enqueue(env)
-    fast = fast_env(env)
-    log_a = tmp_path / "a.log"
+def test_sigkill_mid_aggregate_chunk(h: Harness, point: str) -> None:
+    seed(h.url, orders=300)
+    before, expected = snapshot(h.url), leaving(h.url)
+    (job_id,) = enqueue(h.env)
+    fast = fast_env(h.env)
+    log_a = h.tmp / "a.log"
     # the second chunk: its files for the children are written before the root's
     kill_at_failpoint(fast, point, log_a)
-    b = start_worker(fast, log=tmp_path / "b.log")
-    row = wait_for_status(database_url, job_id, "completed")
+    b = start_worker(fast, log=h.tmp / "b.log")
+    row = h.wait_for(job_id, "completed")
     stop(b)
     assert row["attempts"] == 2
-    check_exactly_once(database_url, azurite, container, before, expected)
+    check_exactly_once(h.url, h.azurite, h.container, before, expected)
 
 
 @pytest.mark.slow
-def test_a_frozen_worker_past_its_lease(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed(database_url, orders=300)
-    before, expected = snapshot(database_url), leaving(database_url)
-    (job_id,) = enqueue(env)
-    fast = fast_env(env, ARCHIVER_LOCK_TIMEOUT="1")
-    log_a = tmp_path / "a.log"
+def test_a_frozen_worker_past_its_lease(h: Harness) -> None:
+    seed(h.url, orders=300)
+    before, expected = snapshot(h.url), leaving(h.url)
+    (job_id,) = enqueue(h.env)
+    fast = fast_env(h.env, ARCHIVER_LOCK_TIMEOUT="1")
+    log_a = h.tmp / "a.log"
     a = start_worker({**fast, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log_a)
     wait_for_text(log_a, "failpoint upload_staged reached")
     a.send_signal(signal.SIGSTOP)
     try:
-        b = start_worker(fast, log=tmp_path / "b.log")
-        wait_for_status(database_url, job_id, "completed", timeout=120)
+        b = start_worker(fast, log=h.tmp / "b.log")
+        h.wait_for(job_id, "completed", timeout=120)
         stop(b)
     finally:
         a.send_signal(signal.SIGCONT)
     wait_for_text(log_a, "no longer held")
     stop(a)
-    catalogued = {r["path"] for r in sql(database_url, "SELECT path FROM archive_files")}
-    stray = frozenset(blob_names(azurite.connection_string, container)) - catalogued
+    catalogued = {r["path"] for r in h.sql("SELECT path FROM archive_files")}
+    stray = frozenset(blob_names(h.azurite.connection_string, h.container)) - catalogued
     assert stray and all("-a001-" in name for name in stray)  # the frozen attempt's upload
-    verify = run_cli(env, "verify", "--job", job_id)  # it looks under every table's name
+    verify = h.cli("verify", "--job", job_id)  # it looks under every table's name
     assert verify.returncode == 1 and all(
         f"{n}: not in the catalog" in verify.stdout for n in stray
     )
     # the frozen worker's rows were locked, so skipped by the rescuer: the next archive
     # takes them; what was archived is archived once
-    leftover = leaving(database_url)
+    leftover = leaving(h.url)
     done = {t: expected[t] - leftover[t] for t in TABLES}
-    check_exactly_once(database_url, azurite, container, before, done, stray)
+    check_exactly_once(h.url, h.azurite, h.container, before, done, stray)
 
 
 def stop(proc: subprocess.Popen[str]) -> None:

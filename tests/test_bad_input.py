@@ -10,6 +10,7 @@ import pytest
 
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
+from tests.harness import Harness
 from tests.support import run_cli, sql, sql_value
 
 NOT_A_DRIVER = str(next(Path(pyarrow.get_library_dirs()[0]).glob("libarrow.so.*")))
@@ -56,19 +57,17 @@ def assert_unchanged(url: str) -> None:
         (["--table", "public."], ["invalid table name"]),
     ],
 )
-def test_enqueue_refuses(
-    env: dict[str, str], orders: str, args: list[str], needles: list[str]
-) -> None:
+def test_enqueue_refuses(h: Harness, orders: str, args: list[str], needles: list[str]) -> None:
     full = (
         ["enqueue", *args] if "--before" in args else ["enqueue", *args, "--before", "2024-10-01"]
     )
-    assert_refused(run_cli(env, *full), *needles)
+    assert_refused(h.cli(*full), *needles)
     assert_unchanged(orders)
 
 
-def test_unreachable_database(env: dict[str, str], orders: str) -> None:
+def test_unreachable_database(h: Harness, orders: str) -> None:
     port = free_port()
-    bad = {**env, "ARCHIVER_DATABASE_URL": f"postgresql://app:s3cret@127.0.0.1:{port}/db"}
+    bad = {**h.env, "ARCHIVER_DATABASE_URL": f"postgresql://app:s3cret@127.0.0.1:{port}/db"}
     for args in (
         ["migrate"],
         ["status"],
@@ -80,11 +79,11 @@ def test_unreachable_database(env: dict[str, str], orders: str) -> None:
     assert_unchanged(orders)
 
 
-def test_unreachable_storage(env: dict[str, str], orders: str) -> None:
+def test_unreachable_storage(h: Harness, orders: str) -> None:
     port = free_port()
-    conn = env["AZURE_STORAGE_CONNECTION_STRING"].rsplit("BlobEndpoint=", 1)[0]
+    conn = h.env["AZURE_STORAGE_CONNECTION_STRING"].rsplit("BlobEndpoint=", 1)[0]
     bad = {
-        **env,
+        **h.env,
         "AZURE_STORAGE_CONNECTION_STRING": f"{conn}BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;",
     }
     result = run_cli(bad, "enqueue", "--table", "orders", "--before", "2024-10-01")
@@ -119,44 +118,45 @@ def test_unreachable_storage(env: dict[str, str], orders: str) -> None:
         ("ARCHIVER_ADBC_DRIVER", NOT_A_DRIVER, "is not an ADBC driver (no AdbcDriverInit)"),
     ],
 )
-def test_bad_settings(env: dict[str, str], orders: str, var: str, value: str, needle: str) -> None:
-    result = run_cli({**env, var: value}, "enqueue", "--table", "orders", "--before", "2024-10-01")
+def test_bad_settings(h: Harness, orders: str, var: str, value: str, needle: str) -> None:
+    result = run_cli(
+        {**h.env, var: value}, "enqueue", "--table", "orders", "--before", "2024-10-01"
+    )
     assert_refused(result, needle)
     assert_unchanged(orders)
 
 
-def test_missing_database_setting(env: dict[str, str]) -> None:
-    bad = {k: v for k, v in env.items() if k != "ARCHIVER_DATABASE_URL"}
+def test_missing_database_setting(h: Harness) -> None:
+    bad = {k: v for k, v in h.env.items() if k != "ARCHIVER_DATABASE_URL"}
     assert_refused(run_cli(bad, "status"), "ARCHIVER_DATABASE_URL (or DATABASE_URL) is not set")
 
 
-def test_database_url_fallback(env: dict[str, str], database_url: str) -> None:
-    fallback = {k: v for k, v in env.items() if k != "ARCHIVER_DATABASE_URL"}
-    fallback["DATABASE_URL"] = database_url
+def test_database_url_fallback(h: Harness) -> None:
+    fallback = {k: v for k, v in h.env.items() if k != "ARCHIVER_DATABASE_URL"}
+    fallback["DATABASE_URL"] = h.url
     assert run_cli(fallback, "status").returncode == 0
 
 
-def test_not_migrated(env: dict[str, str], database_url: str) -> None:
-    sql(database_url, "DROP TABLE background_jobs CASCADE")
-    assert_refused(run_cli(env, "status"), "archiver migrate")
+def test_not_migrated(h: Harness) -> None:
+    h.sql("DROP TABLE background_jobs CASCADE")
+    assert_refused(h.cli("status"), "archiver migrate")
 
 
-def test_migrate_twice_at_once(database_url: str, env: dict[str, str]) -> None:
+def test_migrate_twice_at_once(h: Harness) -> None:
     from tests.support import archiver_cmd
 
-    sql(
-        database_url,
+    h.sql(
         "DROP TABLE background_jobs, archive_files, archiver_paused_tables, archiver_migrations CASCADE",
     )
-    sql(database_url, "DROP FUNCTION archiver_notify_job")
+    h.sql("DROP FUNCTION archiver_notify_job")
     procs = [
-        subprocess.Popen(archiver_cmd("migrate"), env=env, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(archiver_cmd("migrate"), env=h.env, stdout=subprocess.PIPE, text=True)
         for _ in range(3)
     ]
     outputs = [p.communicate(timeout=60)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sum("applied" in o for o in outputs) == 1
-    assert run_cli(env, "migrate").stdout.strip() == "schema is up to date"
+    assert h.cli("migrate").stdout.strip() == "schema is up to date"
 
 
 def test_local_storage_check_is_safe_for_workers_starting_together(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_local_storage_check_is_safe_for_workers_starting_together(tmp_path: Pat
     from concurrent.futures import ThreadPoolExecutor
 
     from archiver.config import StorageLocation
-    from archiver.storage import LocalStorage
+    from archiver.storage.local import LocalStorage
 
     storage = LocalStorage(StorageLocation.parse(f"file://{tmp_path}/archive"))
 

@@ -16,6 +16,7 @@ import pytest
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite, with_database
 from tests.exactly_once import assert_exactly_once
+from tests.harness import Harness
 from tests.support import (
     PrivateCluster,
     archiver_cmd,
@@ -78,30 +79,21 @@ def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
     "point", ["before_upload", "upload_staged", "before_commit", "after_commit"]
 )
 @pytest.mark.slow
-def test_sigkill_at_each_point_of_a_chunk(
-    fast: dict[str, str],
-    database_url: str,
-    azurite: Azurite,
-    container: str,
-    tmp_path: Path,
-    point: str,
-) -> None:
-    seed_orders(database_url, 20_000)
-    expected = old_ids(database_url)
+def test_sigkill_at_each_point_of_a_chunk(h: Harness, fast: dict[str, str], point: str) -> None:
+    seed_orders(h.url, 20_000)
+    expected = old_ids(h.url)
     job_id = enqueue(fast)
-    log_a = tmp_path / "a.log"
+    log_a = h.tmp / "a.log"
     kill_at_failpoint(fast, point, log_a)
 
-    log_b = tmp_path / "b.log"
+    log_b = h.tmp / "b.log"
     b = start_worker(fast, log=log_b)
-    row = wait_for_status(database_url, job_id, "completed")
+    row = h.wait_for(job_id, "completed")
     assert stop(b) == 0
     assert "lease expired" in log_b.read_text()
     assert row["attempts"] == 2
-    assert (
-        sql_value(database_url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
-    )
-    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+    assert h.value(f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
 
 
 @pytest.mark.slow
@@ -135,17 +127,17 @@ def test_a_worker_killed_mid_write_on_local_storage_leaves_no_partial_file(
 
 @pytest.mark.slow
 def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
-    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+    h: Harness, fast: dict[str, str]
 ) -> None:
-    seed_orders(database_url, 20_000)
-    expected = old_ids(database_url)
+    seed_orders(h.url, 20_000)
+    expected = old_ids(h.url)
     job_id = enqueue(fast)
-    log_a = tmp_path / "a.log"
+    log_a = h.tmp / "a.log"
     a = start_worker({**fast, "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.7"}, log=log_a)
     wait_until(
         lambda: (
-            job_row(database_url, job_id)["progress"]
-            and json.loads(job_row(database_url, job_id)["progress"]).get("files", 0) >= 2
+            job_row(h.url, job_id)["progress"]
+            and json.loads(job_row(h.url, job_id)["progress"]).get("files", 0) >= 2
         ),
         60,
         what="two chunks",
@@ -153,34 +145,30 @@ def test_sigterm_hands_the_job_back_and_a_new_worker_resumes(
     t0 = time.monotonic()
     assert stop(a, timeout=15) == 0
     assert time.monotonic() - t0 < 10  # within the deadline
-    row = job_row(database_url, job_id)
+    row = job_row(h.url, job_id)
     assert row["status"] == "queued" and row["locked_by"] is None
-    committed = sql(
-        database_url, "SELECT part, path, md5, created_at FROM archive_files ORDER BY part"
-    )
+    committed = h.sql("SELECT part, path, md5, created_at FROM archive_files ORDER BY part")
     assert json.loads(row["progress"])["files"] == len(committed) >= 2
-    etags = blob_etags(azurite.connection_string, container)
+    etags = blob_etags(h.azurite.connection_string, h.container)
 
     assert start_worker(fast, "--burst").wait(120) == 0
-    assert job_row(database_url, job_id)["status"] == "completed"
-    parts = [r["part"] for r in sql(database_url, "SELECT part FROM archive_files ORDER BY part")]
+    assert job_row(h.url, job_id)["status"] == "completed"
+    parts = [r["part"] for r in h.sql("SELECT part FROM archive_files ORDER BY part")]
     assert parts == list(range(1, len(parts) + 1)) and len(parts) > len(committed)
     # Committed chunks were not redone: same catalog rows, blobs never rewritten.
-    after = sql(database_url, "SELECT part, path, md5, created_at FROM archive_files ORDER BY part")
+    after = h.sql("SELECT part, path, md5, created_at FROM archive_files ORDER BY part")
     assert after[: len(committed)] == committed
-    later = blob_etags(azurite.connection_string, container)
+    later = blob_etags(h.azurite.connection_string, h.container)
     assert all(later[r["path"]] == etags[r["path"]] for r in committed)
-    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
 
 
 @pytest.mark.slow
-def test_second_signal_rolls_back_at_once(
-    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed_orders(database_url, 20_000)
-    expected = old_ids(database_url)
+def test_second_signal_rolls_back_at_once(h: Harness, fast: dict[str, str]) -> None:
+    seed_orders(h.url, 20_000)
+    expected = old_ids(h.url)
     job_id = enqueue(fast)
-    log_a = tmp_path / "a.log"
+    log_a = h.tmp / "a.log"
     a = start_worker(
         {**fast, "ARCHIVER_FAILPOINTS": "before_commit=pause", "ARCHIVER_SHUTDOWN_DEADLINE": "600"},
         log=log_a,
@@ -190,12 +178,12 @@ def test_second_signal_rolls_back_at_once(
     wait_for_text(log_a, "stopping")
     a.send_signal(signal.SIGTERM)
     assert a.wait(30) == 0
-    row = job_row(database_url, job_id)
+    row = job_row(h.url, job_id)
     assert row["status"] == "queued"
-    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
-    assert old_ids(database_url) == expected  # the chunk was rolled back
+    assert h.value("SELECT count(*) FROM archive_files") == 0
+    assert old_ids(h.url) == expected  # the chunk was rolled back
     assert start_worker(fast, "--burst").wait(120) == 0
-    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
 
 
 @pytest.mark.slow
@@ -249,18 +237,18 @@ def test_backend_connections_killed(
 
 
 def test_bulk_connections_kept_between_jobs_and_a_dropped_one_costs_no_attempt(
-    fast: dict[str, str], database_url: str, tmp_path: Path
+    h: Harness, fast: dict[str, str]
 ) -> None:
     for i in range(3):
-        sql(database_url, f"CREATE TABLE t{i} (id bigint PRIMARY KEY, created_at date NOT NULL)")
-        sql(database_url, f"INSERT INTO t{i} VALUES (1, '2020-01-01')")
-    log = tmp_path / "w.log"
+        h.sql(f"CREATE TABLE t{i} (id bigint PRIMARY KEY, created_at date NOT NULL)")
+        h.sql(f"INSERT INTO t{i} VALUES (1, '2020-01-01')")
+    log = h.tmp / "w.log"
     worker = start_process(archiver_cmd("--verbose", "worker"), fast, log)
 
     def archive(table: str) -> dict[str, Any]:
         result = run_cli(fast, "enqueue", "--table", table, "--before", "2021-01-01")
         assert result.returncode == 0, result.stderr
-        row: dict[str, Any] = wait_for_status(database_url, result.stdout.strip(), "completed")
+        row: dict[str, Any] = h.wait_for(result.stdout.strip(), "completed")
         return row
 
     def opened() -> int:
@@ -270,8 +258,7 @@ def test_bulk_connections_kept_between_jobs_and_a_dropped_one_costs_no_attempt(
     archive("t1")
     assert opened() == 2  # the source and the catalog connection, once for both jobs
     # the server drops every idle connection (a restart, idle_session_timeout, a firewall)
-    sql(
-        database_url,
+    h.sql(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE datname = current_database() AND application_name = 'archiver'",
     )
@@ -354,9 +341,7 @@ def test_azurite_down_during_an_upload(
 
 
 @pytest.mark.slow
-def test_four_workers_two_hundred_jobs(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
+def test_four_workers_two_hundred_jobs(h: Harness) -> None:
     import asyncio
 
     import asyncpg
@@ -366,14 +351,13 @@ def test_four_workers_two_hundred_jobs(
 
     tables = 50
     for t in range(tables):
-        sql(database_url, f"CREATE TABLE t{t} (id bigint PRIMARY KEY, created_at date NOT NULL)")
-        sql(
-            database_url,
+        h.sql(f"CREATE TABLE t{t} (id bigint PRIMARY KEY, created_at date NOT NULL)")
+        h.sql(
             f"INSERT INTO t{t} SELECT g, date '2020-01-01' + g FROM generate_series(1, 8) g",
         )
 
     async def enqueue_all() -> list[str]:
-        conn = await asyncpg.connect(database_url)
+        conn = await asyncpg.connect(h.url)
         ids = []
         for t in range(tables):
             for day in (3, 5, 7, 9):  # four jobs per table, serialised by the table's lock
@@ -387,22 +371,22 @@ def test_four_workers_two_hundred_jobs(
         return ids
 
     assert len(set(asyncio.run(enqueue_all()))) == 200
-    log = tmp_path / "w.log"
-    workers = [start_worker(env, "--burst", "--concurrency", "2", log=log) for _ in range(4)]
+    log = h.tmp / "w.log"
+    workers = [start_worker(h.env, "--burst", "--concurrency", "2", log=log) for _ in range(4)]
     for w in workers:
         assert w.wait(300) == 0
-    rows = sql(database_url, "SELECT status, attempts FROM background_jobs")
+    rows = h.sql("SELECT status, attempts FROM background_jobs")
     assert [r["status"] for r in rows] == ["completed"] * 200
     assert all(r["attempts"] == 1 for r in rows)
     claims = [line for line in log.read_text().splitlines() if ": claimed" in line]
     assert len(claims) == 200 and len({c.split("job ")[1].split(":")[0] for c in claims}) == 200
     # Rows dated before the last cutoff (2020-01-09) moved once each; the 8th row stays.
-    assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == tables * 7
-    assert sql_value(
-        database_url, "SELECT count(DISTINCT (source_table, min_key)) FROM archive_files"
-    ) == sql_value(database_url, "SELECT count(*) FROM archive_files")
+    assert h.value("SELECT sum(row_count) FROM archive_files") == tables * 7
+    assert h.value("SELECT count(DISTINCT (source_table, min_key)) FROM archive_files") == h.value(
+        "SELECT count(*) FROM archive_files"
+    )
     for t in range(tables):
-        assert sql_value(database_url, f"SELECT count(*) FROM t{t}") == 1
+        assert h.value(f"SELECT count(*) FROM t{t}") == 1
 
 
 @pytest.mark.slow
@@ -436,39 +420,39 @@ def test_cancel_at_chunk_boundary_then_retry(
 
 
 def test_failed_attempts_back_off_then_fail_keeping_errors(
-    fast: dict[str, str], database_url: str, tmp_path: Path
+    h: Harness, fast: dict[str, str]
 ) -> None:
-    sql(database_url, "CREATE TABLE gone (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+    h.sql("CREATE TABLE gone (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
     result = run_cli(
         fast, "enqueue", "--table", "gone", "--before", "2024-01-01", "--max-attempts", "3"
     )
     job_id = result.stdout.strip()
-    sql(database_url, "DROP TABLE gone")
+    h.sql("DROP TABLE gone")
     w = start_worker(fast)
-    row = wait_for_status(database_url, job_id, "failed", timeout=60)
+    row = h.wait_for(job_id, "failed", timeout=60)
     assert stop(w) == 0
     errors = json.loads(row["errors"])
     assert row["attempts"] == 3 and len(errors) == 3
     assert "not found" in row["last_error"]
     assert [e["attempt"] for e in errors] == [1, 2, 3]
     retried = run_cli(fast, "retry", job_id)
-    assert retried.returncode == 0 and job_row(database_url, job_id)["status"] == "queued"
+    assert retried.returncode == 0 and job_row(h.url, job_id)["status"] == "queued"
 
 
 @pytest.mark.slow
 def test_a_retried_job_sweeps_the_uploads_of_its_failed_attempts(
-    fast: dict[str, str], database_url: str, azurite: Azurite, container: str
+    h: Harness, fast: dict[str, str]
 ) -> None:
     """Found in a trial: `retry` starts the attempts again, and the file-name token was
     the attempt, so the retried job's attempt 1 left the failed attempt 2's upload
     forever (its sweep deletes earlier tokens) and `verify --job` did not see it."""
-    seed_orders(database_url, 20_000)
-    expected = old_ids(database_url)
+    seed_orders(h.url, 20_000)
+    expected = old_ids(h.url)
     job_id = enqueue(fast, "--max-attempts", "2")
     failing = start_worker({**fast, "ARCHIVER_FAILPOINTS": "before_commit=raise"})
-    wait_for_status(database_url, job_id, "failed", timeout=60)
+    h.wait_for(job_id, "failed", timeout=60)
     assert stop(failing) == 0
-    (stray,) = blob_etags(azurite.connection_string, container)  # attempt 2 swept attempt 1's
+    (stray,) = blob_etags(h.azurite.connection_string, h.container)  # attempt 2 swept attempt 1's
     assert "-a002-part-00001" in stray
     verify = run_cli(fast, "verify", "--job", job_id)
     assert verify.returncode == 1 and f"{stray}: not in the catalog" in verify.stdout
@@ -476,31 +460,26 @@ def test_a_retried_job_sweeps_the_uploads_of_its_failed_attempts(
 
     assert run_cli(fast, "retry", job_id).returncode == 0
     worker = start_worker(fast)
-    row = wait_for_status(database_url, job_id, "completed")
+    row = h.wait_for(job_id, "completed")
     assert stop(worker) == 0
     assert (row["attempts"], row["claims"]) == (1, 3)
-    catalogued = {r["path"] for r in sql(database_url, "SELECT path FROM archive_files")}
+    catalogued = {r["path"] for r in h.sql("SELECT path FROM archive_files")}
     assert catalogued and all("-a003-part-" in path for path in catalogued)
-    assert set(blob_etags(azurite.connection_string, container)) == catalogued
+    assert set(blob_etags(h.azurite.connection_string, h.container)) == catalogued
     verify = run_cli(fast, "verify", "--job", job_id)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
 
 
-def test_retention_prunes_finished_jobs_and_keeps_files(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    seed_orders(database_url, 3_000)
-    job_id = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
-    assert start_worker(env, "--burst").wait(60) == 0
-    files = sql_value(database_url, "SELECT count(*) FROM archive_files")
-    sql(database_url, "UPDATE background_jobs SET finished_at = now() - interval '31 days'")
-    assert start_worker(env, "--burst").wait(60) == 0
-    assert (
-        sql_value(database_url, "SELECT count(*) FROM background_jobs WHERE id = $1::uuid", job_id)
-        == 0
-    )
-    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == files > 0
+def test_retention_prunes_finished_jobs_and_keeps_files(h: Harness) -> None:
+    seed_orders(h.url, 3_000)
+    job_id = h.cli("enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
+    h.drain()
+    files = h.value("SELECT count(*) FROM archive_files")
+    h.sql("UPDATE background_jobs SET finished_at = now() - interval '31 days'")
+    h.drain()
+    assert h.value("SELECT count(*) FROM background_jobs WHERE id = $1::uuid", job_id) == 0
+    assert h.value("SELECT count(*) FROM archive_files") == files > 0
 
 
 @pytest.mark.parametrize(
@@ -511,20 +490,20 @@ def test_retention_prunes_finished_jobs_and_keeps_files(
         (["cancel", "00000000-0000-0000-0000-000000000000"], "no job 00000000"),
     ],
 )
-def test_bad_job_ids(env: dict[str, str], database_url: str, args: list[str], needle: str) -> None:
-    result = run_cli(env, *args)
+def test_bad_job_ids(h: Harness, args: list[str], needle: str) -> None:
+    result = h.cli(*args)
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and needle in result.stderr
 
 
-def test_job_state_refusals(env: dict[str, str], database_url: str) -> None:
-    seed_orders(database_url, 3_000)
-    job_id = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
-    retried = run_cli(env, "retry", job_id)
+def test_job_state_refusals(h: Harness) -> None:
+    seed_orders(h.url, 3_000)
+    job_id = h.cli("enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
+    retried = h.cli("retry", job_id)
     assert retried.returncode == 1 and "is queued; only failed or cancelled" in retried.stderr
-    assert start_worker(env, "--burst").wait(60) == 0
-    cancelled = run_cli(env, "cancel", job_id)
+    h.drain()
+    cancelled = h.cli("cancel", job_id)
     assert cancelled.returncode == 1 and "is completed; only queued or running" in cancelled.stderr
-    assert job_row(database_url, job_id)["status"] == "completed"
+    assert job_row(h.url, job_id)["status"] == "completed"
 
 
 @pytest.fixture
@@ -581,29 +560,29 @@ def test_separate_source_database_crash_around_its_commit(
 
 @pytest.mark.slow
 def test_frozen_worker_cannot_overwrite_its_rescuers_files(
-    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+    h: Harness, fast: dict[str, str]
 ) -> None:
     """A worker frozen mid-upload (SIGSTOP) past its lease is rescued; when it thaws and
     finishes its upload, the attempt number in the name keeps it off the rescuer's files,
     and its checkpoint finds the job gone (found by review: it used to overwrite part 1)."""
-    seed_orders(database_url, 20_000)
-    expected = old_ids(database_url)
+    seed_orders(h.url, 20_000)
+    expected = old_ids(h.url)
     job_id = enqueue(fast)
-    log_a = tmp_path / "a.log"
+    log_a = h.tmp / "a.log"
     a = start_worker({**fast, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log_a)
     wait_for_text(log_a, "failpoint upload_staged reached")
     a.send_signal(signal.SIGSTOP)
     try:
-        b = start_worker(fast, log=tmp_path / "b.log")
-        wait_for_status(database_url, job_id, "completed")
+        b = start_worker(fast, log=h.tmp / "b.log")
+        h.wait_for(job_id, "completed")
         assert stop(b) == 0
-        catalogued = [r["path"] for r in sql(database_url, "SELECT path FROM archive_files")]
-        etags = blob_etags(azurite.connection_string, container)
+        catalogued = [r["path"] for r in h.sql("SELECT path FROM archive_files")]
+        etags = blob_etags(h.azurite.connection_string, h.container)
     finally:
         a.send_signal(signal.SIGCONT)
     wait_for_text(log_a, "no longer held")
     assert stop(a) == 0
-    after = blob_etags(azurite.connection_string, container)
+    after = blob_etags(h.azurite.connection_string, h.container)
     assert all(after[p] == etags[p] for p in catalogued)  # the rescuer's files untouched
     stray = frozenset(after) - set(catalogued)
     assert len(stray) == 1 and "-a001-part-00001" in next(iter(stray))
@@ -611,5 +590,5 @@ def test_frozen_worker_cannot_overwrite_its_rescuers_files(
     assert verify.returncode == 1 and next(iter(stray)) in verify.stdout + verify.stderr
     # The frozen worker's rows were locked, so skipped by the rescuer: still in the table.
     assert_exactly_once(
-        database_url, azurite.connection_string, container, expected, stray_blobs=stray
+        h.url, h.azurite.connection_string, h.container, expected, stray_blobs=stray
     )

@@ -3,12 +3,11 @@ non-zero exit naming every problem."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import adbc_driver_postgresql
 
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
+from tests.harness import Harness
 from tests.support import fresh_database, run_cli, sql
 
 POLICY = """
@@ -20,11 +19,11 @@ schedule = "0 2 * * *"
 """
 
 
-def test_a_good_deployment(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
-    seed_orders(database_url, 10)
-    config = tmp_path / "archiver.toml"
+def test_a_good_deployment(h: Harness) -> None:
+    seed_orders(h.url, 10)
+    config = h.tmp / "archiver.toml"
     config.write_text(POLICY)
-    result = run_cli(env, "doctor", "--config", str(config))
+    result = h.cli("doctor", "--config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert all(line.startswith("ok  ") for line in lines), lines
@@ -44,12 +43,12 @@ def test_a_good_deployment(env: dict[str, str], database_url: str, tmp_path: Pat
     assert wheel in lines[3]
 
 
-def test_a_broken_deployment(env: dict[str, str], tmp_path: Path) -> None:
-    config = tmp_path / "archiver.toml"
+def test_a_broken_deployment(h: Harness) -> None:
+    config = h.tmp / "archiver.toml"
     config.write_text(POLICY)
     dead = f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:{free_port()}/devstoreaccount1;"
     with fresh_database("archiver_doctor") as empty:  # never migrated, no orders table
-        broken = {**env, "ARCHIVER_DATABASE_URL": empty, "AZURE_STORAGE_CONNECTION_STRING": dead}
+        broken = {**h.env, "ARCHIVER_DATABASE_URL": empty, "AZURE_STORAGE_CONNECTION_STRING": dead}
         result = run_cli(broken, "doctor", "--config", str(config))
         sql(empty, "SELECT 1")
     assert result.returncode == 1, result.stdout + result.stderr
@@ -63,23 +62,21 @@ def test_a_broken_deployment(env: dict[str, str], tmp_path: Path) -> None:
     assert "table 'public.orders' not found" in failed["policies"]
     assert "a2V5" not in result.stdout + result.stderr and "Traceback" not in result.stderr
 
-    unreachable = {**env, "ARCHIVER_DATABASE_URL": f"postgresql://u:pw@127.0.0.1:{free_port()}/x"}
+    unreachable = {**h.env, "ARCHIVER_DATABASE_URL": f"postgresql://u:pw@127.0.0.1:{free_port()}/x"}
     result = run_cli(unreachable, "doctor")
     assert result.returncode == 1 and result.stdout.startswith("FAIL  queue database")
     assert "pw" not in result.stdout
 
 
-def test_archivers_schema_off_the_search_path_is_named(
-    env: dict[str, str], database_url: str
-) -> None:
+def test_archivers_schema_off_the_search_path_is_named(h: Harness) -> None:
     """A role hardened with an empty search_path does not see archiver's tables: doctor
     names the schema they are in, and every other command points at doctor."""
-    name = database_url.rsplit("/", 1)[1]
-    sql(database_url, f"ALTER DATABASE {name} SET search_path = ''")
-    result = run_cli(env, "doctor")
+    name = h.url.rsplit("/", 1)[1]
+    h.sql(f"ALTER DATABASE {name} SET search_path = ''")
+    result = h.cli("doctor")
     assert result.returncode == 1
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("FAIL  schema")]
     assert "archiver's tables are in schema public, which is not on this role's" in line
-    status = run_cli(env, "status")
+    status = h.cli("status")
     assert status.returncode == 1 and status.stderr.count("\n") == 1, status.stderr
     assert "`archiver doctor` names it" in status.stderr

@@ -9,12 +9,12 @@ import signal
 from pathlib import Path
 
 from archiver.testing.reference import seed_orders
+from tests.harness import Harness
 from tests.support import (
     ROOT,
     WHEEL_LIBRARY,
     enqueued,
     run_cli,
-    sql,
     sql_value,
     start_worker,
     wait_for_status,
@@ -52,23 +52,22 @@ FLAWED = ROOT / "dev" / "flawed-driver" / "libadbc_driver_postgresql.so"  # `mak
 
 
 def test_a_driver_that_writes_values_back_changed_is_refused_by_doctor_and_restore(
-    env: dict[str, str], database_url: str
+    h: Harness,
 ) -> None:
     """The 1.12.0 wheel's library writes NULL elements of arrays back as "" and 0 without an
     error. A restore through it would have completed, the archived rows changed."""
     assert FLAWED.is_file(), "run `make test` (Makefile: FLAWED_DRIVER)"
-    sql(
-        database_url,
+    h.sql(
         "CREATE TABLE events (id int PRIMARY KEY, created_at timestamptz NOT NULL, "
         "tags text[], counts int8[]); "
         "INSERT INTO events SELECT g, '2020-01-01'::timestamptz + g * interval '1 hour', "
         "ARRAY['t' || g, NULL, ''], ARRAY[g, NULL] FROM generate_series(1, 500) g; "
         "CREATE TABLE snapshot AS SELECT * FROM events",
     )
-    [job] = enqueued(env, "--table", "events", "--before", "2021-01-01")
-    assert start_worker(env, "--burst").wait(timeout=120) == 0
-    assert sql_value(database_url, "SELECT count(*) FROM events") == 0
-    flawed = {**env, "ARCHIVER_ADBC_DRIVER": str(FLAWED)}
+    [job] = enqueued(h.env, "--table", "events", "--before", "2021-01-01")
+    h.drain()
+    assert h.value("SELECT count(*) FROM events") == 0
+    flawed = {**h.env, "ARCHIVER_ADBC_DRIVER": str(FLAWED)}
 
     doctor = run_cli(flawed, "doctor")
     assert doctor.returncode == 1
@@ -81,11 +80,9 @@ def test_a_driver_that_writes_values_back_changed_is_refused_by_doctor_and_resto
     assert refused.returncode != 0
     assert refused.stderr.count("\n") == 1, refused.stderr
     assert "restore refused, nothing changed: the ADBC driver does not write back" in refused.stderr
-    assert sql_value(database_url, "SELECT count(*) FROM events") == 0
+    assert h.value("SELECT count(*) FROM events") == 0
 
-    restored = run_cli(env, "restore", "--job", job)  # the wheel's library: exact
+    restored = h.cli("restore", "--job", job)  # the wheel's library: exact
     assert restored.returncode == 0, restored.stderr
     for a, b in (("events", "snapshot"), ("snapshot", "events")):
-        assert (
-            sql_value(database_url, f"SELECT count(*) FROM (TABLE {a} EXCEPT ALL TABLE {b}) d") == 0
-        )
+        assert h.value(f"SELECT count(*) FROM (TABLE {a} EXCEPT ALL TABLE {b}) d") == 0

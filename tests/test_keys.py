@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from archiver.testing.services import Azurite
 from tests.archive_check import rows_in_blobs
+from tests.harness import Harness
 from tests.support import (
     enqueued,
     fast_env,
@@ -21,7 +21,6 @@ from tests.support import (
     run_cli,
     sql,
     start_worker,
-    wait_for_status,
 )
 
 CUTOFF = "2024-01-01"
@@ -128,98 +127,88 @@ def verified(env: dict[str, str], table: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_text_key_in_an_icu_collation_moved_and_resumed_after_sigkill(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
+def test_a_text_key_in_an_icu_collation_moved_and_resumed_after_sigkill(h: Harness) -> None:
     make_table(
-        database_url,
+        h.url,
         "tickets",
         'code text COLLATE "en-x-icu" PRIMARY KEY',
         f"({PREFIXES})[1 + i % 9] || substr(md5(i::text), 1, 6)",
     )
-    expected = old_keys(database_url, "tickets", ["code"])
-    (job_id,) = archive(env, "tickets")
-    fast = fast_env(env)
-    log_a = tmp_path / "a.log"
+    expected = old_keys(h.url, "tickets", ["code"])
+    (job_id,) = archive(h.env, "tickets")
+    fast = fast_env(h.env)
+    log_a = h.tmp / "a.log"
     kill_at_failpoint(fast, "after_commit", log_a)
     b = start_worker(fast)
-    row = wait_for_status(database_url, job_id, "completed")
+    row = h.wait_for(job_id, "completed")
     b.send_signal(signal.SIGTERM)
     assert b.wait(30) == 0
     assert row["attempts"] == 2
-    check_archive(database_url, azurite, container, "tickets", ["code"], expected)
-    assert not sql(database_url, f"SELECT 1 FROM tickets WHERE created_at < '{CUTOFF}'")
-    verified(env, "tickets")
+    check_archive(h.url, h.azurite, h.container, "tickets", ["code"], expected)
+    assert not h.sql(f"SELECT 1 FROM tickets WHERE created_at < '{CUTOFF}'")
+    verified(h.env, "tickets")
 
 
-def test_composite_and_numeric_keys_copied_and_moved(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
+def test_composite_and_numeric_keys_copied_and_moved(h: Harness) -> None:
     # (region text in ICU order, seq int): a copy reads in key order from one snapshot
     make_table(
-        database_url,
+        h.url,
         "readings",
         'region text COLLATE "en-x-icu", seq int, PRIMARY KEY (region, seq)',
         f"({PREFIXES})[1 + i % 9], i",
     )
     # numeric(12,2) travels as DECIMAL, plain numeric as text
-    make_table(database_url, "ledger", "amount numeric(12,2) PRIMARY KEY", "i * 1.25 - 900")
-    make_table(database_url, "rates", "rate numeric PRIMARY KEY", "(i * 7 % 3001) / 8.0")
+    make_table(h.url, "ledger", "amount numeric(12,2) PRIMARY KEY", "i * 1.25 - 900")
+    make_table(h.url, "rates", "rate numeric PRIMARY KEY", "(i * 7 % 3001) / 8.0")
     cases = {
         "readings": (["region", "seq"], "copy"),
         "ledger": (["amount"], "move"),
         "rates": (["rate"], "move"),
     }
-    expected = {t: old_keys(database_url, t, names) for t, (names, _) in cases.items()}
-    jobs = [j for t, (_, mode) in cases.items() for j in archive(env, t, "--mode", mode)]
-    assert start_worker(env, "--burst").wait(120) == 0
+    expected = {t: old_keys(h.url, t, names) for t, (names, _) in cases.items()}
+    jobs = [j for t, (_, mode) in cases.items() for j in archive(h.env, t, "--mode", mode)]
+    h.drain()
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=10)
+        h.wait_for(job_id, "completed", timeout=10)
     for table, (names, _) in cases.items():
-        check_archive(database_url, azurite, container, table, names, expected[table])
-        verified(env, table)
+        check_archive(h.url, h.azurite, h.container, table, names, expected[table])
+        verified(h.env, table)
 
 
-def test_a_text_key_split_for_parallel_workers(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
+def test_a_text_key_split_for_parallel_workers(h: Harness) -> None:
     make_table(
-        database_url,
+        h.url,
         "codes",
         'code varchar(20) COLLATE "en-x-icu" PRIMARY KEY',
         f"({PREFIXES})[1 + i % 9] || i",
         rows=6_000,
     )
-    expected = old_keys(database_url, "codes", ["code"])
-    jobs = archive(env, "codes", "--parallel", "3")
+    expected = old_keys(h.url, "codes", ["code"])
+    jobs = archive(h.env, "codes", "--parallel", "3")
     assert len(jobs) == 3
-    workers = [start_worker(env, "--burst") for _ in range(2)]
+    workers = [start_worker(h.env, "--burst") for _ in range(2)]
     assert [w.wait(120) for w in workers] == [0, 0]
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=10)
-    check_archive(database_url, azurite, container, "codes", ["code"], expected)
+        h.wait_for(job_id, "completed", timeout=10)
+    check_archive(h.url, h.azurite, h.container, "codes", ["code"], expected)
 
 
-def test_a_unique_index_on_not_null_columns_stands_in_for_a_primary_key(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    make_table(database_url, "events", "ref bigint NOT NULL UNIQUE, alt int", "i, i")
-    sql(database_url, "CREATE UNIQUE INDEX ON events (alt)")  # nullable: never the key
-    expected = old_keys(database_url, "events", ["ref"])
-    (job_id,) = archive(env, "events")
-    assert start_worker(env, "--burst").wait(120) == 0
-    wait_for_status(database_url, job_id, "completed", timeout=10)
-    check_archive(database_url, azurite, container, "events", ["ref"], expected)
+def test_a_unique_index_on_not_null_columns_stands_in_for_a_primary_key(h: Harness) -> None:
+    make_table(h.url, "events", "ref bigint NOT NULL UNIQUE, alt int", "i, i")
+    h.sql("CREATE UNIQUE INDEX ON events (alt)")  # nullable: never the key
+    expected = old_keys(h.url, "events", ["ref"])
+    (job_id,) = archive(h.env, "events")
+    h.drain()
+    h.wait_for(job_id, "completed", timeout=10)
+    check_archive(h.url, h.azurite, h.container, "events", ["ref"], expected)
 
-    make_table(database_url, "loose", "ref bigint UNIQUE", "i")  # NULLs allowed
-    result = run_cli(env, "enqueue", "--table", "loose", "--before", CUTOFF)
+    make_table(h.url, "loose", "ref bigint UNIQUE", "i")  # NULLs allowed
+    result = h.cli("enqueue", "--table", "loose", "--before", CUTOFF)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "no primary key and no unique index on NOT NULL columns" in result.stderr
 
 
-def test_a_citext_key_of_an_extension_off_the_search_path(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
+def test_a_citext_key_of_an_extension_off_the_search_path(h: Harness) -> None:
     """citext installed in its own schema, which the worker's search_path does not hold:
     a bare `>` or `=` between citext values would then be text's (byte order,
     case-sensitive), not the order of the key's index. Keys whose bytes order otherwise
@@ -227,11 +216,10 @@ def test_a_citext_key_of_an_extension_off_the_search_path(
     references differ from their parents' keys in case, as citext allows; and copied in
     three key ranges on two connections each."""
     key = "(ARRAY['a', 'B', 'b', 'A', 'Z', 'z'])[1 + i % 6] || lpad(i::text, 5, '0')"
-    sql(database_url, "CREATE SCHEMA ext; CREATE EXTENSION citext SCHEMA ext")
-    make_table(database_url, "users", "email ext.citext PRIMARY KEY", key)
-    make_table(database_url, "accounts", "login ext.citext PRIMARY KEY", key, rows=6_000)
-    sql(
-        database_url,
+    h.sql("CREATE SCHEMA ext; CREATE EXTENSION citext SCHEMA ext")
+    make_table(h.url, "users", "email ext.citext PRIMARY KEY", key)
+    make_table(h.url, "accounts", "login ext.citext PRIMARY KEY", key, rows=6_000)
+    h.sql(
         "CREATE TABLE logins (id int PRIMARY KEY, "
         "email ext.citext NOT NULL REFERENCES users ON DELETE CASCADE);"
         "CREATE INDEX ON logins (email);"
@@ -239,49 +227,44 @@ def test_a_citext_key_of_an_extension_off_the_search_path(
         "FROM users, generate_series(1, 2)",
     )
     # the common shape: a bigint key, and children referencing a unique citext column
-    make_table(database_url, "profiles", "id bigint PRIMARY KEY", "i")
-    sql(
-        database_url,
+    make_table(h.url, "profiles", "id bigint PRIMARY KEY", "i")
+    h.sql(
         "ALTER TABLE profiles ADD handle ext.citext UNIQUE;"
         "UPDATE profiles SET handle = 'Handle' || id;"
         "CREATE TABLE posts (id int PRIMARY KEY, "
         "handle ext.citext REFERENCES profiles (handle) ON DELETE CASCADE);"
         "INSERT INTO posts SELECT id, lower(handle::text) FROM profiles",
     )
-    children = sql(
-        database_url,
+    children = h.sql(
         "SELECT l.id FROM logins l JOIN users u ON u.email OPERATOR(ext.=) l.email "
         f"WHERE u.created_at < '{CUTOFF}'",
     )
-    posts = sql(
-        database_url,
+    posts = h.sql(
         "SELECT p.id FROM posts p JOIN profiles f ON f.handle OPERATOR(ext.=) p.handle "
         f"WHERE f.created_at < '{CUTOFF}'",
     )
-    expected = {
-        t: old_keys(database_url, t, [k]) for t, k in (("users", "email"), ("accounts", "login"))
-    }
-    moved = archive(env, "users", "--with-children") + archive(env, "profiles", "--with-children")
-    copied = archive(env, "accounts", "--mode", "copy", "--parallel", "3")
-    two = {**env, "ARCHIVER_COPY_CONNECTIONS": "2"}
+    expected = {t: old_keys(h.url, t, [k]) for t, k in (("users", "email"), ("accounts", "login"))}
+    moved = archive(h.env, "users", "--with-children") + archive(
+        h.env, "profiles", "--with-children"
+    )
+    copied = archive(h.env, "accounts", "--mode", "copy", "--parallel", "3")
+    two = {**h.env, "ARCHIVER_COPY_CONNECTIONS": "2"}
     workers = [start_worker(two, "--burst") for _ in range(2)]
     assert [w.wait(120) for w in workers] == [0, 0]
     for job_id in moved + copied:
-        wait_for_status(database_url, job_id, "completed", timeout=10)
-    check_archive(database_url, azurite, container, "users", ["email"], expected["users"])
-    check_archive(database_url, azurite, container, "accounts", ["login"], expected["accounts"])
-    assert not sql(database_url, f"SELECT 1 FROM users WHERE created_at < '{CUTOFF}'")
+        h.wait_for(job_id, "completed", timeout=10)
+    check_archive(h.url, h.azurite, h.container, "users", ["email"], expected["users"])
+    check_archive(h.url, h.azurite, h.container, "accounts", ["login"], expected["accounts"])
+    assert not h.sql(f"SELECT 1 FROM users WHERE created_at < '{CUTOFF}'")
     for child, ids in (("logins", children), ("posts", posts)):
-        files = sql(
-            database_url,
+        files = h.sql(
             "SELECT path FROM archive_files WHERE source_table = $1",
             f"public.{child}",
         )
-        rows = rows_in_blobs(azurite.connection_string, container, [f["path"] for f in files])
+        rows = rows_in_blobs(h.azurite.connection_string, h.container, [f["path"] for f in files])
         assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in ids), child
     # each range job read only its own range, in citext's order
-    for job in sql(
-        database_url,
+    for job in h.sql(
         "SELECT j.payload->'key_range'->>'after' AS after, "
         "j.payload->'key_range'->>'through' AS through, array_agg(f.path) AS paths "
         "FROM background_jobs j JOIN archive_files f ON f.job_id = j.id "
@@ -289,10 +272,10 @@ def test_a_citext_key_of_an_extension_off_the_search_path(
         copied,
     ):
         keys = [
-            r["login"] for r in rows_in_blobs(azurite.connection_string, container, job["paths"])
+            r["login"]
+            for r in rows_in_blobs(h.azurite.connection_string, h.container, job["paths"])
         ]
-        outside = sql(
-            database_url,
+        outside = h.sql(
             "SELECT k FROM unnest($1::text[]) k WHERE NOT ("
             "($2::text IS NULL OR k::ext.citext OPERATOR(ext.>) $2::ext.citext) AND "
             "($3::text IS NULL OR k::ext.citext OPERATOR(ext.<=) $3::ext.citext))",
@@ -301,5 +284,5 @@ def test_a_citext_key_of_an_extension_off_the_search_path(
             job["through"],
         )
         assert not outside, f"{len(outside)} keys outside {job['after']}..{job['through']}"
-    verified(env, "users")
-    verified(env, "logins")
+    verified(h.env, "users")
+    verified(h.env, "logins")

@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from archiver.testing.services import free_port, wait_for_port
+from tests.harness import Harness
 from tests.ops_jobs import OLD_ROWS, completing_and_failing_jobs, enqueue
 from tests.support import run_cli, sql_value, start_worker, wait_until
 
@@ -57,14 +58,14 @@ def test_metrics_after_jobs(env: dict[str, str], database_url: str, tmp_path: Pa
     assert doomed in log.read_text()
 
 
-def test_metrics_port_in_use(env: dict[str, str]) -> None:
+def test_metrics_port_in_use(h: Harness) -> None:
     import socket
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run_cli(env, "worker", "--burst", "--metrics-port", str(port))
+        result = h.cli("worker", "--burst", "--metrics-port", str(port))
     assert result.returncode == 1
     assert result.stderr.strip().startswith(
         f"archiver: error: --metrics-port {port}: cannot listen"

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from archiver.db import query
+from tests.harness import Harness
 from tests.ops_jobs import OLD_ROWS, jobs_in_every_state
 from tests.support import ROOT, sql, sql_value, which_pg_bin
 
@@ -110,8 +111,8 @@ def claimable(url: str) -> list[str]:
     return asyncio.run(run())
 
 
-def test_ops_queries(database_url: str) -> None:
-    url = database_url
+def test_ops_queries(h: Harness) -> None:
+    url = h.url
     stuck = insert_job(url, "running", locked_by="'gone:1:x'", heartbeat_at="now()", attempts="1")
     psql(url, "requeue_stuck_job.sql", job_id=stuck)
     row = sql(url, "SELECT * FROM background_jobs WHERE id = $1::uuid", stuck)[0]

@@ -14,12 +14,11 @@ import pytest
 from archiver import jobqueue
 from archiver.model import ArchiveRequest, Job, Mode
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import Azurite
 from tests.exactly_once import assert_exactly_once
+from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
     kill_at_failpoint,
-    run_cli,
     sql,
     sql_value,
     start_process,
@@ -30,64 +29,49 @@ CUTOFF = "2024-12-20"
 
 
 @pytest.mark.slow
-def test_parallel_ranges_move_each_row_exactly_once(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed_orders(database_url, 30_000)
-    expected = {
-        r["id"] for r in sql(database_url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")
-    }
-    result = run_cli(
-        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--parallel", "3",
+def test_parallel_ranges_move_each_row_exactly_once(h: Harness) -> None:
+    seed_orders(h.url, 30_000)
+    expected = {r["id"] for r in h.sql(f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")}
+    result = h.cli("enqueue", "--table", "orders", "--before", CUTOFF, "--parallel", "3",
         "--chunk-rows", "4000",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     ids = result.stdout.split()
     assert len(ids) == 3 and "3 jobs" in result.stderr
-    jobs = sql(database_url, "SELECT payload, lock_key FROM background_jobs ORDER BY lock_key")
+    jobs = h.sql("SELECT payload, lock_key FROM background_jobs ORDER BY lock_key")
     assert len({j["lock_key"] for j in jobs}) == 3  # the parts may run at once
     assert len({j["payload"] for j in jobs}) == 3
 
-    log = tmp_path / "workers.log"
-    workers = [start_worker(env, "--burst", "--concurrency", "2", log=log) for _ in range(2)]
+    log = h.tmp / "workers.log"
+    workers = [start_worker(h.env, "--burst", "--concurrency", "2", log=log) for _ in range(2)]
     for w in workers:
         assert w.wait(timeout=240) == 0, log.read_text()
 
-    assert (
-        sql_value(database_url, "SELECT count(*) FROM background_jobs WHERE status <> 'completed'")
-        == 0
-    )
-    ranged = sql_value(
-        database_url,
+    assert h.value("SELECT count(*) FROM background_jobs WHERE status <> 'completed'") == 0
+    ranged = h.value(
         "SELECT count(DISTINCT payload->>'group') FROM background_jobs WHERE payload ? 'key_range'",
     )
     assert ranged == 1
-    assert_exactly_once(database_url, azurite.connection_string, container, expected)
-    assert (
-        sql_value(database_url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
-    )
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
+    assert h.value(f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
 
 
-def test_a_parallel_jobs_progress_estimates_its_own_range(
-    env: dict[str, str], database_url: str, tmp_path: Path
-) -> None:
+def test_a_parallel_jobs_progress_estimates_its_own_range(h: Harness) -> None:
     """archiver_running_jobs after the first chunk of one of three key ranges: its
     estimates are of its range's rows, not the whole table's (15.7% done where 47% was)."""
-    seed_orders(database_url, 30_000)
-    result = run_cli(
-        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--parallel", "3",
+    seed_orders(h.url, 30_000)
+    result = h.cli("enqueue", "--table", "orders", "--before", CUTOFF, "--parallel", "3",
         "--chunk-rows", "2000",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    kill_at_failpoint(env, "after_commit", tmp_path / "worker.log")
-    (row,) = sql(database_url, "SELECT * FROM archiver_running_jobs")
+    kill_at_failpoint(h.env, "after_commit", h.tmp / "worker.log")
+    (row,) = h.sql("SELECT * FROM archiver_running_jobs")
     bounds = json.loads(
-        sql_value(database_url, "SELECT payload->>'key_range' FROM background_jobs WHERE id = $1",
+        h.value("SELECT payload->>'key_range' FROM background_jobs WHERE id = $1",
                   row["id"])
     )  # fmt: skip
     assert bounds["parts"] == 3
-    left = sql_value(
-        database_url,
+    left = h.value(
         "SELECT count(*) FROM orders WHERE created_at < $1::timestamptz"
         " AND ($2::bigint IS NULL OR id > $2::bigint) AND ($3::bigint IS NULL OR id <= $3::bigint)",
         dt.datetime.fromisoformat(CUTOFF).replace(tzinfo=dt.UTC),
@@ -100,15 +84,14 @@ def test_a_parallel_jobs_progress_estimates_its_own_range(
     assert 25 < row["progress_pct"] < 75, (row["rows_done"], row["rows_estimated"])
 
 
-def test_parallel_refuses_a_multi_column_key(env: dict[str, str], database_url: str) -> None:
-    sql(
-        database_url,
+def test_parallel_refuses_a_multi_column_key(h: Harness) -> None:
+    h.sql(
         "CREATE TABLE pairs (a int, b int, created_at date NOT NULL, PRIMARY KEY (a, b))",
     )
-    result = run_cli(env, "enqueue", "--table", "pairs", "--before", CUTOFF, "--parallel", "2")
+    result = h.cli("enqueue", "--table", "pairs", "--before", CUTOFF, "--parallel", "2")
     assert result.returncode != 0
     assert result.stderr.startswith("archiver: error: ") and "one-column key" in result.stderr
-    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 0
+    assert h.value("SELECT count(*) FROM background_jobs") == 0
 
 
 def test_noop_jobs_complete_in_batches(
@@ -130,9 +113,9 @@ def test_noop_jobs_complete_in_batches(
     assert "completed 50 no-op jobs" in log.read_text()
 
 
-def test_claim_takes_several_jobs_but_one_per_lock_key(database_url: str) -> None:
+def test_claim_takes_several_jobs_but_one_per_lock_key(h: Harness) -> None:
     async def scenario() -> tuple[list[Job], list[Job], int]:
-        pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+        pool = await asyncpg.create_pool(h.url, min_size=1, max_size=2)
         try:
             for i in range(3):
                 await jobqueue.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")

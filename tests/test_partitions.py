@@ -11,7 +11,6 @@ import re
 import signal
 import threading
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -19,17 +18,15 @@ import pytest
 
 from archiver.testing.services import Azurite
 from tests.archive_check import blob_names, normalize, rows_in_blobs
+from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
     enqueued,
     fast_env,
     kill_at_failpoint,
-    run_cli,
     sql,
-    sql_value,
     start_process,
     start_worker,
-    wait_for_status,
     wait_for_text,
 )
 
@@ -113,12 +110,10 @@ def enqueue(env: dict[str, str], *extra: str) -> list[str]:
     return enqueued(env, "--table", "events", "--before", CUTOFF, "--chunk-rows", "15", *extra)
 
 
-def test_old_partitions_dropped_whole_then_restored(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    seed(database_url)
+def test_old_partitions_dropped_whole_then_restored(h: Harness) -> None:
+    seed(h.url)
     sql(  # a DELETE trigger fires for the rows moved by rows, none of the dropped ones
-        database_url,
+        h.url,
         """
         CREATE TABLE deleted (id bigint, created_at date);
         CREATE FUNCTION log_delete() RETURNS trigger LANGUAGE plpgsql
@@ -127,149 +122,130 @@ def test_old_partitions_dropped_whole_then_restored(
             FOR EACH ROW EXECUTE FUNCTION log_delete();
         """,
     )
-    before = rows(database_url)
-    plan = run_cli(env, "enqueue", "--table", "events", "--before", CUTOFF, "--dry-run")
+    before = rows(h.url)
+    plan = h.cli("enqueue", "--table", "events", "--before", CUTOFF, "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert plan.stdout.count("whole: archived, then dropped (~") == 12, plan.stdout
     assert "delete trigger public.events: log_delete (AFTER, for each row)" in plan.stdout
     assert "(not for the partitions taken whole)" in plan.stdout
-    one = run_cli(env, "enqueue", "--table", "events_2024_01", "--before", CUTOFF, "--dry-run")
+    one = h.cli("enqueue", "--table", "events_2024_01", "--before", CUTOFF, "--dry-run")
     assert "delete trigger public.events_2024_01: log_delete (AFTER" in one.stdout, one.stdout
     assert "public.events_2024_01: by rows" in plan.stdout
     assert "public.events_default: by rows" in plan.stdout
     assert re.search(r"parquet size   ~[\d.]+ k?B ", plan.stdout), plan.stdout  # the leaves'
 
-    jobs = enqueue(env)
+    jobs = enqueue(h.env)
     assert len(jobs) == 14  # one per whole partition, and per partition with older rows
-    workers = [start_worker(env, "--burst") for _ in range(2)]
+    workers = [start_worker(h.env, "--burst") for _ in range(2)]
     assert [w.wait(180) for w in workers] == [0, 0]
-    unfinished = sql(database_url, "SELECT * FROM background_jobs WHERE status <> 'completed'")
+    unfinished = h.sql("SELECT * FROM background_jobs WHERE status <> 'completed'")
     assert not unfinished, [(r["last_error"], r["attempts"], r["run_at"]) for r in unfinished]
-    left = attached(database_url)
+    left = attached(h.url)
     assert not {f"events_2023_{m:02d}" for m in range(1, 13)} & left  # dropped
     assert {"events_2024_01", "events_2024_12", "events_default"} <= left
-    assert (
-        sql_value(database_url, "SELECT count(*) FROM pg_class WHERE relname LIKE 'events_2023%'")
-        == 0
-    )
-    check(database_url, azurite, container, before)
-    assert run_cli(env, "verify", "--table", "events").returncode == 0
-    by_rows = {k for k in before if k[1].year > 2023 or k[0] > 100000} - set(rows(database_url))
-    logged = sql(database_url, "SELECT id, created_at FROM deleted")
+    assert h.value("SELECT count(*) FROM pg_class WHERE relname LIKE 'events_2023%'") == 0
+    check(h.url, h.azurite, h.container, before)
+    assert h.cli("verify", "--table", "events").returncode == 0
+    by_rows = {k for k in before if k[1].year > 2023 or k[0] > 100000} - set(rows(h.url))
+    logged = h.sql("SELECT id, created_at FROM deleted")
     assert by_rows and sorted((r["id"], r["created_at"]) for r in logged) == sorted(by_rows)
 
     # a range of a dropped month: the partition comes back with its bound, then its rows
-    back = run_cli(
-        env, "restore", "--table", "events", "--from", "2023-03-01", "--to", "2023-04-01"
-    )
+    back = h.cli("restore", "--table", "events", "--from", "2023-03-01", "--to", "2023-04-01")
     assert back.returncode == 0, back.stderr
-    assert "events_2023_03" in attached(database_url)
+    assert "events_2023_03" in attached(h.url)
     march = {k for k, r in before.items() if str(r["created_at"]).startswith("2023-03")}
-    assert march and set(rows(database_url)) & march == march
-    everything = run_cli(env, "restore", "--table", "events", "--on-conflict", "skip")
+    assert march and set(rows(h.url)) & march == march
+    everything = h.cli("restore", "--table", "events", "--on-conflict", "skip")
     assert everything.returncode == 0, everything.stderr
-    assert rows(database_url) == before
-    assert {f"events_2023_{m:02d}" for m in range(1, 13)} <= attached(database_url)
+    assert rows(h.url) == before
+    assert {f"events_2023_{m:02d}" for m in range(1, 13)} <= attached(h.url)
 
 
-def test_keys_declared_on_each_partition(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
+def test_keys_declared_on_each_partition(h: Harness) -> None:
     """No key on the table, the same one on every partition, holding the partitioning
     column: walked by it (unique across partitions), old partitions whole and the rest by
     rows, restored. A partitions' key without that column is refused, nothing queued."""
-    seed(database_url, per_month=10, key_on_each_partition=True)
-    before = rows(database_url)
-    jobs = enqueue(env)
+    seed(h.url, per_month=10, key_on_each_partition=True)
+    before = rows(h.url)
+    jobs = enqueue(h.env)
     assert len(jobs) == 14
-    assert start_worker(env, "--burst", "--concurrency", "2").wait(180) == 0
+    assert start_worker(h.env, "--burst", "--concurrency", "2").wait(180) == 0
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=10)
-    assert "events_2023_05" not in attached(database_url)
-    check(database_url, azurite, container, before)
-    back = run_cli(env, "restore", "--table", "events")
+        h.wait_for(job_id, "completed", timeout=10)
+    assert "events_2023_05" not in attached(h.url)
+    check(h.url, h.azurite, h.container, before)
+    back = h.cli("restore", "--table", "events")
     assert back.returncode == 0, back.stderr
-    assert rows(database_url) == before
+    assert rows(h.url) == before
 
-    sql(
-        database_url,
+    h.sql(
         "CREATE TABLE loose (id bigint NOT NULL, created_at date NOT NULL) "
         "PARTITION BY RANGE (created_at); "
         "CREATE TABLE loose_2023 PARTITION OF loose FOR VALUES FROM ('2023-01-01') TO "
         "('2024-01-01'); ALTER TABLE loose_2023 ADD PRIMARY KEY (id)",
     )
-    refused = run_cli(env, "enqueue", "--table", "loose", "--before", CUTOFF)
+    refused = h.cli("enqueue", "--table", "loose", "--before", CUTOFF)
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
     assert "not unique across partitions" in refused.stderr
-    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 14
+    assert h.value("SELECT count(*) FROM background_jobs") == 14
 
 
 @pytest.mark.parametrize("mode", ["detach", "rows"])
-def test_detach_and_rows_modes(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, mode: str
-) -> None:
-    seed(database_url, per_month=10)
-    before = rows(database_url)
-    jobs = enqueue(env, "--partitions", mode)
+def test_detach_and_rows_modes(h: Harness, mode: str) -> None:
+    seed(h.url, per_month=10)
+    before = rows(h.url)
+    jobs = enqueue(h.env, "--partitions", mode)
     assert len(jobs) == (14 if mode == "detach" else 1)
-    assert start_worker(env, "--burst").wait(180) == 0
+    h.drain()
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=10)
-    check(database_url, azurite, container, before)
-    left = attached(database_url)
+        h.wait_for(job_id, "completed", timeout=10)
+    check(h.url, h.azurite, h.container, before)
+    left = attached(h.url)
     if mode == "rows":  # every partition still attached, the old ones empty
         assert "events_2023_05" in left
     else:  # kept as standalone tables holding what was archived
         assert "events_2023_05" not in left
-        kept = sql_value(database_url, "SELECT count(*) FROM events_2023_05_archived")
+        kept = h.value("SELECT count(*) FROM events_2023_05_archived")
         assert kept == sum(1 for r in before.values() if str(r["created_at"]).startswith("2023-05"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["before_detach", "after_commit"])
-def test_sigkill_around_the_drop(
-    env: dict[str, str],
-    database_url: str,
-    azurite: Azurite,
-    container: str,
-    tmp_path: Path,
-    point: str,
-) -> None:
-    seed(database_url, per_month=10)
-    before = rows(database_url)
-    jobs = enqueue(env)
-    fast = fast_env(env)
-    log_a = tmp_path / "a.log"
+def test_sigkill_around_the_drop(h: Harness, point: str) -> None:
+    seed(h.url, per_month=10)
+    before = rows(h.url)
+    jobs = enqueue(h.env)
+    fast = fast_env(h.env)
+    log_a = h.tmp / "a.log"
     kill_at_failpoint(fast, point, log_a)
     taken = [line for line in log_a.read_text().splitlines() if "claimed" in line]
-    dropped = 12 - len({f"events_2023_{m:02d}" for m in range(1, 13)} & attached(database_url))
+    dropped = 12 - len({f"events_2023_{m:02d}" for m in range(1, 13)} & attached(h.url))
     # killed before the commit: attached and whole; right after it: gone and catalogued
     assert dropped == (1 if point == "after_commit" else 0), taken
-    b = start_worker(fast, log=tmp_path / "b.log")
+    b = start_worker(fast, log=h.tmp / "b.log")
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=120)
+        h.wait_for(job_id, "completed", timeout=120)
     b.terminate()
     assert b.wait(30) == 0
-    catalogued = {r["path"] for r in sql(database_url, "SELECT path FROM archive_files")}
-    stray = frozenset(blob_names(azurite.connection_string, container)) - catalogued
+    catalogued = {r["path"] for r in h.sql("SELECT path FROM archive_files")}
+    stray = frozenset(blob_names(h.azurite.connection_string, h.container)) - catalogued
     assert not stray  # the next attempt swept the uncatalogued uploads
-    check(database_url, azurite, container, before)
+    check(h.url, h.azurite, h.container, before)
 
 
-def test_a_late_insert_into_an_old_partition_is_never_lost(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed(database_url, per_month=10)
-    before = rows(database_url)
-    jobs = enqueue(env)
-    log = tmp_path / "worker.log"
-    worker = start_worker({**env, "ARCHIVER_FAILPOINTS": "before_detach=sleep:3"}, log=log)
+def test_a_late_insert_into_an_old_partition_is_never_lost(h: Harness) -> None:
+    seed(h.url, per_month=10)
+    before = rows(h.url)
+    jobs = enqueue(h.env)
+    log = h.tmp / "worker.log"
+    worker = start_worker({**h.env, "ARCHIVER_FAILPOINTS": "before_detach=sleep:3"}, log=log)
     wait_for_text(log, "failpoint before_detach reached")
     outcome: dict[str, Any] = {}
 
     def late_insert() -> None:  # the application, writing into a month being archived
         async def run() -> None:
-            conn = await asyncpg.connect(database_url)
+            conn = await asyncpg.connect(h.url)
             try:
                 await conn.execute(
                     "INSERT INTO events SELECT 999999, min(created_at), 1, 'late' FROM events "
@@ -288,13 +264,15 @@ def test_a_late_insert_into_an_old_partition_is_never_lost(
     writer.start()
     writer.join(60)
     for job_id in jobs:
-        wait_for_status(database_url, job_id, "completed", timeout=120)
+        h.wait_for(job_id, "completed", timeout=120)
     worker.terminate()
     assert worker.wait(30) == 0
-    late = [k for k in rows(database_url) if k[0] == 999999]
-    paths = [r["path"] for r in sql(database_url, "SELECT path FROM archive_files")]
+    late = [k for k in rows(h.url) if k[0] == 999999]
+    paths = [r["path"] for r in h.sql("SELECT path FROM archive_files")]
     archived_late = [
-        r for r in rows_in_blobs(azurite.connection_string, container, paths) if r["id"] == 999999
+        r
+        for r in rows_in_blobs(h.azurite.connection_string, h.container, paths)
+        if r["id"] == 999999
     ]
     if "inserted" in outcome:  # it went in before the partition was taken: archived once
         assert len(archived_late) == 1 and not late
@@ -302,26 +280,24 @@ def test_a_late_insert_into_an_old_partition_is_never_lost(
         before[key] = normalize(archived_late[0])
     else:  # it waited for the partition's lock and failed once it was gone: nowhere
         assert outcome["error"] and not archived_late and not late
-    check(database_url, azurite, container, before)
+    check(h.url, h.azurite, h.container, before)
 
 
-def test_a_policy_takes_old_partitions_whole(
-    env: dict[str, str], database_url: str, tmp_path: Path
-) -> None:
-    seed(database_url, per_month=5)
-    config = tmp_path / "archiver.toml"
+def test_a_policy_takes_old_partitions_whole(h: Harness) -> None:
+    seed(h.url, per_month=5)
+    config = h.tmp / "archiver.toml"
     config.write_text(  # every second, archiving what is older than 2024-01-01 or so
         '[[policy]]\nname = "events"\ntable = "events"\nolder_than = "1000 days"\n'
         'schedule = "* * * * * *"\npartitions = "detach"\n'
     )
-    log = tmp_path / "scheduler.log"
-    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), env, log)
+    log = h.tmp / "scheduler.log"
+    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), h.env, log)
     try:
         wait_for_text(log, "more, one per old partition")
     finally:
         scheduler.send_signal(signal.SIGTERM)
         assert scheduler.wait(30) == 0, log.read_text()
-    jobs = sql(database_url, "SELECT payload::text, policy_name FROM background_jobs")
+    jobs = h.sql("SELECT payload::text, policy_name FROM background_jobs")
     payloads = [json.loads(r["payload"]) for r in jobs]
     whole = [p for p in payloads if p.get("partitions") == "detach"]
     assert whole and all(p["partition"].startswith("public.events_20") for p in whole)

@@ -6,11 +6,10 @@ again when a job starts (a key added after enqueue)."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.support import run_cli, sql, sql_value, start_worker, wait_for_status
+from tests.harness import Harness
 
 SCHEMA = """
 CREATE TABLE orders (id bigint PRIMARY KEY, created_at date NOT NULL);
@@ -40,13 +39,11 @@ def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
         assert needle in stderr, (needle, stderr)
 
 
-def test_a_referenced_table_is_never_moved(
-    env: dict[str, str], database_url: str, tmp_path: Path
-) -> None:
-    sql(database_url, SCHEMA)
+def test_a_referenced_table_is_never_moved(h: Harness) -> None:
+    h.sql(SCHEMA)
     enqueue = ["enqueue", "--table", "orders", "--before", "2020-03-01"]
     refused(
-        run_cli(env, *enqueue),
+        h.cli(*enqueue),
         "table public.orders is referenced by foreign keys",
         "public.shipments (shipments_order_id_fkey, ON DELETE CASCADE)",
         "public.payments (pay_order, ON DELETE RESTRICT)",
@@ -56,78 +53,69 @@ def test_a_referenced_table_is_never_moved(
         "public.events_2021 (ev21_order",
         "--mode copy",
     )
-    refused(run_cli(env, *enqueue, "--dry-run"), "referenced by foreign keys")
-    refused(run_cli(env, *enqueue, "--parallel", "2"), "referenced by foreign keys")
+    refused(h.cli(*enqueue, "--dry-run"), "referenced by foreign keys")
+    refused(h.cli(*enqueue, "--parallel", "2"), "referenced by foreign keys")
     refused(
-        run_cli(env, "enqueue", "--table", "staff", "--before", "2020-03-01"),
+        h.cli("enqueue", "--table", "staff", "--before", "2020-03-01"),
         "public.staff (staff_boss_fkey, ON DELETE NO ACTION)",
     )
-    assert sql_value(database_url, "SELECT count(*) FROM background_jobs") == 0
+    assert h.value("SELECT count(*) FROM background_jobs") == 0
 
-    config = tmp_path / "archiver.toml"
+    config = h.tmp / "archiver.toml"
     config.write_text(
         '[[policy]]\nname = "o"\ntable = "orders"\nolder_than = "30 days"\nschedule = "0 2 * * *"\n'
     )
     refused(
-        run_cli(env, "policies", "--config", str(config)),
+        h.cli("policies", "--config", str(config)),
         "policy 'o': table: table public.orders is referenced",
     )
 
     # copy mode deletes nothing: allowed, and it archives
-    copy = run_cli(env, *enqueue, "--mode", "copy")
-    assert copy.returncode == 0, copy.stderr
-    assert start_worker(env, "--burst").wait(60) == 0
-    assert wait_for_status(database_url, copy.stdout.strip(), "completed")
-    assert sql_value(database_url, "SELECT count(*) FROM orders") == 100
-    assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == 59
+    h.archive(*enqueue[1:], "--mode", "copy")
+    assert h.value("SELECT count(*) FROM orders") == 100
+    assert h.value("SELECT sum(row_count) FROM archive_files") == 59
 
 
 @pytest.mark.parametrize("on_delete", ["CASCADE", "SET NULL"])
 def test_a_key_added_after_enqueue_stops_the_job_before_any_delete(
-    env: dict[str, str], database_url: str, on_delete: str
+    h: Harness, on_delete: str
 ) -> None:
-    sql(
-        database_url,
+    h.sql(
         "CREATE TABLE orders (id bigint PRIMARY KEY, created_at date NOT NULL);"
         "INSERT INTO orders SELECT g, date '2020-01-01' + g FROM generate_series(1, 100) g;"
         "CREATE TABLE shipments (id bigint PRIMARY KEY, order_id bigint);"
         "INSERT INTO shipments SELECT g, g FROM generate_series(1, 100) g;",
     )
-    job_id = run_cli(
-        env, "enqueue", "--table", "orders", "--before", "2020-03-01", "--max-attempts", "1"
-    ).stdout.strip()
-    sql(
-        database_url,
+    (job_id,) = h.enqueue("--table", "orders", "--before", "2020-03-01", "--max-attempts", "1")
+    h.sql(
         f"ALTER TABLE shipments ADD FOREIGN KEY (order_id) REFERENCES orders ON DELETE {on_delete}",
     )
-    assert start_worker(env, "--burst").wait(60) == 0
-    job = wait_for_status(database_url, job_id, "failed")
+    h.drain()
+    job = h.wait_for(job_id, "failed")
     assert "referenced by foreign keys: public.shipments" in job["last_error"]
-    assert sql_value(database_url, "SELECT count(*) FROM orders") == 100
-    assert (
-        sql_value(database_url, "SELECT count(*) FROM shipments WHERE order_id IS NOT NULL") == 100
-    )
-    assert sql_value(database_url, "SELECT count(*) FROM archive_files") == 0
+    assert h.value("SELECT count(*) FROM orders") == 100
+    assert h.value("SELECT count(*) FROM shipments WHERE order_id IS NOT NULL") == 100
+    assert h.value("SELECT count(*) FROM archive_files") == 0
 
 
 def test_with_children_refuses_cycles_and_keyless_children_and_suits_policies(
-    env: dict[str, str], database_url: str, tmp_path: Path
+    h: Harness,
 ) -> None:
-    sql(database_url, SCHEMA)
+    h.sql(SCHEMA)
     refused(
-        run_cli(env, "enqueue", "--table", "staff", "--before", "2020-03-01", "--with-children"),
+        h.cli("enqueue", "--table", "staff", "--before", "2020-03-01", "--with-children"),
         "foreign keys form a cycle (public.staff -> public.staff)",
     )
     with_children = ["enqueue", "--table", "orders", "--before", "2020-03-01", "--with-children"]
-    refused(run_cli(env, *with_children), "table public.events has no primary key")
-    refused(run_cli(env, *with_children, "--dry-run"), "table public.events has no primary key")
-    assert not sql(database_url, "SELECT 1 FROM background_jobs")
+    refused(h.cli(*with_children), "table public.events has no primary key")
+    refused(h.cli(*with_children, "--dry-run"), "table public.events has no primary key")
+    assert not h.sql("SELECT 1 FROM background_jobs")
 
-    sql(database_url, "ALTER TABLE events ALTER id SET NOT NULL, ADD PRIMARY KEY (id, at)")
-    config = tmp_path / "archiver.toml"
+    h.sql("ALTER TABLE events ALTER id SET NOT NULL, ADD PRIMARY KEY (id, at)")
+    config = h.tmp / "archiver.toml"
     config.write_text(
         '[[policy]]\nname = "o"\ntable = "orders"\nolder_than = "30 days"\n'
         'schedule = "0 2 * * *"\nwith_children = true\n'
     )
-    checked = run_cli(env, "policies", "--config", str(config))
+    checked = h.cli("policies", "--config", str(config))
     assert checked.returncode == 0, checked.stderr

@@ -7,8 +7,8 @@ from __future__ import annotations
 from azure.storage.blob import BlobServiceClient
 
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import Azurite
-from tests.support import run_cli, sql, sql_value, start_worker
+from tests.harness import Harness
+from tests.support import sql_value
 
 
 def same_rows(url: str, a: str, b: str) -> bool:
@@ -19,27 +19,20 @@ def same_rows(url: str, a: str, b: str) -> bool:
     )
 
 
-def move_all(env: dict[str, str], url: str, rows: int) -> str:
-    seed_orders(url, rows)
-    sql(url, "CREATE TABLE snapshot AS SELECT * FROM orders")
-    job = run_cli(
-        env, "enqueue", "--table", "orders", "--before", "2025-01-01", "--chunk-rows", "1000"
-    )
-    assert job.returncode == 0, job.stderr
-    assert start_worker(env, "--burst").wait(timeout=120) == 0
-    assert sql_value(url, "SELECT count(*) FROM orders") == 0
-    return job.stdout.strip()
+def move_all(h: Harness, rows: int) -> str:
+    seed_orders(h.url, rows)
+    h.sql("CREATE TABLE snapshot AS SELECT * FROM orders")
+    job = h.archive("--table", "orders", "--before", "2025-01-01", "--chunk-rows", "1000")
+    assert h.value("SELECT count(*) FROM orders") == 0
+    return job
 
 
-def test_restore_by_range_reads_only_overlapping_files(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    move_all(env, database_url, 6000)  # row g is g minutes before 2025-01-01: 6 files
+def test_restore_by_range_reads_only_overlapping_files(h: Harness) -> None:
+    move_all(h, 6000)  # row g is g minutes before 2025-01-01: 6 files
     lo, hi = "2024-12-28T12:00:00+00:00", "2024-12-29T06:00:00+00:00"
     overlapping = [
         r["path"]
-        for r in sql(
-            database_url,
+        for r in h.sql(
             "SELECT path FROM archive_files WHERE max_cutoff_value >= $1::text::timestamptz "
             "AND min_cutoff_value < $2::text::timestamptz ORDER BY path",
             lo,
@@ -48,91 +41,85 @@ def test_restore_by_range_reads_only_overlapping_files(
     ]
     others = [
         r["path"]
-        for r in sql(database_url, "SELECT path FROM archive_files ORDER BY path")
+        for r in h.sql("SELECT path FROM archive_files ORDER BY path")
         if r["path"] not in overlapping
     ]
     assert 1 < len(overlapping) < 6 and others
     # A file outside the range is gone: a restore that read it would fail.
     client = BlobServiceClient.from_connection_string(
-        azurite.connection_string
-    ).get_container_client(container)
+        h.azurite.connection_string
+    ).get_container_client(h.container)
     client.delete_blob(others[0])
-    expected = sql_value(
-        database_url,
+    expected = h.value(
         "SELECT count(*) FROM snapshot WHERE created_at >= $1::text::timestamptz "
         "AND created_at < $2::text::timestamptz",
         lo,
         hi,
     )
 
-    dry = run_cli(env, "restore", "--table", "orders", "--from", lo, "--to", hi, "--dry-run")
+    dry = h.cli("restore", "--table", "orders", "--from", lo, "--to", hi, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert sorted(p for p in overlapping if p in dry.stdout) == overlapping
     assert not any(p in dry.stdout for p in others)
     assert f"would restore {expected} rows from {len(overlapping)} files" in dry.stdout
-    assert sql_value(database_url, "SELECT count(*) FROM orders") == 0
+    assert h.value("SELECT count(*) FROM orders") == 0
 
-    done = run_cli(env, "restore", "--table", "orders", "--from", lo, "--to", hi)
+    done = h.cli("restore", "--table", "orders", "--from", lo, "--to", hi)
     assert done.returncode == 0, done.stderr
     assert all(p in done.stderr for p in overlapping)  # progress, per file
     assert f"restored {expected} rows" in done.stdout
-    sql(
-        database_url,
+    h.sql(
         "CREATE TABLE in_range AS SELECT * FROM snapshot WHERE created_at >= $1::text::timestamptz "
         "AND created_at < $2::text::timestamptz",
         lo,
         hi,
     )
-    assert same_rows(database_url, "orders", "in_range")
+    assert same_rows(h.url, "orders", "in_range")
 
 
-def test_restore_into_original_refuses_conflicts_then_skips_them(
-    env: dict[str, str], database_url: str
-) -> None:
-    job = move_all(env, database_url, 3000)
-    first = run_cli(env, "restore", "--job", job)
+def test_restore_into_original_refuses_conflicts_then_skips_them(h: Harness) -> None:
+    job = move_all(h, 3000)
+    first = h.cli("restore", "--job", job)
     assert first.returncode == 0, first.stderr
-    assert same_rows(database_url, "orders", "snapshot")
+    assert same_rows(h.url, "orders", "snapshot")
 
-    sql(database_url, "DELETE FROM orders WHERE id % 2 = 0")
-    refused = run_cli(env, "restore", "--job", job)
+    h.sql("DELETE FROM orders WHERE id % 2 = 0")
+    refused = h.cli("restore", "--job", job)
     assert refused.returncode != 0
     assert refused.stderr.startswith("archiver: error: ") and "already in" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert f"public.orders/job-{job}-a001-part-00001.parquet have keys" in refused.stderr
-    assert sql_value(database_url, "SELECT count(*) FROM orders") == 1500  # unchanged
+    assert h.value("SELECT count(*) FROM orders") == 1500  # unchanged
 
-    skipped = run_cli(env, "restore", "--job", job, "--on-conflict", "skip")
+    skipped = h.cli("restore", "--job", job, "--on-conflict", "skip")
     assert skipped.returncode == 0, skipped.stderr
     assert "restored 1500 rows" in skipped.stdout
-    assert same_rows(database_url, "orders", "snapshot")
+    assert same_rows(h.url, "orders", "snapshot")
 
 
-def test_restore_into_another_table_and_a_failure_changes_nothing(
-    env: dict[str, str], database_url: str
-) -> None:
-    job = move_all(env, database_url, 3000)
-    created = run_cli(env, "restore", "--job", job, "--into", "orders_restored")
+def test_restore_into_another_table_and_a_failure_changes_nothing(h: Harness) -> None:
+    job = move_all(h, 3000)
+    created = h.cli("restore", "--job", job, "--into", "orders_restored")
     assert created.returncode == 0, created.stderr
-    assert same_rows(database_url, "orders_restored", "snapshot")
-    assert sql_value(database_url, "SELECT count(*) FROM orders") == 0
+    assert same_rows(h.url, "orders_restored", "snapshot")
+    assert h.value("SELECT count(*) FROM orders") == 0
 
     # The third file breaks a constraint: the first two files' rows are rolled back too.
-    sql(database_url, "CREATE TABLE picky (LIKE orders, CHECK (id <= 2500), PRIMARY KEY (id))")
-    failed = run_cli(env, "restore", "--job", job, "--into", "picky")
+    h.sql("CREATE TABLE picky (LIKE orders, CHECK (id <= 2500), PRIMARY KEY (id))")
+    failed = h.cli("restore", "--job", job, "--into", "picky")
     assert failed.returncode != 0
     assert "nothing changed" in failed.stderr and "picky_id_check" in failed.stderr
-    assert sql_value(database_url, "SELECT count(*) FROM picky") == 0
+    assert h.value("SELECT count(*) FROM picky") == 0
 
 
-def test_restore_bad_input_is_one_line(env: dict[str, str], database_url: str) -> None:
+def test_restore_bad_input_is_one_line(h: Harness) -> None:
     for args, message in (
         (("restore",), "give either --job ID or --table T"),
         (("restore", "--table", "nosuch"), "no archived files match"),
         (("restore", "--table", "orders", "--from", "yesterday"), "--from: 'yesterday'"),
         (("restore", "--job", "1", "--table", "orders"), "give either"),
     ):
-        result = run_cli(env, *args)
+        result = h.cli(*args)
         assert result.returncode != 0
         assert result.stderr.startswith("archiver: error: ") and message in result.stderr, (
             result.stderr

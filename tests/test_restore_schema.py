@@ -5,6 +5,7 @@ restore across files written under different schema versions."""
 
 from __future__ import annotations
 
+from tests.harness import Harness
 from tests.support import run_cli, sql, sql_value, start_worker
 
 TABLE = """
@@ -30,32 +31,32 @@ def archive(env: dict[str, str], before: str) -> None:
     assert start_worker(env, "--burst").wait(60) == 0
 
 
-def test_restore_onto_a_changed_schema(env: dict[str, str], database_url: str) -> None:
-    url = database_url
+def test_restore_onto_a_changed_schema(h: Harness) -> None:
+    url = h.url
     sql(url, TABLE)
     original = {r["id"]: dict(r) for r in sql(url, "SELECT * FROM items WHERE id <= 40")}
-    archive(env, "2020-01-22")  # version 1: ids 1-20
+    archive(h.env, "2020-01-22")  # version 1: ids 1-20
     sql(url, "ALTER TABLE items ADD COLUMN added text DEFAULT 'fresh'")
     sql(url, "ALTER TABLE items ALTER COLUMN weight TYPE bigint")
     sql(url, "UPDATE items SET added = 'v2' WHERE id <= 40")
-    archive(env, "2020-02-11")  # version 2: ids 21-40, with `added`
+    archive(h.env, "2020-02-11")  # version 2: ids 21-40, with `added`
     sql(url, "ALTER TABLE items DROP COLUMN old_col")
     assert sql_value(url, "SELECT count(*) FROM items") == 20
 
     sql(url, "ALTER TABLE items ALTER COLUMN note TYPE varchar(5)")
-    narrow = run_cli(env, "restore", "--table", "items", "--ignore-dropped-columns")
+    narrow = h.cli("restore", "--table", "items", "--ignore-dropped-columns")
     assert narrow.returncode == 1 and narrow.stderr.count("\n") == 1, narrow.stderr
     assert "column 'note': an archived character varying(20) value does not fit" in narrow.stderr
     assert "character varying(5)" in narrow.stderr
     sql(url, "ALTER TABLE items ALTER COLUMN note TYPE text")
 
-    dropped = run_cli(env, "restore", "--table", "items")
+    dropped = h.cli("restore", "--table", "items")
     assert dropped.returncode == 1 and dropped.stderr.count("\n") == 1, dropped.stderr
     assert "archived columns old_col no longer exist in" in dropped.stderr
     assert "--ignore-dropped-columns" in dropped.stderr
     assert sql_value(url, "SELECT count(*) FROM items") == 20
 
-    dry = run_cli(env, "restore", "--table", "items", "--ignore-dropped-columns", "--dry-run")
+    dry = h.cli("restore", "--table", "items", "--ignore-dropped-columns", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     said = [line for line in dry.stdout.splitlines() if ": columns: " in line]
     assert len(said) == 2, dry.stdout  # one line per schema version
@@ -67,7 +68,7 @@ def test_restore_onto_a_changed_schema(env: dict[str, str], database_url: str) -
     assert dry.stdout.strip().endswith("would restore 40 rows from 2 files into public.items")
     assert sql_value(url, "SELECT count(*) FROM items") == 20
 
-    done = run_cli(env, "restore", "--table", "items", "--ignore-dropped-columns")
+    done = h.cli("restore", "--table", "items", "--ignore-dropped-columns")
     assert done.returncode == 0, done.stderr
     back = {r["id"]: dict(r) for r in sql(url, "SELECT * FROM items WHERE id <= 40")}
     assert sorted(back) == sorted(original)  # identity values kept

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import Azurite
 from tests.archive_check import assert_exactly_once, blob_names, rows_in_blobs, rows_in_db
+from tests.harness import Harness
 from tests.support import ROOT, archiver_cmd, sql, sql_value, start_worker, wait_until
 
 pytestmark = pytest.mark.slow  # real scheduler processes, run until SIGTERM
@@ -62,13 +62,11 @@ def slot_lines(log: Path) -> dict[str, tuple[str, str]]:
     return {slot: (outcome, job) for _, slot, outcome, job in SLOT_LINE.findall(log.read_text())}
 
 
-def test_two_schedulers_enqueue_each_slot_once(
-    env: dict[str, str], database_url: str, tmp_path: Path
-) -> None:
-    seed_orders(database_url, 100)
-    config = write_config(tmp_path / "archiver.toml", "* * * * * *", "1 days", grace=60)
-    logs = [tmp_path / "scheduler-1.log", tmp_path / "scheduler-2.log"]
-    schedulers = [start_scheduler(env, config, log) for log in logs]
+def test_two_schedulers_enqueue_each_slot_once(h: Harness) -> None:
+    seed_orders(h.url, 100)
+    config = write_config(h.tmp / "archiver.toml", "* * * * * *", "1 days", grace=60)
+    logs = [h.tmp / "scheduler-1.log", h.tmp / "scheduler-2.log"]
+    schedulers = [start_scheduler(h.env, config, log) for log in logs]
 
     def common_slots() -> set[str]:
         return set(slot_lines(logs[0])) & set(slot_lines(logs[1]))
@@ -85,16 +83,14 @@ def test_two_schedulers_enqueue_each_slot_once(
         # One scheduler inserted the slot, the other was refused by the unique key.
         assert outcomes == ["already enqueued as", "enqueued"], (slot, outcomes)
         assert first[slot][1] == second[slot][1]
-        jobs = sql(
-            database_url,
+        jobs = h.sql(
             "SELECT id::text FROM background_jobs WHERE policy_name = 'orders-policy' "
             "AND slot_at = $1::text::timestamptz",
             slot,
         )
         assert [j["id"] for j in jobs] == [first[slot][1]]
     assert (
-        sql_value(
-            database_url,
+        h.value(
             "SELECT count(*) FROM (SELECT slot_at FROM background_jobs "
             "GROUP BY slot_at HAVING count(*) > 1) d",
         )
@@ -158,36 +154,32 @@ def test_missed_slot_is_enqueued_once_when_a_scheduler_starts(
     )
 
 
-def test_policy_run_moves_exactly_the_rows_older_than_its_cutoff(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed_orders(database_url, 3_000)  # created 1..3000 minutes before 2025-01-01
+def test_policy_run_moves_exactly_the_rows_older_than_its_cutoff(h: Harness) -> None:
+    seed_orders(h.url, 3_000)  # created 1..3000 minutes before 2025-01-01
     days = (dt.datetime.now(dt.UTC).date() - dt.date(2024, 12, 31)).days
-    config = write_config(tmp_path / "archiver.toml", "* * * * *", f"{days} days", grace=120)
-    log = tmp_path / "scheduler.log"
-    proc = start_scheduler(env, config, log)
+    config = write_config(h.tmp / "archiver.toml", "* * * * *", f"{days} days", grace=120)
+    log = h.tmp / "scheduler.log"
+    proc = start_scheduler(h.env, config, log)
     try:
         wait_until(lambda: "caught up" in log.read_text(), timeout=60, what="catch-up")
     finally:
         stop(proc, log)
-    job = sql(database_url, "SELECT slot_at, payload FROM background_jobs")[0]
+    job = h.sql("SELECT slot_at, payload FROM background_jobs")[0]
     cutoff = dt.datetime.fromisoformat(json.loads(job["payload"])["cutoff"])
     expected_cutoff = (job["slot_at"] - dt.timedelta(days=days)).replace(
         hour=0, minute=0, second=0, microsecond=0
     )
     assert cutoff == expected_cutoff
     older = "SELECT * FROM orders WHERE created_at < $1"
-    expected = rows_in_db(
-        database_url, f"SELECT * FROM orders WHERE created_at < '{cutoff.isoformat()}'"
-    )
-    kept = sql_value(database_url, "SELECT count(*) FROM orders WHERE created_at >= $1", cutoff)
+    expected = rows_in_db(h.url, f"SELECT * FROM orders WHERE created_at < '{cutoff.isoformat()}'")
+    kept = h.value("SELECT count(*) FROM orders WHERE created_at >= $1", cutoff)
     assert 0 < len(expected) < 3_000 and kept > 0
 
-    worker = start_worker(env, "--burst", log=tmp_path / "worker.log")
-    assert worker.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
+    worker = start_worker(h.env, "--burst", log=h.tmp / "worker.log")
+    assert worker.wait(timeout=120) == 0, (h.tmp / "worker.log").read_text()
 
-    assert sql(database_url, older, cutoff) == []
-    assert sql_value(database_url, "SELECT count(*) FROM orders") == kept
-    names = blob_names(azurite.connection_string, container)
-    assert_exactly_once(rows_in_blobs(azurite.connection_string, container, names), expected)
-    assert sql_value(database_url, "SELECT status FROM background_jobs") == "completed"
+    assert h.sql(older, cutoff) == []
+    assert h.value("SELECT count(*) FROM orders") == kept
+    names = blob_names(h.azurite.connection_string, h.container)
+    assert_exactly_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
+    assert h.value("SELECT status FROM background_jobs") == "completed"

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from archiver import storage as storage_module
 from archiver.config import Settings, StorageLocation
-from archiver.storage import AzureStorage, HashingSink, LocalStorage, file_md5
+from archiver.storage import azure as azure_module
+from archiver.storage.azure import AzureStorage
+from archiver.storage.local import LocalStorage
+from archiver.storage.seam import HashingSink, file_md5
 from archiver.testing.services import Azurite
 
 BLOCK = 256 * 1024
@@ -50,7 +52,7 @@ def pieces(data: bytes) -> list[bytes]:
 def test_azure_blocks_are_staged_while_the_file_is_written(
     azurite: Azurite, container: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_module, "BLOCK_SIZE", BLOCK)
+    monkeypatch.setattr(azure_module, "BLOCK_SIZE", BLOCK)
     storage = azure(azurite, container)
     data = os.urandom(13 * BLOCK + 12_345)
     name = storage.object_name("t/part-1.parquet")
@@ -79,7 +81,7 @@ def test_azure_blocks_are_staged_while_the_file_is_written(
 def test_azure_aborted_upload_leaves_nothing_and_a_retry_commits(
     azurite: Azurite, container: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage_module, "BLOCK_SIZE", BLOCK)
+    monkeypatch.setattr(azure_module, "BLOCK_SIZE", BLOCK)
     storage = azure(azurite, container)
     name = storage.object_name("t/part-1.parquet")
     first = storage.upload(name)

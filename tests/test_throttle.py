@@ -8,19 +8,15 @@ import json
 import signal
 import time
 import urllib.request
-from pathlib import Path
 
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import Azurite, free_port
+from archiver.testing.services import free_port
 from tests.exactly_once import assert_exactly_once
+from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
-    run_cli,
-    sql,
-    sql_value,
     start_process,
     start_worker,
-    wait_for_status,
     wait_for_text,
     wait_until,
 )
@@ -28,27 +24,24 @@ from tests.support import (
 BEFORE = "2024-12-29"  # with 6,000 seeded orders: 1,680 older
 
 
-def test_rows_per_second(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
-    seed_orders(database_url, 6_000)
+def test_rows_per_second(h: Harness) -> None:
+    seed_orders(h.url, 6_000)
     rate, chunk = 400, 500
-    paced = run_cli(
-        env, "enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", str(chunk),
+    paced = h.cli("enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", str(chunk),
         "--max-rows-per-second", str(rate),
     ).stdout.strip()  # fmt: skip
     port = free_port()
-    log = tmp_path / "worker.log"
-    worker = start_worker(env, "--metrics-port", str(port), log=log)
+    log = h.tmp / "worker.log"
+    worker = start_worker(h.env, "--metrics-port", str(port), log=log)
     waiting = wait_until(
-        lambda: sql(
-            database_url, "SELECT * FROM archiver_running_jobs WHERE throttled_reason IS NOT NULL"
-        ),
+        lambda: h.sql("SELECT * FROM archiver_running_jobs WHERE throttled_reason IS NOT NULL"),
         timeout=30,
         what="a throttled running job",
     )[0]
     assert waiting["throttled_reason"] == "max_rows_per_second" and waiting["throttled_since"]
-    shown = run_cli(env, "show", paced).stdout
+    shown = h.cli("show", paced).stdout
     assert "max_rows_per_second since" in shown and '"max_rows_per_second": 400' in shown
-    job = wait_for_status(database_url, paced, "completed", timeout=60)
+    job = h.wait_for(paced, "completed", timeout=60)
     seconds = (job["finished_at"] - job["started_at"]).total_seconds()
     assert seconds >= (1_680 - chunk) / rate  # the first chunk is not waited for
     assert job["throttled_reason"] is None
@@ -59,28 +52,24 @@ def test_rows_per_second(env: dict[str, str], database_url: str, tmp_path: Path)
     assert 'reason="max_rows_per_second"' in line and float(line.split()[-1]) > 1.0
 
     # a limit lifted while the job runs takes effect at once, not after the planned wait
-    sql(database_url, "DELETE FROM archive_files")
-    seed_orders(database_url, 2_000, first=6_001)
-    slow = run_cli(
-        env, "enqueue", "--table", "orders", "--before", "2025-01-01", "--chunk-rows", str(chunk),
+    h.sql("DELETE FROM archive_files")
+    seed_orders(h.url, 2_000, first=6_001)
+    slow = h.cli("enqueue", "--table", "orders", "--before", "2025-01-01", "--chunk-rows", str(chunk),
         "--max-rows-per-second", "20",
     ).stdout.strip()  # fmt: skip
     wait_for_text(log, f"job {slow}: chunk 1 of")
     time.sleep(1)
-    lifted = run_cli(env, "throttle", slow, "--max-rows-per-second", "0")
+    lifted = h.cli("throttle", slow, "--max-rows-per-second", "0")
     assert lifted.returncode == 0 and lifted.stdout.strip().endswith("limits: none"), lifted
     changed_at = time.monotonic()
-    wait_for_status(database_url, slow, "completed", timeout=30)
+    h.wait_for(slow, "completed", timeout=30)
     assert time.monotonic() - changed_at < chunk / 20  # far less than one paced chunk
-    assert (
-        sql_value(database_url, "SELECT attempts FROM background_jobs WHERE id = $1::uuid", slow)
-        == 1
-    )
+    assert h.value("SELECT attempts FROM background_jobs WHERE id = $1::uuid", slow) == 1
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
 
 
-def test_throttle_refuses_bad_input(env: dict[str, str], database_url: str) -> None:
+def test_throttle_refuses_bad_input(h: Harness) -> None:
     for args, needle in (
         (
             ["throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "5"],
@@ -88,35 +77,30 @@ def test_throttle_refuses_bad_input(env: dict[str, str], database_url: str) -> N
         ),
         (["throttle", "00000000-0000-0000-0000-000000000000"], "give --max-rows-per-second"),
     ):
-        result = run_cli(env, *args)
+        result = h.cli(*args)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
         assert needle in result.stderr
-    bad = run_cli(
-        env, "throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "-3"
-    )
+    bad = h.cli("throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "-3")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert (
         bad.stderr.startswith("archiver throttle: error: ") and "must be at least 1" in bad.stderr
     )
 
 
-def test_policies_carry_limits_into_their_jobs(
-    env: dict[str, str], database_url: str, tmp_path: Path
-) -> None:
-    seed_orders(database_url, 100)
-    config = tmp_path / "archiver.toml"
+def test_policies_carry_limits_into_their_jobs(h: Harness) -> None:
+    seed_orders(h.url, 100)
+    config = h.tmp / "archiver.toml"
     window = _window(3600, 7200)  # closed now
     config.write_text(
         '[[policy]]\nname = "paced"\ntable = "orders"\nolder_than = "1 days"\n'
         'schedule = "* * * * * *"\nmax_rows_per_second = 500\nmax_replica_lag = "64MB"\n'
         f'window = "{window}"\n'
     )
-    log = tmp_path / "scheduler.log"
-    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), env, log)
+    log = h.tmp / "scheduler.log"
+    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"), h.env, log)
     try:
         row = wait_until(
-            lambda: sql(
-                database_url,
+            lambda: h.sql(
                 "SELECT limits::text, EXTRACT(epoch FROM run_at - now())::float8 AS wait "
                 "FROM background_jobs LIMIT 1",
             ),
@@ -134,36 +118,34 @@ def test_policies_carry_limits_into_their_jobs(
     assert 3500 < row["wait"] <= 3600  # queued for its window's next opening
 
 
-def test_wal_per_second(env: dict[str, str], database_url: str, tmp_path: Path) -> None:
-    seed_orders(database_url, 6_000)
+def test_wal_per_second(h: Harness) -> None:
+    seed_orders(h.url, 6_000)
     position = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
-    wal_before = sql_value(database_url, position)
-    paced = run_cli(
-        env, "enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", "500",
+    wal_before = h.value(position)
+    paced = h.cli("enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", "500",
         "--max-wal-per-second", "64kB",
     ).stdout.strip()  # fmt: skip
     # A 500-row chunk writes ~28 kB of WAL here (111 kB for the job's four, the queue's
     # writes included): at 64 kB/s each waits ~0.4 s, well beyond the ~0.1 s a chunk
     # takes; at 256 kB/s (0.11 s) it was marginal once chunks stopped locking rows first.
-    log = tmp_path / "worker.log"
-    worker = start_worker(env, log=log)
+    log = h.tmp / "worker.log"
+    worker = start_worker(h.env, log=log)
     try:
         waiting = wait_until(
-            lambda: sql(
-                database_url,
+            lambda: h.sql(
                 "SELECT * FROM archiver_running_jobs WHERE throttled_reason IS NOT NULL",
             ),
             timeout=30,
             what="a job waiting on its WAL rate",
         )[0]
         assert waiting["throttled_reason"] == "max_wal_per_second"
-        job = wait_for_status(database_url, paced, "completed", timeout=90)
+        job = h.wait_for(paced, "completed", timeout=90)
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
-    wal = sql_value(database_url, position) - wal_before
+    wal = h.value(position) - wal_before
     seconds = (job["finished_at"] - job["started_at"]).total_seconds()
-    files = sql_value(database_url, "SELECT count(*) FROM archive_files")
+    files = h.value("SELECT count(*) FROM archive_files")
     # every chunk but the last waited for its own WAL at 64 kB/s: a lower bound that the
     # cluster's other WAL (the queue's own writes) only makes longer
     assert files == 4 and seconds >= (wal / files) * (files - 1) / (64 * 1024) * 0.5
@@ -177,52 +159,46 @@ def _window(opens_in: float, closes_in: float) -> str:
     return "-".join(t.isoformat("seconds" if t.second else "minutes") for t in times) + " UTC"
 
 
-def test_a_maintenance_window_closing_and_opening(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed_orders(database_url, 6_000)
-    expected = {
-        r["id"] for r in sql(database_url, f"SELECT id FROM orders WHERE created_at < '{BEFORE}'")
-    }
-    job_id = run_cli(
-        env, "enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", "200",
+def test_a_maintenance_window_closing_and_opening(h: Harness) -> None:
+    seed_orders(h.url, 6_000)
+    expected = {r["id"] for r in h.sql(f"SELECT id FROM orders WHERE created_at < '{BEFORE}'")}
+    job_id = h.cli("enqueue", "--table", "orders", "--before", BEFORE, "--chunk-rows", "200",
         "--max-rows-per-second", "100", "--window", _window(-60, 3600),
     ).stdout.strip()  # fmt: skip
     row = "SELECT * FROM background_jobs WHERE id = $1::uuid"
-    log = tmp_path / "worker.log"
-    worker = start_worker(env, log=log)
+    log = h.tmp / "worker.log"
+    worker = start_worker(h.env, log=log)
     try:
         wait_for_text(log, f"job {job_id}: chunk 1 of")
         # the window closes while the job waits 2 s for its rate: it stops at that boundary
         closing = _window(-60, 1)
-        assert run_cli(env, "throttle", job_id, "--window", closing).returncode == 0
+        assert h.cli("throttle", job_id, "--window", closing).returncode == 0
         wait_for_text(log, "is closed; back to the queue until")
         job = wait_until(
-            lambda: (r := sql(database_url, row, job_id)[0])["status"] == "queued" and r,
+            lambda: (r := h.sql(row, job_id)[0])["status"] == "queued" and r,
             what="the job back in the queue",
         )
         assert job["attempts"] == 0 and job["last_error"] is None
         next_day = dt.datetime.now(dt.UTC) + dt.timedelta(hours=23)
         opens = dt.time.fromisoformat(closing.split("-")[0])
         assert job["run_at"] > next_day and job["run_at"].time().replace(microsecond=0) == opens
-        moved = sql_value(database_url, "SELECT coalesce(sum(row_count), 0) FROM archive_files")
+        moved = h.value("SELECT coalesce(sum(row_count), 0) FROM archive_files")
         assert 200 <= moved < len(expected)
         time.sleep(1.5)  # not claimed while the window is closed
-        assert sql(database_url, row, job_id)[0]["status"] == "queued"
+        assert h.sql(row, job_id)[0]["status"] == "queued"
 
         # the window opens (as the clock reaching it would): the job goes on where it was
-        assert run_cli(env, "throttle", job_id, "--window", _window(-60, 3600)).returncode == 0
-        done = wait_for_status(database_url, job_id, "completed", timeout=60)
+        assert h.cli("throttle", job_id, "--window", _window(-60, 3600)).returncode == 0
+        done = h.wait_for(job_id, "completed", timeout=60)
         assert done["attempts"] == 1
         # enqueued while its window is closed: queued for the opening, not claimed
-        later = run_cli(
-            env, "enqueue", "--table", "orders", "--before", "2025-01-01",
+        later = h.cli("enqueue", "--table", "orders", "--before", "2025-01-01",
             "--window", _window(3600, 7200),
         ).stdout.strip()  # fmt: skip
-        waiting = sql(database_url, row, later)[0]
+        waiting = h.sql(row, later)[0]
         wait_in = (waiting["run_at"] - dt.datetime.now(dt.UTC)).total_seconds()
         assert waiting["status"] == "queued" and 3590 < wait_in <= 3600
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
-    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)

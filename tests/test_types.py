@@ -14,7 +14,8 @@ import duckdb
 from archiver.testing.services import Azurite
 from tests.alltypes import ALLTYPES_DDL, ALLTYPES_EDGES, ALLTYPES_FILL, difference
 from tests.archive_check import blob_names
-from tests.support import run_cli, sql, sql_value, start_worker
+from tests.harness import Harness
+from tests.support import sql
 
 ROWS = 3000
 
@@ -40,38 +41,33 @@ def download(azurite: Azurite, container: str, names: list[str], into: Path) -> 
     return paths
 
 
-def test_every_type_moves_and_restores_exactly(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    seed_alltypes(database_url)
+def test_every_type_moves_and_restores_exactly(h: Harness) -> None:
+    seed_alltypes(h.url)
     total = ROWS + 4
-    job = run_cli(
-        env, "enqueue", "--table", "alltypes", "--before", "2100-01-01", "--chunk-rows", "1000"
-    )
+    job = h.cli("enqueue", "--table", "alltypes", "--before", "2100-01-01", "--chunk-rows", "1000")
     assert job.returncode == 0, job.stderr
-    assert start_worker(env, "--burst").wait(timeout=180) == 0
-    assert sql_value(database_url, "SELECT count(*) FROM alltypes") == 0
-    assert sql_value(database_url, "SELECT sum(row_count) FROM archive_files") == total
+    h.drain()
+    assert h.value("SELECT count(*) FROM alltypes") == 0
+    assert h.value("SELECT sum(row_count) FROM archive_files") == total
     # the comparison itself sees a difference, NULLs included
-    assert sql_value(database_url, difference("snapshot", "alltypes")) == total
+    assert h.value(difference("snapshot", "alltypes")) == total
 
-    restored = run_cli(env, "restore", "--job", job.stdout.strip())
+    restored = h.cli("restore", "--job", job.stdout.strip())
     assert restored.returncode == 0, restored.stderr
     assert f"restored {total} rows from 4 files" in restored.stdout
-    assert sql_value(database_url, difference("alltypes", "snapshot")) == 0
-    assert sql_value(database_url, difference("snapshot", "alltypes")) == 0
-    assert sql_value(database_url, "SELECT count(*) FROM alltypes WHERE c_int_2d IS NULL") == (
-        sql_value(database_url, "SELECT count(*) FROM snapshot WHERE c_int_2d IS NULL")
+    assert h.value(difference("alltypes", "snapshot")) == 0
+    assert h.value(difference("snapshot", "alltypes")) == 0
+    assert h.value("SELECT count(*) FROM alltypes WHERE c_int_2d IS NULL") == (
+        h.value("SELECT count(*) FROM snapshot WHERE c_int_2d IS NULL")
     )
 
     # And into a new table, created from the archived types.
-    into = run_cli(env, "restore", "--job", job.stdout.strip(), "--into", "alltypes_copy")
+    into = h.cli("restore", "--job", job.stdout.strip(), "--into", "alltypes_copy")
     assert into.returncode == 0, into.stderr
-    assert sql_value(database_url, difference("alltypes_copy", "snapshot")) == 0
-    assert sql_value(database_url, difference("snapshot", "alltypes_copy")) == 0
+    assert h.value(difference("alltypes_copy", "snapshot")) == 0
+    assert h.value(difference("snapshot", "alltypes_copy")) == 0
     assert (
-        sql_value(
-            database_url,
+        h.value(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = 'alltypes_copy'::regclass AND attname = 'c_num'",
         )
@@ -79,8 +75,10 @@ def test_every_type_moves_and_restores_exactly(
     )
 
     # An independent reader sees the standard types with the right values.
-    files = download(azurite, container, blob_names(azurite.connection_string, container), tmp_path)
-    check_with_duckdb(database_url, files)
+    files = download(
+        h.azurite, h.container, blob_names(h.azurite.connection_string, h.container), h.tmp
+    )
+    check_with_duckdb(h.url, files)
 
 
 def check_with_duckdb(url: str, files: list[str]) -> None:

@@ -6,39 +6,32 @@ from __future__ import annotations
 from azure.storage.blob import BlobServiceClient
 
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import Azurite
-from tests.support import run_cli, sql, start_worker
+from tests.harness import Harness
 
 
-def test_verify_names_deleted_truncated_and_unknown_blobs(
-    env: dict[str, str], database_url: str, azurite: Azurite, container: str
-) -> None:
-    seed_orders(database_url, 3000)
-    job = run_cli(
-        env, "enqueue", "--table", "orders", "--before", "2025-01-01", "--chunk-rows", "1000"
-    )
-    assert job.returncode == 0, job.stderr
-    assert start_worker(env, "--burst").wait(timeout=120) == 0
+def test_verify_names_deleted_truncated_and_unknown_blobs(h: Harness) -> None:
+    seed_orders(h.url, 3000)
+    job = h.archive("--table", "orders", "--before", "2025-01-01", "--chunk-rows", "1000")
 
-    clean = run_cli(env, "verify")
+    clean = h.cli("verify")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "verified 3 files: 0 problems" in clean.stderr
 
     deleted, truncated, intact = [
-        r["path"] for r in sql(database_url, "SELECT path FROM archive_files ORDER BY part")
+        r["path"] for r in h.sql("SELECT path FROM archive_files ORDER BY part")
     ]
     client = BlobServiceClient.from_connection_string(
-        azurite.connection_string
-    ).get_container_client(container)
+        h.azurite.connection_string
+    ).get_container_client(h.container)
     client.delete_blob(deleted)
     head = client.get_blob_client(truncated).download_blob().readall()[:500]
     client.upload_blob(truncated, head, overwrite=True)
     unknown = "archive/public.orders/job-stray-part-00001.parquet"
     client.upload_blob(unknown, b"not catalogued")
 
-    cases: tuple[tuple[str, ...], ...] = ((), ("--table", "orders"), ("--job", job.stdout.strip()))
+    cases: tuple[tuple[str, ...], ...] = ((), ("--table", "orders"), ("--job", job))
     for args in cases:
-        result = run_cli(env, "verify", *args)
+        result = h.cli("verify", *args)
         assert result.returncode != 0, args
         assert "archiver: error: verify found" in result.stderr
         lines = result.stdout.splitlines()
@@ -52,18 +45,15 @@ def test_verify_names_deleted_truncated_and_unknown_blobs(
             assert f"{unknown}: not in the catalog" in lines
 
 
-def test_verify_catches_a_file_that_disagrees_with_its_catalog_row(
-    env: dict[str, str], database_url: str
-) -> None:
-    seed_orders(database_url, 1500)
-    assert run_cli(env, "enqueue", "--table", "orders", "--before", "2025-01-01").returncode == 0
-    assert start_worker(env, "--burst").wait(timeout=120) == 0
-    sql(database_url, "UPDATE archive_files SET row_count = row_count + 1, max_key = '{99999}'")
-    result = run_cli(env, "verify")
+def test_verify_catches_a_file_that_disagrees_with_its_catalog_row(h: Harness) -> None:
+    seed_orders(h.url, 1500)
+    h.archive("--table", "orders", "--before", "2025-01-01")
+    h.sql("UPDATE archive_files SET row_count = row_count + 1, max_key = '{99999}'")
+    result = h.cli("verify")
     assert result.returncode != 0
     assert "1500 rows, catalog says 1501" in result.stdout
     assert "verified 1 file: 1 problem\n" in result.stderr, result.stderr
-    sql(database_url, "UPDATE archive_files SET row_count = row_count - 1")
-    result = run_cli(env, "verify")
+    h.sql("UPDATE archive_files SET row_count = row_count - 1")
+    result = h.cli("verify")
     assert result.returncode != 0
     assert "catalog says ['1']..['99999']" in result.stdout, result.stdout

@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import pgtypes
 from archiver.archive import names
 from archiver.archive.commit import CommitStrategy
 from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
-from archiver.model import ArchiveRequest, Mode
+from archiver.model import ArchiveRequest, KeyRange, Mode
+from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import ChunkQueries
 from archiver.source.partitions import WholePartition
 from archiver.source.tables import TableInfo
-from archiver.storage import Storage
+from archiver.storage.seam import Storage
 
 if TYPE_CHECKING:
     from archiver.source.aggregates import AggregateQueries
@@ -80,6 +80,9 @@ class JobContext:
     reader: BulkConnection | None = None
     parent: TableInfo | None = None  # a partition's job: its files are the parent's
     row_locks: RowLocks = field(default_factory=RowLocks)
+    # the keys its chunks take: the request's range, its end bound to the largest key
+    # older than the cutoff when the job starts (archive.job.bound_to_old_rows)
+    key_range: KeyRange | None = None
 
     def object_name(self, part: int, table: str | None = None) -> str:
         table = table or self.tables[0]

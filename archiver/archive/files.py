@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from archiver import failpoints, pgtypes
+from archiver import failpoints
 from archiver.archive.context import FileOf, JobContext
 from archiver.archive.stats import ChunkStats, key_text
 from archiver.bulk import BulkConnection, BulkCursor, record_batches
 from archiver.errors import VerificationError
 from archiver.model import ArchivedFile
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
+from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import FIRST_KEY, LAST_KEY
-from archiver.storage import HashingSink, StoredObject
+from archiver.storage.seam import HashingSink, StoredObject
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
 # the encoder while the driver fills the next, so they are most of what a chunk holds

@@ -25,16 +25,16 @@ from archiver.archive.commit import (
 )
 from archiver.archive.context import ChunkLimits, JobContext
 from archiver.archive.plan import plan_archive
-from archiver.bulk import BulkConnection
+from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import PgCatalog
 from archiver.errors import ArchiverError, LockBusy, OutsideWindow
 from archiver.limits import WINDOW, window_opens
-from archiver.model import ArchiveRequest, Mode, Progress
+from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
 from archiver.source.chunks import describe_archive
 from archiver.source.guardrails import dead_tuples, replica_lag, vacuum, wal_position
 from archiver.source.partitions import PartitionAction, WholePartition
-from archiver.storage import Storage
+from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,35 @@ def open_job(
         partition=whole,
         parent=parent,
         reader=reader,
+        key_range=request.key_range,
     )
+
+
+def bound_to_old_rows(job: JobContext) -> JobContext | None:
+    """The job with its key range narrowed to the keys of rows older than the cutoff,
+    from the smallest to the largest, so that no chunk, and no last look for more, walks
+    the keys of newer rows: unbounded, a day's job on a table of years read every key
+    before or after the old ones (8,960,332 tuples for 5,760 rows archived of 10M,
+    measured here). Finding the bounds reads the old rows once, by the cutoff column's
+    index where there is one. None: no row is older than the cutoff. A row that turns
+    old outside the bounds while the job runs (one inserted dated in the past) is left
+    for the next archive. A copy job reads them on its snapshot, which it keeps open; a
+    partition taken whole needs none."""
+    if job.partition is not None:
+        return job
+    statement, params = job.queries.old_key_bounds(job.request.cutoff, job.key_range)
+    if job.request.mode == Mode.COPY:
+        with job.source.cursor() as cur:
+            cur.execute(statement, params)
+            first, last = cur.fetchall()[0]
+    else:
+        first, last = fetch_all(job.source, statement, params)[0]
+    if last is None:
+        return None
+    bounds = dataclasses.replace(
+        job.key_range or KeyRange(None, None), first=str(first), through=str(last)
+    )
+    return dataclasses.replace(job, key_range=bounds)
 
 
 def start_job(job: JobContext, saved: Progress) -> Progress:
@@ -254,6 +282,10 @@ def run_job(
     busy = 0  # lock timeouts in a row
     last: Last | None = None
     try:
+        bounded = bound_to_old_rows(job)
+        if bounded is None:
+            return _finished(job, progress)
+        job = bounded
         while True:
             reason = interrupt()
             if reason is not None:

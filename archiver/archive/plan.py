@@ -12,7 +12,7 @@ from archiver.source.aggregates import AggregateQueries, describe_aggregate
 from archiver.source.chunks import ChunkQueries, describe_archive
 from archiver.source.explain import explain_archive
 from archiver.source.partitions import PartitionAction, partitions, whole_partitions
-from archiver.source.tables import estimate_rows
+from archiver.source.tables import cutoff_indexed, estimate_rows
 from archiver.source.triggers import DeleteTrigger, delete_triggers
 
 TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
@@ -21,6 +21,15 @@ MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1_000, 2_000_000
 # zstd Parquet bytes per byte of PostgreSQL table (heap + TOAST), measured on the reference
 # orders table (100k rows: 190 table bytes, 40 Parquet bytes per row). A rough guide only.
 PARQUET_RATIO = 0.21
+
+
+def unindexed_warning(table: str, column: str) -> str:
+    """What enqueue and its dry run say of a cutoff column no index leads with."""
+    return (
+        f"no index on {table} leads with {column}: every job reads the whole table to "
+        f"find the rows older than the cutoff (an index on ({column}) makes it read "
+        "only those)"
+    )
 
 
 def chunk_rows_for_width(width: int) -> int:
@@ -57,6 +66,8 @@ class ArchivePlan:
     partitions: tuple[tuple[str, int, int, bool], ...] = ()
     partition_action: PartitionAction = PartitionAction.ROWS
     triggers: tuple[DeleteTrigger, ...] = ()  # move mode: fire once per moved row
+    cutoff_column: str = ""
+    cutoff_indexed: bool = True  # an index leads with it (else a job scans the table)
 
     @property
     def rows_archived(self) -> int:
@@ -85,6 +96,10 @@ class ArchivePlan:
             "uses_index": bool(self.indexes),
             "indexes": list(self.indexes),
             "sequential_scan": self.sequential_scan,
+            "cutoff_indexed": self.cutoff_indexed,
+            "warnings": []
+            if self.cutoff_indexed
+            else [unindexed_warning(self.table, self.cutoff_column)],
             "delete_triggers": [
                 {"table": t.table, "name": t.name, "timing": t.timing} for t in self.triggers
             ],
@@ -149,6 +164,8 @@ def plan_archive(
         triggers=tuple(delete_triggers(conn, deleted_from))
         if list_triggers and request.mode == Mode.MOVE
         else (),
+        cutoff_column=queries.cutoff_column.name,
+        cutoff_indexed=cutoff_indexed(conn, queries.table, queries.cutoff_column),
     )
 
 

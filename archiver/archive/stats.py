@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from archiver.errors import InputError
-from archiver.pgtypes import PG_TEXT_SUFFIX
 from archiver.pgtypes.arrow import storage_view, within_python_range
+from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.source.chunks import FIRST_KEY, LAST_KEY
 
 

@@ -68,7 +68,7 @@ def take_aggregate(
     the root has no row left."""
     agg = job.aggregate
     assert agg is not None
-    key_range = job.request.key_range
+    key_range = job.key_range
     limits = job.limits.timeouts
     bind_chunk(cur, job.request.cutoff, progress.last_key, progress.chunk_rows, key_range, limits)
     move = job.request.mode == Mode.MOVE
@@ -102,7 +102,7 @@ def take_rows(
     left = progress.rows_estimated - progress.rows
     if reader is not None and 0 < left < 2 * rows:
         rows = -(-left // 2)
-    key_range = job.request.key_range
+    key_range = job.key_range
     after = progress.last_key is not None
 
     def run(
@@ -176,14 +176,14 @@ def take_key_range(
     that chunk is taken again at once. A job is done when no row is left after the last
     key, or when its last range took no old row."""
     first_old, nth, last = found
-    queries, key_range = job.queries, job.request.key_range
+    queries, key_range = job.queries, job.key_range
     table = queries.table.qualified
     if first_old is None:
         return None, False
     if not first_old:
         _sparse(job, f"the next row of {table} is not older than the cutoff")
         return None, True
-    key_range = KeyRange(key_range.after if key_range else None, nth or last)
+    key_range = dataclasses.replace(key_range or KeyRange(None, None), through=nth or last)
     log.debug("job %s: a key range of %s, through key %s", job.job_id, table, key_range.through)
     taken = delete(
         queries.take(after_key=after, key_range=key_range, skip_locked=False, by_key_range=True),

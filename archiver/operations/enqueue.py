@@ -19,8 +19,9 @@ from archiver.model import ArchiveRequest, Mode
 from archiver.source import partitions
 from archiver.source.aggregates import describe_aggregate
 from archiver.source.chunks import ChunkQueries, describe_archive
+from archiver.source.explain import explain_archive
 from archiver.source.references import check_unreferenced
-from archiver.source.tables import check_cutoff_column, describe_table
+from archiver.source.tables import check_cutoff_column, cutoff_indexed, describe_table
 
 if TYPE_CHECKING:
     from archiver.policy import Policy
@@ -64,16 +65,19 @@ async def enqueue_archive(
     priority: int,
     max_attempts: int,
     limits: dict[str, Any] | None = None,
-) -> tuple[str | None, list[Enqueued]]:
+) -> tuple[str | None, list[Enqueued], str | None]:
     """Check the archive on the source and the storage, then queue its jobs (see
-    archive_parts), all or none: (the group id or None, the jobs)."""
+    archive_parts), all or none: (the group id or None, the jobs, a warning for the
+    operator or None)."""
     from archiver.storage import open_storage
 
     storage = open_storage(settings)
 
-    group, parts = await on_source(
-        settings.effective_source_url, lambda conn: archive_parts(conn, request, parallel)
-    )
+    def check(conn: BulkConnection) -> tuple[str | None, list[jobqueue.Part], str | None]:
+        group, parts = archive_parts(conn, request, parallel)
+        return group, parts, unindexed_cutoff(conn, request)
+
+    group, parts, warning = await on_source(settings.effective_source_url, check)
     await asyncio.to_thread(storage.check)
     run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
     async with db.connection(settings.database_url) as conn, conn.transaction():
@@ -85,7 +89,18 @@ async def enqueue_archive(
             limits=limits,
             run_at=run_at,
         )
-    return group, [Enqueued(job_id, created) for job_id, created in queued]
+    return group, [Enqueued(job_id, created) for job_id, created in queued], warning
+
+
+def unindexed_cutoff(conn: BulkConnection, request: ArchiveRequest) -> str | None:
+    """A warning when no index leads with the cutoff column: each job then reads the
+    whole table once to find its old rows, however few they are."""
+    from archiver.archive.plan import unindexed_warning
+
+    queries = describe_archive(conn, request.table, request.column, Mode.COPY)
+    if cutoff_indexed(conn, queries.table, queries.cutoff_column):
+        return None
+    return unindexed_warning(queries.table.qualified, queries.cutoff_column.name)
 
 
 def archive_parts(
@@ -106,7 +121,10 @@ def archive_parts(
             f"{len(whole)} partitions to take whole, each by a job of its own already "
             "(--partitions rows to split it by rows instead)"
         )
-    ranges = queries.split(conn, request.cutoff, parallel) if parallel > 1 else []
+    ranges = []
+    if parallel > 1:
+        older = explain_archive(conn, queries, request.cutoff, 1, move=False).rows_older
+        ranges = queries.split(conn, request.cutoff, parallel, older=older)
     request = dataclasses.replace(request, table=queries.table.qualified, partitions=action)
     group = str(uuid.uuid4()) if ranges or whole else None
     if whole:  # a job per old partition: whole, or its older rows (no lock on the others)

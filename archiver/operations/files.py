@@ -21,7 +21,7 @@ from archiver.model import ArchiveRequest, CatalogFile
 from archiver.operations.inspect import aggregate_children
 
 if TYPE_CHECKING:
-    from archiver.storage import Storage
+    from archiver.storage.seam import Storage
 
 
 @dataclass(frozen=True)

@@ -16,29 +16,3 @@ timetz, ranges, xml and geometric types as opaque PostgreSQL binary, money as an
 unscaled int64, flattens multi-dimensional arrays, overflows +-infinity timestamps into
 wrong finite values, and caches enum types per connection (adbc-driver-postgresql 1.13).
 """
-
-from archiver.pgtypes.sql import (
-    PG_TEXT_SUFFIX,
-    ColumnPlan,
-    arrow_checked,
-    companions,
-    decimal_of,
-    dictionary_encoded,
-    plan_table,
-    restore_expression,
-    select_list,
-    unscaled,
-)
-
-__all__ = [
-    "PG_TEXT_SUFFIX",
-    "ColumnPlan",
-    "arrow_checked",
-    "companions",
-    "decimal_of",
-    "dictionary_encoded",
-    "plan_table",
-    "restore_expression",
-    "select_list",
-    "unscaled",
-]

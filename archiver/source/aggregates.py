@@ -25,11 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from archiver import pgtypes
 from archiver.bulk import BulkConnection
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import KeyRange
+from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import FIRST_KEY, LAST_KEY, ChunkQueries
 from archiver.source.references import Aggregate, ForeignKey, aggregate
 from archiver.source.tables import TableInfo, describe_table

@@ -32,7 +32,11 @@ def bind_chunk(
         names.append(f"archiver.key_{i}")
         values.append(value)
     if key_range is not None:
-        for name, bound in (("after", key_range.after), ("through", key_range.through)):
+        for name, bound in (
+            ("first", key_range.first),
+            ("after", key_range.after),
+            ("through", key_range.through),
+        ):
             if bound is not None:
                 names.append(f"archiver.range_{name}")
                 values.append(bound)

@@ -13,11 +13,11 @@ import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
-from archiver import pgtypes
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import KeyRange, Mode
+from archiver.pgtypes import sql as pgtypes
 from archiver.source.references import check_unreferenced
 from archiver.source.tables import (
     Column,
@@ -104,6 +104,7 @@ class ChunkQueries:
         key = self.table.key[0]
         cond = ""
         for name, op, bound in (
+            ("first", ">=", key_range.first),
             ("after", ">", key_range.after),
             ("through", "<=", key_range.through),
         ):
@@ -170,6 +171,33 @@ class ChunkQueries:
     def select_list(self) -> str:
         """Each column as the type table says (pgtypes), SQL-filled companions last."""
         return pgtypes.select_list(self.plans)
+
+    def old_key_bounds(
+        self, cutoff: str, key_range: KeyRange | None
+    ) -> tuple[str, tuple[str, ...]]:
+        """The statement and parameters of the first key column's smallest and largest
+        value among rows older than the cutoff (in the job's key range), as text; NULLs
+        when no row is old. The cutoff is a parameter, not a setting, so that the
+        planner sees it: where few rows are old it reads them by the cutoff column's
+        index, where most are it scans the table; either way it reads about the rows
+        the job archives, once. Materialized, so that it reads them once for both ends,
+        and not as a walk of the key's index from either end through every newer row
+        until it meets an old one. Ordered by `old.k`: a bare `k` would be the select
+        list's text."""
+        t, key = self.table, self.table.key[0]
+        column = quote_ident(self.cutoff_column.name)
+        where = f"{column} < $1::text::{self.cutoff_column.base_type}"
+        params = [cutoff]
+        for op, bound in ((">", key_range.after), ("<=", key_range.through)) if key_range else ():
+            if bound is not None:
+                params.append(bound)
+                value = f"${len(params)}::text::{key.cast_type}"
+                where += f" AND {quote_ident(key.name)} {key.op(op)} {value}"
+        old = f"SELECT {quote_ident(key.name)} AS k FROM {t.quoted} WHERE {where}"
+        ends = ", ".join(
+            f"(SELECT k::text FROM old ORDER BY old.k{d} LIMIT 1)" for d in ("", " DESC")
+        )
+        return f"WITH old AS MATERIALIZED ({old}) SELECT {ends}", tuple(params)
 
     def chunk_end(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
         """Where a key-range chunk (`take(by_key_range=True)`) would end, if it should be
@@ -300,26 +328,34 @@ class ChunkQueries:
             self.select_list, after_key=False, lock=False, key_range=key_range, after=last
         )
 
-    def split(self, conn: BulkConnection, cutoff: str, parts: int) -> list[KeyRange]:
+    def split(
+        self, conn: BulkConnection, cutoff: str, parts: int, *, older: int | None = None
+    ) -> list[KeyRange]:
         """`parts` key ranges holding about as many rows older than the cutoff each, from
-        quantiles of the key over a sample of ~100k rows (TABLESAMPLE SYSTEM). Fewer
-        ranges when the table has fewer distinct keys."""
+        quantiles of their keys: of every old row where the planner expects (`older`)
+        at most ~100k of them, read by the cutoff column's index; else of a sample of
+        ~100k rows of the table (TABLESAMPLE SYSTEM). Either way it reads about
+        min(old rows, 100k) rows, not the table. Fewer ranges when the table has fewer
+        distinct keys."""
         if len(self.table.key) != 1:
             raise InputError(
                 f"table {self.table.qualified} has a primary key of several columns; "
                 "--parallel needs a one-column key"
             )
         key = quote_ident(self.table.key[0].name)
-        rows, _ = estimate_rows(conn, self.table)
-        percent = min(100.0, 100.0 * SPLIT_SAMPLE_ROWS / max(rows, 1))
-        fractions = [i / parts for i in range(1, parts)]
+        params = ["{" + ",".join(str(i / parts) for i in range(1, parts)) + "}", cutoff]
+        sample = ""
+        if older is None or older > SPLIT_SAMPLE_ROWS:
+            rows, _ = estimate_rows(conn, self.table)
+            params.append(str(min(100.0, 100.0 * SPLIT_SAMPLE_ROWS / max(rows, 1))))
+            sample = " TABLESAMPLE SYSTEM ($3::text::float8)"
         found = fetch_all(
             conn,
             f"SELECT (percentile_disc($1::text::float8[]) WITHIN GROUP (ORDER BY {key}))::text[] "
-            f"FROM {self.table.quoted} TABLESAMPLE SYSTEM ($2::text::float8) "
+            f"FROM {self.table.quoted}{sample} "
             f"WHERE {quote_ident(self.cutoff_column.name)} < "
-            f"$3::text::{self.cutoff_column.base_type}",
-            ("{" + ",".join(map(str, fractions)) + "}", str(percent), cutoff),
+            f"$2::text::{self.cutoff_column.base_type}",
+            tuple(params),
         )
         bounds = list(dict.fromkeys(b for b in (found[0][0] or []) if b is not None))
         edges: list[str | None] = [None, *bounds, None]

@@ -221,6 +221,22 @@ def check_cutoff_column(info: TableInfo, name: str) -> Column:
     return column
 
 
+_CUTOFF_INDEXED = """
+SELECT EXISTS (
+  SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+  WHERE a.attname = $2
+    AND (i.indrelid = $1::regclass
+         OR i.indrelid IN (SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf)))
+"""
+
+
+def cutoff_indexed(conn: BulkConnection, table: TableInfo, column: Column) -> bool:
+    """Whether an index leads with the cutoff column (on the table, or on one of its leaf
+    partitions): without one, finding the rows older than the cutoff reads the whole
+    table, whatever archiver does."""
+    return bool(fetch_all(conn, _CUTOFF_INDEXED, (table.quoted, column.name))[0][0])
+
+
 def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
     """(estimated rows, estimated bytes per row) from the planner's statistics; of a
     partitioned table, from its leaf partitions (the parent itself holds no rows)."""

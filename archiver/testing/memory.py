@@ -18,7 +18,7 @@ from archiver.catalog import resumed
 from archiver.config import StorageLocation
 from archiver.errors import LeaseLost
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
-from archiver.storage import StoredObject, Upload, join_name
+from archiver.storage.seam import StoredObject, Upload, join_name
 
 
 @dataclass

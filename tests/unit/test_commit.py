@@ -17,7 +17,7 @@ from archiver.failpoints import FailpointError
 from archiver.model import ArchivedFile, ArchiveRequest, FileState, Mode, Progress
 from archiver.source.chunks import ChunkQueries
 from archiver.source.tables import Column, TableInfo
-from archiver.storage import put_file
+from archiver.storage.seam import put_file
 from archiver.testing.memory import MemoryDatabase, MemoryStorage
 
 

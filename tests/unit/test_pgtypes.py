@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from archiver import pgtypes
+from archiver.pgtypes import sql as pgtypes
 from archiver.pgtypes.arrow import (
     INTERVAL_STRUCT,
     converter_for,

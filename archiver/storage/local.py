@@ -1,0 +1,104 @@
+"""Files in a local directory (`file:///dir`): written to a hidden `.partial` file beside
+the target, fsynced and renamed at the commit."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from archiver import failpoints
+from archiver.config import StorageLocation
+from archiver.errors import StorageError
+from archiver.storage.seam import StoredObject, Upload, file_md5
+
+
+class LocalStorage:
+    """Files in a local directory (`file:///dir`): for single machines, NFS mounts, tests."""
+
+    def __init__(self, location: StorageLocation) -> None:
+        self.location = location
+        self.root = Path(location.container)
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # A probe of this process's own: workers starting together share the directory.
+            fd, probe = tempfile.mkstemp(dir=self.root, prefix=".archiver-write-check-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise StorageError(f"cannot write to {self.location}: {exc.strerror}") from None
+
+    def object_name(self, relative: str) -> str:
+        return relative
+
+    def upload(self, name: str) -> Upload:
+        return _LocalUpload(self, name)
+
+    def discard_unfinished(self, prefix: str) -> None:
+        """The hidden `.partial` files (see _LocalUpload) of names under `prefix`."""
+        folder, _, start = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        if base.is_dir():
+            for partial in base.glob(f".{glob.escape(start)}*.partial"):
+                partial.unlink(missing_ok=True)
+
+    def stat(self, name: str) -> StoredObject | None:
+        target = self.root / name
+        if not target.is_file():
+            return None
+        return StoredObject(name, target.stat().st_size, file_md5(target))
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        """Objects whose name starts with `prefix` (a name prefix, as Azure's)."""
+        folder, _, _ = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        if not base.is_dir():
+            return
+        for path in sorted(base.rglob("*")):
+            name = path.relative_to(self.root).as_posix()
+            if path.is_file() and name.startswith(prefix) and not name.endswith(".partial"):
+                yield StoredObject(name, path.stat().st_size, None)
+
+    def download(self, name: str, dest: Path) -> None:
+        shutil.copyfile(self.root / name, dest)
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class _LocalUpload:
+    """Written to a hidden `.partial` file beside the target, fsynced and renamed over it
+    on commit: readers see the whole file or none."""
+
+    def __init__(self, storage: LocalStorage, name: str) -> None:
+        self._storage = storage
+        self._name = name
+        self._target = storage.root / name
+        self._target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=self._target.parent, prefix=f".{self._target.name}.", suffix=".partial"
+        )
+        self._partial = Path(tmp)
+        self._file = os.fdopen(fd, "wb")
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def commit(self, md5: str) -> StoredObject:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        failpoints.reach("upload_staged")
+        os.replace(self._partial, self._target)
+        stored = self._storage.stat(self._name)
+        assert stored is not None
+        return stored
+
+    def abort(self) -> None:
+        self._file.close()
+        self._partial.unlink(missing_ok=True)

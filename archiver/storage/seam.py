@@ -1,0 +1,122 @@
+"""The seam between the archive pipeline and where files go: `Storage` and `Upload`, what
+a stored object looks like, and the hashing sink a file is written through.
+Every method is synchronous and meant to run in a worker thread, next to the ADBC reads.
+A file is sent while it is written (`Storage.upload`): its bytes leave as the Parquet
+writer produces them, and nothing is visible under its name until `Upload.commit`."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from archiver.config import StorageLocation
+
+_READ_BLOCK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as the storage service reports it."""
+
+    name: str  # full object name, prefix included
+    size: int
+    md5: str | None  # base64, as Azure's Content-MD5
+
+
+class Storage(Protocol):
+    """A flat namespace of immutable-once-verified files."""
+
+    location: StorageLocation
+
+    def check(self) -> None:
+        """Raise StorageError unless the storage is reachable and writable."""
+
+    def object_name(self, relative: str) -> str:
+        """The full name of `relative` under this location's prefix."""
+
+    def upload(self, name: str) -> Upload:
+        """Start sending `name`: bytes leave as they are written, and the object appears
+        (replacing any earlier one of that name) only when the upload is committed."""
+
+    def discard_unfinished(self, prefix: str) -> None:
+        """Delete what uploads of names starting with `prefix` left unfinished (a killed
+        worker's). Only for names no live upload is writing."""
+
+    def stat(self, name: str) -> StoredObject | None: ...
+
+    def list(self, prefix: str = "") -> Iterator[StoredObject]: ...
+
+    def download(self, name: str, dest: Path) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class Upload(Protocol):
+    """One object being sent. `write` in order, then `commit` once; `abort` (safe after
+    either, and more than once) throws away what was sent and frees what it holds."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def commit(self, md5: str) -> StoredObject:
+        """Make the object visible under its name, with `md5` (base64, of every byte
+        written) as its Content-MD5; returns what the service then reports of it."""
+
+    def abort(self) -> None: ...
+
+
+class HashingSink:
+    """A binary file for a writer (pyarrow's ParquetWriter): what it is given goes to a
+    local file and to an Upload, and into an MD5 on the way, so the file is never read
+    back to be hashed or sent."""
+
+    closed = False  # pyarrow refuses a sink without it
+
+    def __init__(self, local: BinaryIO, upload: Upload) -> None:
+        self._local = local
+        self._upload = upload
+        self._digest = hashlib.md5(usedforsecurity=False)
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self._local.write(data)
+        self._upload.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    @property
+    def md5(self) -> str:
+        """Base64, the form Azure reports as Content-MD5."""
+        return base64.b64encode(self._digest.digest()).decode()
+
+
+def put_file(storage: Storage, name: str, path: Path) -> StoredObject:
+    """Store a local file as `name` (doctor's probe)."""
+    upload = storage.upload(name)
+    try:
+        with path.open("rb") as f:
+            while block := f.read(_READ_BLOCK):
+                upload.write(block)
+        return upload.commit(file_md5(path))
+    finally:
+        upload.abort()
+
+
+def file_md5(path: Path) -> str:
+    """Base64 MD5 of a file, the form Azure reports as Content-MD5."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as f:
+        while block := f.read(_READ_BLOCK):
+            digest.update(block)
+    return base64.b64encode(digest.digest()).decode()
+
+
+def join_name(prefix: str, relative: str) -> str:
+    return f"{prefix}/{relative}" if prefix else relative

@@ -1,0 +1,200 @@
+"""The house rules of docs/architecture.md, read from the source: every import (inside
+functions and under TYPE_CHECKING too) of archiver/, bench/ and tests/."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TREES = ("archiver", "bench", "tests")
+MAX_LINES = 400
+# The pipeline and the data path: handed a catalog, a storage and a stop signal, they
+# learn nothing of the queue or of the terminal.
+DATA_PATH = (
+    "archiver.archive",
+    "archiver.source",
+    "archiver.pgtypes",
+    "archiver.parquet",
+    "archiver.storage",
+    "archiver.bulk",
+    "archiver.catalog",
+    "archiver.restore",
+    "archiver.verify",
+)
+NOT_IN_DATA_PATH = ("archiver.console", "archiver.jobqueue", "archiver.cli", "archiver.commands")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {
+        module_name(path): path
+        for tree in TREES
+        for path in (ROOT / tree).rglob("*.py")
+        if "node_modules" not in path.parts
+    }
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an import of `name` loads (its longest known prefix)."""
+    known = modules()
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(name: str) -> set[str]:
+    path = modules()[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for target in targets:
+            if resolved := _resolve(target):
+                found.add(resolved)
+    found.discard(name)
+    return found
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    return {name: frozenset(imports_of(name)) for name in modules()}
+
+
+def cycles() -> Iterator[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(node: str) -> Iterator[list[str]]:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph()[node]:
+            if nxt not in index:
+                yield from visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                yield sorted(component)
+
+    for node in sorted(graph()):
+        if node not in index:
+            yield from visit(node)
+
+
+def reachable(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph()[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def long_module_exceptions() -> set[str]:
+    """The paths named under "Long modules" in docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Long modules", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^- `([^`]+\.py)`", section, re.MULTILINE))
+
+
+def test_the_walk_sees_the_whole_house() -> None:
+    # A rule over nothing would pass: the graph must hold the modules and edges it checks.
+    assert {"archiver.archive.chunk", "bench.run", "tests.support"} <= modules().keys()
+    assert "archiver.source.binding" in graph()["archiver.archive.take"]
+    assert "archiver.storage.seam" in graph()["archiver.storage.azure"]  # a `from` import
+
+
+def test_no_import_circles() -> None:
+    found = list(cycles())
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_data_path_knows_nothing_of_the_queue_or_the_console() -> None:
+    for name in modules():
+        if _under(name, DATA_PATH):
+            reached = {m for m in reachable(name) if _under(m, NOT_IN_DATA_PATH)}
+            assert not reached, f"{name} reaches {sorted(reached)}"
+
+
+def test_production_never_imports_the_testing_seams() -> None:
+    for name, imported in graph().items():
+        if _under(name, ("archiver",)) and not _under(name, ("archiver.testing",)):
+            wrong = {m for m in imported if _under(m, ("archiver.testing",))}
+            assert not wrong, f"{name} imports {sorted(wrong)}"
+
+
+def test_bench_and_tests_do_not_import_each_other() -> None:
+    for name, imported in graph().items():
+        for mine, other in (("bench", "tests"), ("tests", "bench")):
+            if _under(name, (mine,)):
+                wrong = {m for m in imported if _under(m, (other,))}
+                assert not wrong, f"{name} imports {sorted(wrong)}"
+
+
+def test_modules_stay_short_unless_named() -> None:
+    allowed = long_module_exceptions()
+    too_long = {
+        str(path.relative_to(ROOT)): n
+        for path in modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    unexplained = {p: n for p, n in too_long.items() if p not in allowed}
+    assert not unexplained, f"over {MAX_LINES} lines, not in docs/architecture.md: {unexplained}"
+    stale = allowed - too_long.keys()
+    assert not stale, f"named as long in docs/architecture.md but no longer are: {stale}"
+
+
+def test_no_module_only_forwards() -> None:
+    for name, path in modules().items():
+        body = ast.parse(path.read_text()).body
+        statements = [
+            s
+            for s in body
+            if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+            and not (isinstance(s, ast.ImportFrom) and s.module == "__future__")
+        ]
+        forwards = statements and all(
+            isinstance(s, ast.Import | ast.ImportFrom)
+            or (
+                isinstance(s, ast.Assign)
+                and any(getattr(t, "id", "") == "__all__" for t in s.targets)
+            )
+            for s in statements
+        )
+        assert not forwards, f"{name} only re-exports what other modules define"
