@@ -98,6 +98,9 @@ class PgCatalog:
             f.max_cutoff_value or "infinity",
             str(state),
             xid or "",
+            f.delta_schema,
+            f.delta_stats,
+            str(f.delta).lower(),
         )
 
     def next_part(self) -> int:

@@ -25,6 +25,8 @@ from archiver.commands import (
     cmd_migrate,
     cmd_pause,
     cmd_policies,
+    cmd_publish,
+    cmd_query,
     cmd_restore,
     cmd_resume,
     cmd_retry,
@@ -157,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
         "it, each table to its own files",
     )
     p.add_argument(
+        "--no-delta",
+        action="store_true",
+        help="move mode: keep this job's files out of the table's Delta table (plain Parquet)",
+    )
+    p.add_argument(
         "--no-cdc-marker",
         action="store_true",
         help="move mode: no logical decoding message marking each chunk's deletes as archival",
@@ -283,6 +290,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="say which files, rows and column differences; change nothing",
     )
     p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser(
+        "publish", help="add a table's archived files to its Delta table now (workers do it)"
+    )
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="drop the table's Delta log and publish every file again (the log is derived)",
+    )
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("query", help="SQL over the archived tables in place (DuckDB on Delta)")
+    p.add_argument(
+        "sql", help="e.g. \"SELECT count(*) FROM orders WHERE created_at < '2020-01-01'\""
+    )
+    p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
+    p.add_argument("--output", metavar="FILE", help="write the result here instead of stdout")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print DuckDB's EXPLAIN ANALYZE (files read of each table's files) instead",
+    )
+    p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("verify", help="check archived files against the catalog")
     p.add_argument("--job", help="only this job's files")

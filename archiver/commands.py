@@ -41,6 +41,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         vacuum=args.vacuum,
         with_children=args.with_children,
         partitions=args.partitions,
+        delta=settings.delta and not args.no_delta,
     )
     if args.dry_run:
         if args.wait:
@@ -311,4 +312,31 @@ async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     print(f"verified {text.counted(checked, 'file')}: {found}", file=sys.stderr)
     if problems:
         raise VerificationError(f"verify found {found} (listed above)")
+    return 0
+
+
+async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.operations.publish import publish_table
+
+    done = await publish_table(settings, args.table, rebuild=args.rebuild)
+    for why in done.refused:
+        print(f"left out: {why}")
+    version = "none yet" if done.version is None else str(done.version)
+    print(
+        f"{done.table}: {text.counted(done.files, 'file')} "
+        f"({text.counted(done.rows, 'row')}) added; Delta table version {version}"
+    )
+    if done.refused:
+        raise InputError(
+            f"publish: {text.counted(len(done.refused), 'file')} left out (listed above)"
+        )
+    return 0
+
+
+async def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.operations.query import query
+
+    out = await query(settings, args.sql, args.format, args.output, explain=args.explain)
+    if out is not None:
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
     return 0

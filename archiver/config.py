@@ -91,6 +91,15 @@ def _text(_variable: str, raw: str) -> str:
     return raw
 
 
+def _flag(variable: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{variable}: expected true or false, got {raw!r}")
+
+
 def _postgres_url(variable: str, raw: str) -> str:
     if urlsplit(raw).scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"{variable}: expected a postgresql:// URL, got {redact(raw)!r}")
@@ -217,6 +226,13 @@ class Settings:
         "ARCHIVER_COPY_CONNECTIONS",
         "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see [Performance](performance.md))",
         _number(int, 1, 2),
+    )
+    delta: bool = _setting(
+        True,
+        "ARCHIVER_DELTA",
+        "publish the files of each move as a Delta Lake table at their table's folder (`<prefix>/<schema>.<table>/_delta_log/`), which Fabric, Databricks, Synapse, Spark and DuckDB read; `false` keeps plain Parquet files (`enqueue --no-delta` for one job; see [Delta Lake](delta.md))",
+        _flag,
+        shown="true",
     )
     adbc_driver: str | None = _setting(
         None,

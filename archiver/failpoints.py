@@ -29,6 +29,8 @@ NAMES = (
     "before_commit",
     "source_committed",
     "after_commit",
+    "before_delta_commit",  # a publication (archiver.delta.publish)
+    "after_delta_commit",
     "claim_found_nothing",  # in the worker's event loop: reached with areach()
 )
 _active: dict[str, tuple[str, float]] = {}

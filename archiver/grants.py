@@ -18,6 +18,7 @@ QUEUE_TABLES = (
     ("background_jobs", "SELECT, INSERT, UPDATE, DELETE", "enqueue, claim, finish, prune"),
     ("archive_files", "SELECT, INSERT, UPDATE, DELETE", "the catalog: record, confirm, forget"),
     ("archiver_paused_tables", "SELECT, INSERT, DELETE", "archiver pause/resume --table"),
+    ("delta_tables", "SELECT, INSERT, UPDATE", "Delta Lake: each table's publications"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
 )
 QUEUE_VIEWS = (

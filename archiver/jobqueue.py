@@ -23,6 +23,9 @@ ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
 # claimed no-op jobs in the claiming loop, in batches, without a thread.
 NOOP_TASK = "noop"
+# Adds a table's catalogued files to its Delta table (archiver.delta.publish); one queued
+# and one running per table, so publications of a table never overlap.
+PUBLISH_TASK = "publish"
 
 
 async def enqueue(
@@ -336,3 +339,19 @@ async def archived_files(
     """Catalogued files for restore and verify, in archive order."""
     rows = await conn.fetch(query("archived_files"), job_id, table, cutoff_from, cutoff_to, state)
     return [CatalogFile.from_row(r) for r in rows]
+
+
+async def enqueue_publications(conn: asyncpg.Connection | asyncpg.Pool, storage_url: str) -> int:
+    """A publish job for every table whose committed files on `storage_url` are not all
+    in its Delta table yet (or whose last publication a crash interrupted); one queued
+    per table at most. Returns how many were new."""
+    tables = await conn.fetch(query("delta_pending_tables"), storage_url)
+    new = 0
+    for row in tables:
+        key = f"publish:{storage_url}:{row['source_table']}"
+        payload = {"table": row["source_table"], "storage_url": storage_url}
+        _, created = await enqueue(
+            conn, payload, dedup_key=key, lock_key=key, task_name=PUBLISH_TASK, max_attempts=10
+        )
+        new += created
+    return new

@@ -17,17 +17,17 @@ from archiver.errors import error_line
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY = 300.0  # seconds between retention sweeps
+PUBLISH_EVERY = 30.0  # seconds between looks for files not yet in their Delta table
 
 
 class Maintenance:
-    """The rescuer and the pruner of one worker. `once()` runs both before the first
-    claim (a burst worker takes rescued jobs and prunes before it exits); `start()` then
-    keeps each on its own timer until the tasks are cancelled."""
+    """The rescuer, the pruner and the publication sweep of one worker. `once()` runs
+    them before the first claim (a burst worker takes rescued jobs, prunes and publishes
+    before it exits); `start()` then keeps each on its own timer until the tasks are
+    cancelled."""
 
-    def __init__(
-        self, pool: asyncpg.Pool, settings: Settings, on_rescued: Callable[[], None]
-    ) -> None:
-        self.pool, self.settings, self.on_rescued = pool, settings, on_rescued
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, wake: Callable[[], None]) -> None:
+        self.pool, self.settings, self.wake = pool, settings, wake
 
     async def rescue(self) -> None:
         """Requeue (or fail, or cancel) running jobs whose worker stopped renewing its lease."""
@@ -35,7 +35,7 @@ class Maintenance:
         for job_id, status in rescued:
             log.warning("job %s: lease expired, now %s", job_id, status)
         if rescued:
-            self.on_rescued()
+            self.wake()
 
     async def prune(self) -> None:
         """Delete finished jobs older than the retention period."""
@@ -43,8 +43,21 @@ class Maintenance:
         if pruned:
             log.info("pruned %d finished jobs", pruned)
 
+    async def publications(self) -> None:
+        """Queue a publish job for each table with files not yet in its Delta table: what
+        a worker killed before it queued one, or a publisher killed mid-way, left."""
+        if not self.settings.delta or not self.settings.storage_url:
+            return
+        location = str(self.settings.storage_location())
+        if await jobqueue.enqueue_publications(self.pool, location):
+            self.wake()
+
     async def once(self) -> None:
-        for name, duty in (("rescuer", self.rescue), ("pruner", self.prune)):
+        for name, duty in (
+            ("rescuer", self.rescue),
+            ("pruner", self.prune),
+            ("publication sweep", self.publications),
+        ):
             await _logged(duty, name)
 
     def start(self) -> list[asyncio.Task[None]]:
@@ -52,6 +65,7 @@ class Maintenance:
         return [
             asyncio.create_task(_every(rescue_every, self.rescue, "rescuer")),
             asyncio.create_task(_every(PRUNE_EVERY, self.prune, "pruner")),
+            asyncio.create_task(_every(PUBLISH_EVERY, self.publications, "publication sweep")),
         ]
 
 

@@ -74,6 +74,16 @@ class ArchiveRequest:
     # takes that one partition whole; without it, the rows of the other partitions.
     partitions: str = "rows"
     partition: str | None = None
+    # Move mode: the files join their table's Delta table (archiver.delta); False with
+    # enqueue --no-delta (a policy's `delta = false`, or ARCHIVER_DELTA=false)
+    delta: bool = True
+
+    @property
+    def publishes(self) -> bool:
+        """The job's files join their tables' Delta tables: a move's, unless asked not
+        to. A copy's are the same rows again, every run: a table that counted them
+        would count rows twice, so they stay plain Parquet files."""
+        return self.delta and self.mode == Mode.MOVE
 
     @property
     def reads_in_pairs(self) -> bool:
@@ -99,6 +109,7 @@ class ArchiveRequest:
             with_children=payload.get("with_children", False),
             partitions=payload.get("partitions", "rows"),
             partition=payload.get("partition"),
+            delta=payload.get("delta", True),
         )
 
     def payload(self) -> dict[str, Any]:
@@ -119,6 +130,8 @@ class ArchiveRequest:
             data["partitions"] = self.partitions
         if self.partition is not None:
             data["partition"] = self.partition
+        if not self.delta:
+            data["delta"] = False
         if self.key_range is not None:
             r = self.key_range
             data["key_range"] = {"after": r.after, "through": r.through, "parts": r.parts}
@@ -164,9 +177,16 @@ class ArchivedFile:
     cutoff_column: str
     min_cutoff_value: str | None  # None: unbounded (-infinity, or before year 1)
     max_cutoff_value: str | None
+    # Delta Lake (archiver.delta.facts): the file's columns as a Delta schema and its
+    # add action's statistics, both JSON; "" for a file written before they were kept.
+    delta_schema: str = ""
+    delta_stats: str = ""
+    # whether the file belongs to its table's Delta table: a move's file does; a copy's
+    # (the same rows again, every run) and one of a job queued with --no-delta do not
+    delta: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CatalogFile(ArchivedFile):
     """A row of archive_files, as restore and verify read it."""
 

@@ -35,6 +35,7 @@ OPTIONAL_KEYS = (
     "window",
     "with_children",
     "partitions",
+    "delta",
 )
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
@@ -57,6 +58,7 @@ class Policy:
     max_attempts: int
     cdc_marker: bool = True
     with_children: bool = False
+    delta: bool = True  # the files join the table's Delta table (false: plain Parquet)
     partitions: str = (
         "auto"  # as enqueue --partitions: drop, detach, rows; auto: drop if it applies
     )
@@ -78,6 +80,7 @@ class Policy:
             cdc_marker=self.cdc_marker,
             with_children=self.with_children,
             partitions=self.partitions,
+            delta=self.delta,
         )
 
     def fire_times(self, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
@@ -125,7 +128,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     for key in ("name", "table", "older_than", "schedule", "column", "timezone", "mode", WINDOW):
         if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
             raise fail(key, "expected a non-empty string")
-    for key in ("cdc_marker", "with_children"):
+    for key in ("cdc_marker", "with_children", "delta"):
         if key in raw and not isinstance(raw[key], bool):
             raise fail(key, "expected true or false")
     for key in ("chunk_rows", "priority", "max_attempts", "max_rows_per_second"):
@@ -184,6 +187,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         chunk_rows=raw.get("chunk_rows"),
         cdc_marker=raw.get("cdc_marker", True),
         with_children=raw.get("with_children", False),
+        delta=raw.get("delta", True),
         partitions=raw.get("partitions", "auto"),
         limits=limits,
         priority=raw.get("priority", 0),

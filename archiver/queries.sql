@@ -38,8 +38,12 @@ RETURNING j.*
 -- name: seconds_to_next_run
 -- How long until the earliest queued job may run (a retry waiting out its backoff).
 -- Paused jobs are left out: a table can be paused indefinitely.
-SELECT GREATEST(EXTRACT(epoch FROM min(run_at) - now()), 0)::float8
-FROM background_jobs j WHERE status = 'queued' AND isfinite(run_at) AND NOT archiver_job_paused(j)
+-- No row when nothing is queued (GREATEST would turn the empty min() into 0: an idle
+-- worker then polled 20 times a second, ~80 transactions a second, found 2026-11-25).
+SELECT GREATEST(EXTRACT(epoch FROM earliest - now()), 0)::float8
+FROM (SELECT min(run_at) AS earliest FROM background_jobs j
+      WHERE status = 'queued' AND isfinite(run_at) AND NOT archiver_job_paused(j)) q
+WHERE earliest IS NOT NULL
 
 -- name: complete_many
 -- Finish several jobs of this worker in one round trip (no-op jobs).
@@ -189,12 +193,14 @@ SELECT COALESCE(max(part), 0) + 1 FROM archive_files WHERE job_id = $1::uuid
 -- name: insert_file
 INSERT INTO archive_files (job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
                            key_columns, min_key, max_key, cutoff_column,
-                           min_cutoff_value, max_cutoff_value, state, source_xid)
+                           min_cutoff_value, max_cutoff_value, state, source_xid,
+                           delta_schema, delta_stats, delta)
 VALUES ($1::uuid, $2::int, $3, $4, $5, $6::bigint, $7::bigint, $8,
         ARRAY(SELECT jsonb_array_elements_text($9::jsonb)),
         ARRAY(SELECT jsonb_array_elements_text($10::jsonb)),
         ARRAY(SELECT jsonb_array_elements_text($11::jsonb)),
-        $12, $13::timestamptz, $14::timestamptz, $15, NULLIF($16, '')::xid8)
+        $12, $13::timestamptz, $14::timestamptz, $15, NULLIF($16, '')::xid8,
+        NULLIF($17, ''), NULLIF($18, ''), $19::text::boolean)
 
 -- name: checkpoint
 UPDATE background_jobs SET progress = $3::jsonb, heartbeat_at = now()
@@ -300,3 +306,71 @@ SET limits = jsonb_strip_nulls(limits || $2::jsonb),
     run_at = CASE WHEN status = 'queued' AND $3::timestamptz IS NOT NULL THEN $3 ELSE run_at END
 WHERE id = $1 AND status IN ('queued', 'running')
 RETURNING status, limits::text AS limits
+
+-- name: delta_lock
+-- One publisher per Delta table (archiver.delta.publish), held across its transactions.
+SELECT pg_advisory_lock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
+
+-- name: delta_unlock
+SELECT pg_advisory_unlock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
+
+-- name: delta_table
+INSERT INTO delta_tables (storage_url, source_table) VALUES ($1, $2)
+ON CONFLICT DO NOTHING
+
+-- name: delta_state
+SELECT publications, published FROM delta_tables
+WHERE storage_url = $1 AND source_table = $2 FOR UPDATE
+
+-- name: delta_number
+-- The next publication: every committed file of the table not yet in its Delta log
+-- (up to $4), numbered $3.
+WITH numbered AS (
+    UPDATE archive_files SET publication = $3::bigint
+    WHERE id IN (SELECT id FROM archive_files
+                 WHERE storage_url = $1 AND source_table = $2 AND publication IS NULL
+                   AND delta AND state = 'committed' AND delta_refused IS NULL
+                 ORDER BY id LIMIT $4::bigint)
+    RETURNING 1
+), counted AS (SELECT count(*) AS n FROM numbered)
+UPDATE delta_tables SET publications = $3::bigint
+FROM counted WHERE storage_url = $1 AND source_table = $2 AND counted.n > 0
+RETURNING counted.n
+
+-- name: delta_files
+SELECT id, path, byte_size, row_count, delta_schema, delta_stats,
+       (extract(epoch FROM created_at) * 1000)::bigint AS created_ms
+FROM archive_files
+WHERE storage_url = $1 AND source_table = $2 AND publication = $3::bigint ORDER BY id
+
+-- name: delta_facts
+UPDATE archive_files SET delta_schema = $2, delta_stats = $3 WHERE id = $1::bigint
+
+-- name: delta_refuse
+UPDATE archive_files SET publication = NULL, delta_refused = $2 WHERE id = $1::bigint
+
+-- name: delta_published
+UPDATE delta_tables SET published = $3::bigint, delta_version = $4::bigint, published_at = now()
+WHERE storage_url = $1 AND source_table = $2
+
+-- name: delta_forget
+-- `archiver publish --rebuild`: the log is derived; number every file again from 1.
+WITH files AS (
+    UPDATE archive_files SET publication = NULL, delta_refused = NULL
+    WHERE storage_url = $1 AND source_table = $2
+)
+UPDATE delta_tables SET publications = 0, published = 0, delta_version = NULL
+WHERE storage_url = $1 AND source_table = $2
+
+-- name: delta_pending_tables
+-- Tables on storage $1 with committed files not yet in their Delta log, or whose last
+-- publication a crash interrupted (the worker's sweep; the partial index answers it).
+SELECT DISTINCT source_table FROM archive_files
+WHERE storage_url = $1 AND publication IS NULL AND delta AND state = 'committed'
+  AND delta_refused IS NULL
+UNION
+SELECT source_table FROM delta_tables WHERE storage_url = $1 AND publications > published
+
+-- name: delta_catalogued
+SELECT path, publication, delta_refused FROM archive_files
+WHERE storage_url = $1 AND source_table = $2 AND delta AND state = 'committed'

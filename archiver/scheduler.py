@@ -12,6 +12,7 @@ skipped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import signal
@@ -138,6 +139,8 @@ class PolicyScheduler:
                 slot.isoformat(),
             )
         request = policy.request(slot, table)
+        if not self.settings.delta:  # ARCHIVER_DELTA=false: plain files for every policy
+            request = dataclasses.replace(request, delta=False)
         parts: list[jobqueue.Part] = [(request, request.keys())]
         if policy.partitions != PartitionAction.ROWS:  # the table's partitions, as of now
             _, parts = await on_source(

@@ -349,6 +349,11 @@ class Worker:
                 metrics.job_finished("completed")
         finally:
             beat.cancel()
+            if job.task_name == jobqueue.ARCHIVE_TASK and self.settings.delta:
+                # what the job committed joins its Delta tables (before the run ends, so a
+                # burst worker takes the publish job before it exits)
+                location = str(self.storage.location)
+                await self._finish_quietly(jobqueue.enqueue_publications(pool, location))
             self.runs.pop(job.id, None)
             self.wake.set()
 
@@ -380,8 +385,27 @@ class Worker:
             elif held.paused:
                 run.interrupt = PauseRequested("paused by an operator")
 
+    def _publish(self, run: JobRun) -> Progress:
+        """A publish job: the table's catalogued files into its Delta table."""
+        from archiver.delta.location import storage_options
+        from archiver.delta.publish import publish
+
+        table, url = run.job.payload["table"], run.job.payload["storage_url"]
+        if url != str(self.storage.location):
+            raise ArchiverError(f"publish: files on {url}, this worker writes to another storage")
+        options = storage_options(self.settings, self.storage.location)
+        with self.bulk.connection(self.settings.database_url) as conn:
+            done = publish(conn, self.storage, options, table)
+        return Progress(
+            rows=done.rows,
+            files=done.files,
+            extra={"delta_version": done.version, "refused": done.refused},
+        )
+
     def _archive(self, run: JobRun) -> Progress:
         """The job's bulk work, in a thread, on its own connections."""
+        if run.job.task_name == jobqueue.PUBLISH_TASK:
+            return self._publish(run)
         job, settings = run.job, self.settings
         request = ArchiveRequest.from_payload(job.payload)
         with contextlib.ExitStack() as connections:

@@ -19,10 +19,10 @@ import sys
 
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
-from bench import data, jobs, partitions, scale
+from bench import catalog, data, jobs, partitions, scale
 from bench.core import Bench
 
-SECTIONS = ("queue", "data", "memory", "partitions", "scale")
+SECTIONS = ("queue", "data", "memory", "partitions", "scale", "catalog")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,11 +56,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(str(exc))
     args.big_rows = args.big_rows or 3 * args.rows
     args.latency_jobs, args.noop_jobs, args.queue_template_rows = 200, 10_000, 1
-    args.one_row_tables = 100
+    args.one_row_tables, args.policy_tables = 100, 200
+    args.catalog_sizes = ((1_000, 1_000), (1_000_000, 100_000))  # (finished jobs, files)
     args.scale_rows = [int(n) for n in args.scale_rows.split(",")]
     if args.quick:
         args.scale_rows = [2_000, 20_000]
         args.repeat, args.latency_jobs, args.noop_jobs, args.one_row_tables = 1, 5, 200, 3
+        args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
     return args
 
 
@@ -83,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             partitions.partitions(bench)
         if "scale" not in args.skip:
             scale.scale(bench)
+        if "catalog" not in args.skip:
+            catalog.catalog_at_scale(bench)
+            catalog.many_tables(bench)
     print(bench.table())
     return 0
 

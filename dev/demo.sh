@@ -81,6 +81,10 @@ PY
 echo "== supervisorctl stop all"; ctl stop all
 ctl shutdown
 echo "== archiver status"; archiver status
+echo "== archiver publish --table orders (workers publish after each job; this catches up)"
+archiver publish --table orders
+echo "== archiver query: the archive as a Delta table, read in place"
+archiver query "SELECT count(*) AS rows, min(created_at) AS oldest, max(created_at) AS newest FROM orders"
 echo "== blobs written"
 $py - <<'PY'
 import os

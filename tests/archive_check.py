@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,14 @@ from tests.support import sql
 
 
 def normalize(row: dict[str, Any]) -> dict[str, Any]:
-    """Python values from asyncpg and from pyarrow side by side: JSON text parsed,
-    archiver's __pg_text companion columns (values the standard type cannot hold) left out."""
-    out = {k: v for k, v in row.items() if not k.endswith("__pg_text")}
+    """Python values from asyncpg and from pyarrow side by side: JSON text parsed, uuids as
+    their text (as the files hold them: Delta's string), archiver's __pg_text companion
+    columns (values the standard type cannot hold) left out."""
+    out = {
+        k: str(v) if isinstance(v, uuid.UUID) else v
+        for k, v in row.items()
+        if not k.endswith("__pg_text")
+    }
     for key in ("details",):
         if isinstance(out.get(key), str):
             out[key] = json.loads(out[key])
@@ -27,9 +33,12 @@ def rows_in_db(url: str, query: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: normalize(dict(r)) for r in sql(url, query)}
 
 
-def blob_names(connection_string: str, container: str) -> list[str]:
+def blob_names(connection_string: str, container: str, *, delta_log: bool = False) -> list[str]:
+    """The container's blobs: archived files (and strays); with `delta_log`, the Delta
+    logs' objects instead."""
     service = BlobServiceClient.from_connection_string(connection_string)
-    return sorted(b.name for b in service.get_container_client(container).list_blobs())
+    names = (b.name for b in service.get_container_client(container).list_blobs())
+    return sorted(n for n in names if ("/_delta_log/" in n) == delta_log)
 
 
 def rows_in_blobs(connection_string: str, container: str, names: list[str]) -> list[dict[str, Any]]:

@@ -86,8 +86,9 @@ class Harness:
             self.azurite.connection_string, self.container, catalog_paths(self.url, table)
         )
 
-    def blobs(self) -> list[str]:
-        return blob_names(self.azurite.connection_string, self.container)
+    def blobs(self, *, delta_log: bool = False) -> list[str]:
+        """The container's archived files (and strays); or its Delta logs' objects."""
+        return blob_names(self.azurite.connection_string, self.container, delta_log=delta_log)
 
     def exactly_once(self, expected: set[Any], table: str = "orders", **kw: Any) -> None:
         """The invariant (tests/exactly_once.py): each of `expected` in exactly one place."""

@@ -146,7 +146,8 @@ def test_migrate_twice_at_once(h: Harness) -> None:
     from tests.support import archiver_cmd
 
     h.sql(
-        "DROP TABLE background_jobs, archive_files, archiver_paused_tables, archiver_migrations CASCADE",
+        "DROP TABLE background_jobs, archive_files, archiver_paused_tables, delta_tables, "
+        "archiver_migrations CASCADE",
     )
     h.sql("DROP FUNCTION archiver_notify_job")
     procs = [

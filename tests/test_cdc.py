@@ -74,5 +74,11 @@ def test_one_marker_per_committed_chunk(logical: str, tmp_path: Path) -> None:
     after = changes(url)
     assert any(x.startswith("table public.orders: DELETE") for x in after)
     assert not [x for x in after if "prefix: archiver" in x]
-    assert sql_value(url, "SELECT count(*) FROM background_jobs WHERE status = 'completed'") == 2
+    assert (
+        sql_value(
+            url,
+            "SELECT count(*) FROM background_jobs WHERE task_name = 'archive' AND status = 'completed'",
+        )
+        == 2
+    )
     sql(url, "SELECT pg_drop_replication_slot('cdc')")

@@ -67,7 +67,7 @@ def blob_etags(connection_string: str, container: str) -> dict[str, str]:
     client = BlobServiceClient.from_connection_string(connection_string).get_container_client(
         container
     )
-    return {b.name: b.etag for b in client.list_blobs()}
+    return {b.name: b.etag for b in client.list_blobs() if "/_delta_log/" not in b.name}
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:

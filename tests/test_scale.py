@@ -157,3 +157,28 @@ def test_parallel_ranges_and_an_aggregate_read_about_what_they_archive(h: Harnes
         ("events heap", "events index", "items heap", "items index"), read, strict=True
     ):
         assert n <= PER_ROW * OLD + ALLOWANCE, f"--with-children, {what}: {n:,} for {OLD:,} rows"
+
+
+def test_an_idle_worker_polls_at_its_interval(h: Harness) -> None:
+    """Nothing queued: the claim loop waits its poll interval between claims (an empty
+    queue's "next run in 0 s" once made it poll 20 times a second, ~80 transactions a
+    second on the queue database)."""
+    import time
+
+    from tests.support import start_worker, wait_for_text
+
+    xacts = (
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+        "WHERE datname = current_database()"
+    )
+    log = h.tmp / "worker.log"
+    worker = start_worker(h.with_env(ARCHIVER_POLL_INTERVAL="1").env, log=log)
+    wait_for_text(log, "started")
+    time.sleep(1)
+    before = h.value(xacts)
+    time.sleep(5)
+    after = h.value(xacts)
+    worker.terminate()
+    assert worker.wait(30) == 0
+    # five polls of a few statements each, a heartbeat-timer rescue or two, these reads
+    assert after - before <= 40, f"{after - before} transactions in 5 s of an idle worker"

@@ -124,7 +124,34 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     else:
         prefixes = [""]
     prefixes = [storage.object_name(p) for p in prefixes]
-    return len(files), await asyncio.to_thread(_verify, storage, files, known, prefixes)
+    problems = await asyncio.to_thread(_verify, storage, files, known, prefixes)
+    if settings.delta and not selection.job_id:
+        problems += await delta_problems(settings, storage, {f.source_table for f in files})
+    return len(files), problems
+
+
+PUBLISHED = """
+SELECT f.path FROM archive_files f JOIN delta_tables d USING (storage_url, source_table)
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.publication <= d.published
+"""
+
+
+async def delta_problems(settings: Settings, storage: Storage, tables: set[str]) -> list[str]:
+    """Each published table's Delta log against the catalog (archiver.delta.check)."""
+    from archiver.delta.check import delta_problems as check
+    from archiver.delta.location import storage_options
+
+    here = str(storage.location)
+    problems: list[str] = []
+    async with db.connection(settings.database_url) as conn:
+        published = {
+            t: {r[0] for r in await conn.fetch(PUBLISHED, here, t)} for t in sorted(tables)
+        }
+    options = storage_options(settings, storage.location)
+    for table, paths in published.items():
+        if paths:
+            problems += await asyncio.to_thread(check, storage, options, table, paths)
+    return problems
 
 
 async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogFile]) -> list[str]:
@@ -140,7 +167,7 @@ async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogF
         if not files:
             raise InputError(f"no job {job_id} and no archived files of it") from None
         return list(tables)
-    if "table" not in job.payload:  # not an archive job
+    if job.task_name != jobqueue.ARCHIVE_TASK:  # a publish job's files are its table's
         return list(tables)
     request = ArchiveRequest.from_payload(job.payload)
     tables[request.partition or request.table] = None
@@ -156,6 +183,7 @@ async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogF
 def _verify(
     storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefixes: list[str]
 ) -> list[str]:
+    from archiver.delta.check import is_delta_log
     from archiver.verify import verify_file
 
     here = str(storage.location)
@@ -169,6 +197,6 @@ def _verify(
         f"{o.name}: not in the catalog"
         for prefix in prefixes
         for o in storage.list(prefix)
-        if o.name not in paths
+        if o.name not in paths and not is_delta_log(o.name)
     ]
     return problems

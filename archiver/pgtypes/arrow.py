@@ -52,7 +52,7 @@ def converter_for(field: pa.Field) -> tuple[pa.Field, Converter | None]:
             ps = decimal_of(int(typmod)) if typmod else None
             if ps is not None:
                 p, s = ps
-                target = pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
+                target = pa.decimal128(p, s)  # p <= 38: see pgtypes.sql.decimal_of
         if target is not None:
             decimal = target
             return field.with_type(decimal), lambda a: pc.cast(a.storage, decimal)
@@ -91,8 +91,7 @@ def unscaled_decimal(precision: int, scale: int) -> Converter:
 # What the ADBC driver (1.13) makes of values PostgreSQL holds but Arrow's types do not:
 # +-infinity, and timestamps within ~30 years of PostgreSQL's maximum, wrap around int64
 # (dates: int32) on the shift from the 2000 to the 1970 epoch, landing far below
-# PostgreSQL's minimum (4714-11-24 BC); numeric NaN comes as 'nan', 24:00:00 as a full
-# day of microseconds. Nothing real lies there, so each is found exactly, set NULL in
+# PostgreSQL's minimum (4714-11-24 BC); numeric NaN comes as 'nan'. Nothing real lies there, so each is found exactly, set NULL in
 # its column and written as PostgreSQL text into the `<name>__pg_text` companion.
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970
 _PG_MIN_TIMESTAMP_US = -210_866_803_200_000_000
@@ -171,12 +170,6 @@ def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
 
         def text(i: int) -> str:
             return _date_text(raw[i].as_py())
-
-    elif base_type == "time":
-        mask = pc.equal(array.view(pa.int64()), _DAY_US)
-
-        def text(i: int) -> str:
-            return "24:00:00"
 
     elif base_type == "numeric" and pa.types.is_int64(array.type):  # unscaled
         mask = pc.equal(array, NUMERIC_NAN_UNSCALED)

@@ -26,9 +26,9 @@ _STANDARD: dict[str, tuple[str, str | None]] = {
     "varchar": ("STRING", None),
     "bpchar": ("STRING (blank-padded, as PostgreSQL returns it)", None),
     "bytea": ("BYTE_ARRAY", None),
-    "uuid": ("UUID", None),
-    "json": ("JSON (text as stored)", None),
-    "jsonb": ("JSON (PostgreSQL's normalised text)", None),
+    "uuid": ("STRING (the canonical text)", None),
+    "json": ("STRING (json's text as stored)", None),
+    "jsonb": ("STRING (PostgreSQL's normalised text)", None),
     "date": ("DATE", "NOT isfinite({c})"),
     "timestamp": (
         "TIMESTAMP(MICROS, isAdjustedToUTC=false)",
@@ -38,7 +38,7 @@ _STANDARD: dict[str, tuple[str, str | None]] = {
         "TIMESTAMP(MICROS, isAdjustedToUTC=true)",
         "(NOT isfinite({c}) OR {c} >= '294000-01-01 00:00:00+00')",
     ),
-    "time": ("TIME(MICROS)", "{c} = '24:00:00'"),
+    "time": ("STRING (PostgreSQL's text, 24:00:00 included)", None),
     # The driver converts the time part to nanoseconds: beyond +-2^63 ns it refuses.
     "interval": (
         "STRUCT<months INT32, days INT32, microseconds INT64>",
@@ -68,9 +68,13 @@ _LIST_ELEMENTS = frozenset(
 # come back wrapped around, far below PostgreSQL's minimum; 24:00:00 as 86,400,000,000 µs;
 # numeric NaN as 'nan'. Checking in SQL (a CASE per column and row) cost ~0.65 s per
 # 1M rows of the reference orders table. Array elements keep the SQL predicates above.
-ARROW_CHECKED = frozenset(("date", "timestamp", "timestamptz", "time"))
+ARROW_CHECKED = frozenset(("date", "timestamp", "timestamptz"))
+# Types Delta Lake has no type for, selected as their text: Delta's string (uuid, json,
+# time; Parquet's UUID and JSON annotations make delta-rs fail to read the file, and
+# Delta has no time type). Restore casts the text back, exactly.
+AS_TEXT = frozenset(("uuid", "json", "jsonb", "time"))
 _NOT_PLAIN_ARRAY = "(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)"
-MAX_DECIMAL_PRECISION = 76  # decimal256
+MAX_DECIMAL_PRECISION = 38  # Delta's decimal (decimal128): wider numeric(p,s) is text
 # numeric(p, s) with p <= 18 travels as its unscaled value in an int8 (`c * 10^s`, exact:
 # no stored value has more than s decimals): the driver hands numeric over as text built
 # from PostgreSQL's base-10000 digits, and that text then had to be cast to a decimal --
@@ -81,7 +85,7 @@ MAX_DECIMAL_PRECISION = 76  # decimal256
 SCALED_MAX_PRECISION = 18
 # Key types the driver hands over as opaque bytes (an extension's type): a key column of
 # one is selected as its text, which it reads back exactly.
-TEXT_KEYS = frozenset(("citext",))
+TEXT_KEYS = frozenset(("citext", "uuid"))  # uuid: Delta's string (see AS_TEXT)
 NUMERIC_NAN_UNSCALED = -(2**63)
 
 
@@ -129,6 +133,8 @@ def plan_column(column: Column) -> ColumnPlan:
     base = column.base_type
     if base in ARROW_CHECKED:
         return ColumnPlan(column, c, None, _STANDARD[base][0], arrow_special=True)
+    if base in AS_TEXT:
+        return ColumnPlan(column, f"{c}::text", None, _STANDARD[base][0])
     if base in _STANDARD:
         parquet, special = _STANDARD[base]
         return ColumnPlan(column, c, special.format(c=c) if special else None, parquet)
@@ -157,7 +163,8 @@ def plan_column(column: Column) -> ColumnPlan:
                 f" OR EXISTS (SELECT FROM unnest({{c}}) e WHERE {element_special.format(c='e')})"
             )
         element = _STANDARD[column.element][0].split(" (")[0]
-        return ColumnPlan(column, c, special.format(c=c), f"LIST<{element}>")
+        value = f"{c}::text[]" if column.element in AS_TEXT else c
+        return ColumnPlan(column, value, special.format(c=c), f"LIST<{element}>")
     if base == "money":  # ::text depends on lc_monetary; numeric is exact
         return ColumnPlan(column, f"{c}::numeric::text", None, "STRING (numeric text)")
     return ColumnPlan(column, f"{c}::text", None, "STRING (PostgreSQL text form)")

@@ -120,6 +120,17 @@ class AzureStorage:
         except AzureError as exc:
             raise self._error("cannot delete from", exc) from None
 
+    def create(self, name: str, data: bytes) -> bool:
+        from azure.core.exceptions import AzureError, ResourceExistsError
+
+        try:  # overwrite=False: If-None-Match: *
+            self.container.upload_blob(name, data, overwrite=False)
+        except ResourceExistsError:
+            return False
+        except AzureError as exc:
+            raise self._error("cannot write to", exc) from None
+        return True
+
 
 class _AzureUpload:
     """A block blob staged while it is written: each BLOCK_SIZE of bytes is staged as

@@ -70,6 +70,18 @@ class LocalStorage:
     def delete(self, name: str) -> None:
         (self.root / name).unlink(missing_ok=True)
 
+    def create(self, name: str, data: bytes) -> bool:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except FileExistsError:
+            return False
+        return True
+
 
 class _LocalUpload:
     """Written to a hidden `.partial` file beside the target, fsynced and renamed over it

@@ -54,6 +54,10 @@ class Storage(Protocol):
 
     def delete(self, name: str) -> None: ...
 
+    def create(self, name: str, data: bytes) -> bool:
+        """Write `name` only if no object has that name (put-if-absent, as the Delta
+        log's commits need): False, and nothing written, when one does."""
+
 
 class Upload(Protocol):
     """One object being sent. `write` in order, then `commit` once; `abort` (safe after

@@ -177,6 +177,12 @@ class MemoryStorage:
     def delete(self, name: str) -> None:
         self.objects.pop(name, None)
 
+    def create(self, name: str, data: bytes) -> bool:
+        if name in self.objects:
+            return False
+        self.objects[name] = data
+        return True
+
 
 class _MemoryUpload:
     def __init__(self, storage: MemoryStorage, name: str) -> None:

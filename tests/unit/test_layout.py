@@ -24,6 +24,7 @@ DATA_PATH = (
     "archiver.catalog",
     "archiver.restore",
     "archiver.verify",
+    "archiver.delta",
 )
 NOT_IN_DATA_PATH = ("archiver.console", "archiver.jobqueue", "archiver.cli", "archiver.commands")
 

@@ -58,8 +58,8 @@ def test_only_enums_are_dictionary_encoded() -> None:
 
 def test_decimal_of_one_cap() -> None:
     assert pgtypes.decimal_of(typmod(12, 2)) == (12, 2)
-    assert pgtypes.decimal_of(typmod(76, 10)) == (76, 10)
-    assert pgtypes.decimal_of(typmod(77, 0)) is None  # past decimal256
+    assert pgtypes.decimal_of(typmod(38, 10)) == (38, 10)
+    assert pgtypes.decimal_of(typmod(39, 0)) is None  # past Delta's decimal: text
     assert pgtypes.decimal_of(typmod(3, 5)) is None  # scale above precision
     assert pgtypes.decimal_of(-1) is None
 
@@ -85,15 +85,19 @@ def test_timestamp_specials_found_in_arrow() -> None:
     assert clean.null_count == 3 and clean[2].as_py() is not None
 
 
-def test_numeric_nan_and_time_24() -> None:
+def test_numeric_nan_and_types_delta_has_not_as_text() -> None:
     numeric = pa.array(["1.50", "NaN", None])
     storage = pa.ExtensionArray.from_storage(
         pa.opaque(pa.string(), "numeric", "postgresql"), numeric
     )
     _, text = split_special(storage, "numeric")
     assert text.to_pylist() == [None, "NaN", None]
-    times = pa.array([86_400_000_000, 1], pa.int64()).cast(pa.time64("us"))
-    assert split_special(times, "time")[1].to_pylist() == ["24:00:00", None]
+    # uuid, json, jsonb and time travel as their text (24:00:00 too): no companion
+    for base in ("uuid", "json", "jsonb", "time"):
+        plan = pgtypes.plan_column(Column("c", base, base))
+        assert plan.expression == '"c"::text' and plan.companion is None, base
+    uuids = pgtypes.plan_column(Column("u", "uuid[]", "_uuid", "A", -1, "uuid", "U"))
+    assert uuids.expression == '"u"::text[]' and uuids.parquet == "LIST<STRING>"
 
 
 def test_unscaled_numeric_read_back_exactly() -> None:

@@ -1,0 +1,290 @@
+"""The catalog's files into their table's Delta log, exactly once.
+
+The catalog (archive_files) is the truth and the Delta log is derived from it, in
+numbered publications, one publisher per table at a time (a session advisory lock on
+the catalog: Delta's own conflict check lets two concurrent appends through):
+
+ 1 number  one catalog transaction gives every committed file of the table that is not
+           in the log yet the next publication number. A publication numbered before a
+           crash is done again with the same files.
+ 2 commit  unless the Delta log's app transaction `archiver` is at that number already
+           (the crash came after the commit), one Delta commit adds the files, with
+           their statistics and txn(archiver, number). New columns and widened types
+           reach the table's schema first, in commits of their own (repeating one
+           changes nothing).
+ 3 record  the catalog notes the number as published.
+
+So a file is never in the Delta table twice (its number is committed once), never
+before its chunk committed (only committed files are numbered), and none is missing
+once a publisher has run after it (the worker's sweep finds what a crash left).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from archiver import failpoints
+from archiver.bulk import BulkConnection, Row
+from archiver.config import StorageLocation
+from archiver.db import query
+from archiver.delta.evolve import Merged, SchemaRefused, merge
+from archiver.delta.facts import NotDeltaType, file_facts
+from archiver.delta.location import table_uri
+from archiver.storage.seam import Storage
+
+log = logging.getLogger(__name__)
+
+APP_ID = "archiver"  # the Delta app transaction every publication carries
+BATCH_FILES = 10_000  # files one publication adds at most
+LOG_DIR = "_delta_log"
+
+
+@dataclass
+class Published:
+    """What one run of the publisher did for a table."""
+
+    table: str
+    files: int = 0
+    rows: int = 0
+    version: int | None = None
+    refused: list[str] = field(default_factory=list)
+
+
+class Publisher:
+    """Publishes one table's files, on a catalog connection of its own (ADBC)."""
+
+    def __init__(
+        self,
+        conn: BulkConnection,
+        storage: Storage,
+        options: dict[str, str],
+        table: str,
+    ) -> None:
+        self.conn, self.storage, self.options, self.table = conn, storage, options, table
+        self.location: StorageLocation = storage.location
+        self.url = str(self.location)
+        self.uri = table_uri(self.location, table)
+        self.root = storage.object_name(table)  # object names start with root + "/"
+
+    def _rows(self, name: str, *params: Any) -> list[Row]:
+        """Run named query `name` for this table (its first two parameters); its rows."""
+        with self.conn.cursor() as cur:
+            cur.execute(query(name), (self.url, self.table, *params))
+            return cur.fetchall()
+
+    def _run(self, name: str, *params: Any) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(query(name), params)
+
+    def run(self, *, rebuild: bool = False) -> Published:
+        """Publish until no committed file of the table is left out of its Delta log."""
+        done = Published(self.table)
+        self._rows("delta_lock")
+        self.conn.commit()
+        try:
+            if rebuild:
+                self._forget()
+            while (number := self._number()) is not None:
+                self._publish(number, done)
+            if done.version is None and (table := self._table()) is not None:
+                done.version = table.version()  # nothing new: the version as it stands
+        finally:
+            self.conn.rollback()
+            self._rows("delta_unlock")
+            self.conn.commit()
+        return done
+
+    def _forget(self) -> None:
+        """Drop the Delta log and number every file again: the log is derived."""
+        for stored in list(self.storage.list(f"{self.root}/{LOG_DIR}/")):
+            self.storage.delete(stored.name)
+        self._run("delta_forget", self.url, self.table)
+        self.conn.commit()
+        log.info("%s: Delta log dropped, to be rebuilt from the catalog", self.table)
+
+    def _number(self) -> int | None:
+        """Step 1: the publication to do now (one left in flight first), or None."""
+        self._run("delta_table", self.url, self.table)
+        numbered, published = self._rows("delta_state")[0]
+        if numbered > published:
+            self.conn.commit()
+            return int(numbered)
+        counted = self._rows("delta_number", numbered + 1, BATCH_FILES)
+        self.conn.commit()
+        return int(numbered) + 1 if counted else None
+
+    def _publish(self, number: int, done: Published) -> None:
+        from deltalake import DeltaTable
+        from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+        files = self._files(number, done)
+        table = self._table()
+        fields = json.loads(table.schema().to_json())["fields"] if table else []
+        adds: list[AddAction] = []
+        rows = 0
+        changes = Merged(fields)
+        for f in files:
+            try:
+                incoming = json.loads(f["schema"])["fields"]
+                merged = merge(changes.fields, incoming, self.table)
+            except SchemaRefused as exc:
+                self._refuse(f["id"], str(exc), done)
+                continue
+            changes = Merged(
+                merged.fields, changes.added + merged.added, changes.widened + merged.widened
+            )
+            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], True, f["stats"]))
+            rows += f["rows"]
+        table = self._evolve(table, changes)
+        if table is not None and (table.transaction_version(APP_ID) or 0) >= number:
+            log.info("%s: publication %d was committed before a restart", self.table, number)
+        elif adds:
+            assert table is not None
+            failpoints.reach("before_delta_commit")
+            table.create_write_transaction(
+                adds,
+                mode="append",
+                schema=table.schema(),
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(APP_ID, number)],
+                    custom_metadata={"archiver.publication": str(number)},
+                ),
+            )
+            failpoints.reach("after_delta_commit")
+            table = DeltaTable(self.uri, storage_options=self.options)
+            done.files += len(adds)
+            done.rows += rows
+        version = table.version() if table is not None else None
+        self._run("delta_published", self.url, self.table, number, version)
+        self.conn.commit()
+        done.version = version
+        log.info(
+            "%s: publication %d: %d files added to the Delta table (version %s)",
+            self.table,
+            number,
+            len(adds),
+            version,
+        )
+
+    def _files(self, number: int, done: Published) -> list[dict[str, Any]]:
+        """The files of publication `number`, their facts read from their footers where
+        the catalog has none (files archived before Delta publishing)."""
+        out = []
+        for id_, path, size, rows, schema, stats, created_ms in self._rows("delta_files", number):
+            if not schema:
+                try:
+                    schema, stats = self._read_facts(path)
+                except NotDeltaType as exc:
+                    self._refuse(id_, f"{path}: {exc}", done)
+                    continue
+                self._run("delta_facts", id_, schema, stats)
+                self.conn.commit()
+            out.append(
+                {
+                    "id": id_,
+                    "path": path[len(self.root) + 1 :],  # relative to the table's folder
+                    "size": int(size),
+                    "rows": int(rows),
+                    "schema": schema,
+                    "stats": stats,
+                    "created_ms": int(created_ms),
+                }
+            )
+        return out
+
+    def _read_facts(self, path: str) -> tuple[str, str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / "file.parquet"
+            self.storage.download(path, local)
+            return file_facts(local)
+
+    def _refuse(self, file_id: int, why: str, done: Published) -> None:
+        """The file stays archived and restorable, outside the Delta table."""
+        self._run("delta_refuse", file_id, why)
+        self.conn.commit()
+        done.refused.append(why)
+        log.error("%s: a file left out of the Delta table: %s", self.table, why)
+
+    def _table(self) -> Any:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(self.uri, storage_options=self.options)
+        except TableNotFoundError:
+            return None
+
+    def _evolve(self, table: Any, changes: Merged) -> Any:
+        """The Delta table with the schema its new files need: created with it, its new
+        columns added, its widened types written."""
+        from deltalake import DeltaTable, Schema
+        from deltalake.schema import Field
+
+        if not changes.fields:
+            return table
+        schema = json.dumps({"type": "struct", "fields": changes.fields})
+        if table is None:
+            return DeltaTable.create(
+                self.uri,
+                Schema.from_json(schema),
+                name=self.table,
+                description=f"rows archived from {self.table} by archiver",
+                storage_options=self.options,
+            )
+        if changes.added:
+            table.alter.add_columns([Field.from_json(json.dumps(f)) for f in changes.added])
+        if changes.widened:
+            self._write_schema(table, schema)
+            for name, old, new in changes.widened:
+                log.info("%s: column %s widened from %s to %s", self.table, name, old, new)
+        return DeltaTable(self.uri, storage_options=self.options)
+
+    def _write_schema(self, table: Any, schema: str) -> None:
+        """A metaData action with the widened schema, committed as Delta's protocol
+        commits (put-if-absent of the next version's file): delta-rs has no way to
+        change a column's type."""
+        table.update_incremental()
+        meta = table.metadata()
+        version = table.version() + 1
+        action = {
+            "metaData": {
+                "id": meta.id,
+                "name": meta.name,
+                "description": meta.description,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema,
+                "partitionColumns": list(meta.partition_columns),
+                "configuration": dict(meta.configuration),
+                "createdTime": meta.created_time,
+            }
+        }
+        info = {
+            "commitInfo": {
+                "timestamp": int(time.time() * 1000),
+                "operation": "CHANGE COLUMN",
+                "operationParameters": {},
+                "engineInfo": "archiver",
+            }
+        }
+        body = "\n".join(json.dumps(a) for a in (info, action)) + "\n"
+        name = f"{self.root}/{LOG_DIR}/{version:020d}.json"
+        if not self.storage.create(name, body.encode()):
+            raise RuntimeError(f"{self.table}: Delta version {version} was written meanwhile")
+
+
+def publish(
+    conn: BulkConnection,
+    storage: Storage,
+    options: dict[str, str],
+    table: str,
+    *,
+    rebuild: bool = False,
+) -> Published:
+    """Publish `table`'s (schema.table) catalogued files to its Delta table."""
+    return Publisher(conn, storage, options, table).run(rebuild=rebuild)

@@ -1,0 +1,145 @@
+"""`archiver query`: SQL over the archived tables in place, with an embedded DuckDB and its
+delta and azure extensions, loaded from their PyPI wheels (nothing is downloaded at run
+time). Each published table is a view named as in PostgreSQL (`public.orders`, and
+`orders` where one schema has that name) over its Delta table, so DuckDB reads only the
+files whose statistics can match the query."""
+
+from __future__ import annotations
+
+import glob
+import os
+import site
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from archiver.config import Settings, StorageLocation
+from archiver.delta.location import table_uri
+from archiver.errors import ConfigError
+from archiver.ident import quote_ident
+
+EXTENSIONS = ("delta", "azure")
+
+
+def _extension(name: str) -> str:
+    """The extension file inside its `duckdb-extension-<name>` wheel."""
+    for root in [*site.getsitepackages(), site.getusersitepackages()]:
+        found = glob.glob(f"{root}/duckdb_extension_{name}/extensions/*/{name}.duckdb_extension")
+        if found:
+            return found[0]
+    raise ConfigError(
+        f"the DuckDB {name} extension is not installed (pip: duckdb-extension-{name})"
+    )
+
+
+@contextmanager
+def engine(settings: Settings, location: StorageLocation, tables: list[str]) -> Iterator[Any]:
+    """A DuckDB connection with a view per table of `tables` (schema.table)."""
+    import duckdb
+
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    )
+    try:
+        for name in EXTENSIONS:
+            con.execute(f"LOAD '{_extension(name)}'")
+        if location.scheme == "az":
+            _azure_secret(con, settings)
+        names = [t.split(".", 1) for t in tables]
+        unique = {n for _, n in names if sum(1 for _, m in names if m == n) == 1}
+        for schema, name in names:
+            uri = table_uri(location, f"{schema}.{name}").replace("'", "''")
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
+            scan = f"SELECT * FROM delta_scan('{uri}')"
+            con.execute(f"CREATE VIEW {quote_ident(schema)}.{quote_ident(name)} AS {scan}")
+            if name in unique and schema != "main":
+                con.execute(f"CREATE VIEW main.{quote_ident(name)} AS {scan}")
+        yield con
+    finally:
+        con.close()
+
+
+def _azure_secret(con: Any, settings: Settings) -> None:
+    """The worker's own Azure credentials, as a DuckDB secret. Azurite: the delta
+    extension takes any devstoreaccount1 secret for the emulator and finds its port in
+    AZURITE_BLOB_STORAGE_URL only (duckdb-delta), so that is set from the BlobEndpoint."""
+    if settings.azure_connection_string:
+        parts = dict(
+            p.split("=", 1) for p in settings.azure_connection_string.split(";") if "=" in p
+        )
+        endpoint = parts.get("BlobEndpoint", "")
+        if parts.get("AccountName") == "devstoreaccount1" and endpoint:
+            url = urlsplit(endpoint)
+            os.environ["AZURITE_BLOB_STORAGE_URL"] = f"{url.scheme}://{url.netloc}"
+        secret = settings.azure_connection_string.replace("'", "''")
+        con.execute(f"CREATE SECRET archive (TYPE azure, CONNECTION_STRING '{secret}')")
+        return
+    assert settings.azure_account_url
+    account = (urlsplit(settings.azure_account_url).hostname or "").split(".")[0]
+    con.execute(
+        "CREATE SECRET archive (TYPE azure, PROVIDER credential_chain, "
+        f"ACCOUNT_NAME '{account.replace(chr(39), '')}')"
+    )
+
+
+FORMATS = ("table", "csv", "json", "parquet")
+
+
+def run(
+    settings: Settings,
+    tables: list[str],
+    sql: str,
+    fmt: str = "table",
+    output: str | None = None,
+    *,
+    explain: bool = False,
+) -> str | None:
+    """Run `sql`; the text to print (a table, CSV or JSON lines), or None when written
+    to `output`. `explain`: DuckDB's EXPLAIN ANALYZE instead, which counts the files
+    each Delta scan read of the table's files."""
+    import duckdb
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from archiver.errors import InputError, first_line
+
+    if fmt == "parquet" and output is None:
+        raise InputError("query: --format parquet needs --output FILE")
+    with engine(settings, settings.storage_location(), tables) as con:
+        try:
+            if explain:
+                return str(con.sql(f"EXPLAIN ANALYZE {sql}").fetchall()[0][1])
+            relation = con.sql(sql)
+            if relation is None:
+                raise InputError("query: the statement returns no rows (give a SELECT)")
+            if fmt == "table" and output is None:
+                return str(relation)
+            result = relation.arrow()
+        except duckdb.Error as exc:
+            raise InputError(f"query: {first_line(exc)}") from None
+    result = result.read_all() if hasattr(result, "read_all") else result
+    if fmt == "parquet":
+        pq.write_table(result, output)
+        return None
+    if fmt == "csv":
+        import io
+
+        buffer = io.BytesIO()
+        pacsv.write_csv(result, buffer)
+        text = buffer.getvalue().decode()
+    elif fmt == "json":
+        text = "".join(_json_line(row) for row in result.to_pylist())
+    else:
+        text = str(result)
+    if output is not None:
+        with open(output, "w") as f:
+            f.write(text)
+        return None
+    return text
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(row, default=str, ensure_ascii=False) + "\n"

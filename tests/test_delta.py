@@ -1,0 +1,244 @@
+"""Delta Lake: every move publishes its files into one Delta table per archived table,
+exactly once, read by independent readers (delta-rs, DuckDB's delta extension) against
+the catalog and the source rows; schema drift across runs; `archiver query`."""
+
+from __future__ import annotations
+
+import glob
+import os
+import site
+from collections import Counter
+from typing import Any
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import AZURITE_KEY
+from tests.harness import Harness
+from tests.support import fast_env, kill_at_failpoint, start_worker, wait_until
+
+CUTOFF = "2024-12-28"  # of 8,000 seeded orders: 3,680 older
+
+
+@pytest.fixture
+def d(h: Harness) -> Harness:
+    """The test's world with Delta Lake publishing on, as it is by default."""
+    return h.with_env(ARCHIVER_DELTA="true")
+
+
+def options(h: Harness) -> dict[str, str]:
+    return {
+        "azure_storage_account_name": "devstoreaccount1",
+        "azure_storage_account_key": AZURITE_KEY,
+        "azure_storage_endpoint": f"http://127.0.0.1:{h.azurite.port}/devstoreaccount1",
+        "allow_http": "true",
+    }
+
+
+def uri(h: Harness, table: str) -> str:
+    return f"az://{h.container}/archive/{table}"
+
+
+def delta(h: Harness, table: str = "public.orders") -> DeltaTable:
+    return DeltaTable(uri(h, table), storage_options=options(h))
+
+
+def duck(h: Harness) -> Any:
+    """DuckDB with its delta and azure extensions, from their wheels."""
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    )
+    root = site.getsitepackages()[0]
+    for name in ("delta", "azure"):
+        con.execute(f"LOAD '{glob.glob(f'{root}/duckdb_extension_{name}/extensions/*/*')[0]}'")
+    os.environ["AZURITE_BLOB_STORAGE_URL"] = f"http://127.0.0.1:{h.azurite.port}"
+    con.execute(f"CREATE SECRET (TYPE azure, CONNECTION_STRING '{h.azurite.connection_string}')")
+    return con
+
+
+def catalogued(h: Harness, table: str = "public.orders") -> list[str]:
+    """The table's published files as the Delta log names them (relative paths)."""
+    rows = h.sql(
+        "SELECT path FROM archive_files WHERE source_table = $1 AND delta ORDER BY path", table
+    )
+    return [r["path"].split(f"/{table}/", 1)[1] for r in rows]
+
+
+def test_a_move_is_one_delta_table_exactly_once_through_crashes(d: Harness, tmp_path: Any) -> None:
+    """Two workers move two key ranges; one worker is killed just before a publication's
+    Delta commit and one just after it: the Delta table, read by delta-rs and by DuckDB,
+    holds every moved row once, with the source's values and per-file statistics."""
+    seed_orders(d.url, 8_000)
+    d.sql("CREATE TABLE snapshot AS SELECT * FROM orders")
+    old = d.old_ids(CUTOFF)
+    fast = fast_env(d.env)
+    d.enqueue("--table", "orders", "--before", CUTOFF, "--chunk-rows", "500", "--parallel", "2")
+    kill_at_failpoint(fast, "before_delta_commit", tmp_path / "a.log")
+    kill_at_failpoint(fast, "after_delta_commit", tmp_path / "b.log")
+    # the killed workers' leases (2 s) run out: burst workers rescue their jobs at start
+    wait_until(
+        lambda: (
+            not d.value(
+                "SELECT count(*) FROM background_jobs WHERE status = 'running' "
+                "AND heartbeat_at > now() - interval '2 seconds'"
+            )
+        ),
+        what="the killed workers' leases to expire",
+    )
+    workers = [start_worker(fast, "--burst") for _ in range(2)]
+    assert all(w.wait(120) == 0 for w in workers)
+    assert d.value("SELECT count(*) FROM background_jobs WHERE status <> 'completed'") == 0
+    d.exactly_once(old)
+
+    table = delta(d)
+    actions = table.get_add_actions(flatten=True)
+    paths = actions.column("path").to_pylist()
+    assert Counter(paths) == Counter(catalogued(d))  # each file once, none missing
+    assert table.transaction_version("archiver") == d.value(
+        "SELECT published FROM delta_tables WHERE source_table = 'public.orders'"
+    )
+    assert min(actions.column("num_records").to_pylist()) > 0
+    assert None not in actions.column("min.id").to_pylist()
+    assert None not in actions.column("max.created_at").to_pylist()
+    protocol = table.protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+    rows = table.to_pyarrow_table()
+    assert not [n for n in rows.schema.names if n.startswith("__") or "pg_text" in n]
+    assert sorted(rows.column("id").to_pylist()) == sorted(old)
+
+    con = duck(d)
+    found = con.execute(
+        "SELECT id, customer, total::text, details, array_to_string(tags, '|'), note "
+        f"FROM delta_scan('{uri(d, 'public.orders')}') ORDER BY id"
+    ).fetchall()
+    expected = d.sql(
+        "SELECT id, customer::text, total::text, details::text, array_to_string(tags, '|'), "
+        "note FROM snapshot WHERE created_at < $1::text::timestamptz ORDER BY id",
+        CUTOFF,
+    )
+    assert found == [tuple(r) for r in expected]
+    verified = d.cli("verify", "--table", "orders")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    # the log is derived: dropped and rebuilt from the catalog, the same files
+    rebuilt = d.cli("publish", "--table", "orders", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"{len(paths)} files" in rebuilt.stdout
+    assert Counter(delta(d).get_add_actions(flatten=True).column("path").to_pylist()) == Counter(
+        catalogued(d)
+    )
+
+
+def test_every_type_reads_from_the_delta_table_and_restores_exactly(d: Harness) -> None:
+    from tests.alltypes import difference
+    from tests.test_types import ROWS, seed_alltypes
+
+    seed_alltypes(d.url)
+    job = d.archive("--table", "alltypes", "--before", "2100-01-01", "--chunk-rows", "1000")
+    table = delta(d, "public.alltypes")
+    columns = [f.name for f in table.schema().fields]
+    assert columns == [
+        r[0]
+        for r in d.sql(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'snapshot'::regclass "
+            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        )
+    ]  # the table's own columns, no companion
+    types = {f.name: str(f.type) for f in table.schema().fields}
+    assert 'PrimitiveType("string")' in types["c_uuid"] and "string" in types["c_json"]
+    assert "timestamp_ntz" in types["c_ts"] and "string" in types["c_time"]
+    assert table.protocol().min_reader_version == 3  # timestamp without time zone
+    con = duck(d)
+    found = dict(
+        con.execute(
+            "SELECT id, c_uuid || '|' || coalesce(c_jsonb, '') || '|' || coalesce(c_time, '') "
+            f"FROM delta_scan('{uri(d, 'public.alltypes')}') WHERE c_uuid IS NOT NULL"
+        ).fetchall()
+    )
+    expected = dict(
+        (r[0], r[1])
+        for r in d.sql(
+            "SELECT id, c_uuid::text || '|' || coalesce(c_jsonb::text, '') || '|' "
+            "|| coalesce(c_time::text, '') FROM snapshot WHERE c_uuid IS NOT NULL"
+        )
+    )
+    assert found == expected and len(found) > ROWS // 2
+    restored = d.cli("restore", "--job", job)
+    assert restored.returncode == 0, restored.stderr
+    assert d.value(difference("alltypes", "snapshot")) == 0
+
+
+EVENTS = """
+CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL, a integer, b text);
+CREATE INDEX ON events (at);
+INSERT INTO events SELECT g, timestamptz '2020-01-01' + g * interval '1 hour', g, 'b' || g
+FROM generate_series(1, 400) g;
+"""
+
+
+def test_schema_drift_is_published_and_a_change_delta_cannot_hold_is_refused(
+    d: Harness,
+) -> None:
+    d.sql(EVENTS)
+    run = ["--table", "events", "--column", "at", "--before"]
+    d.archive(*run, "2020-01-05")  # ids 1-95
+    d.sql("ALTER TABLE events ADD COLUMN c text; UPDATE events SET c = 'c' || id")
+    d.archive(*run, "2020-01-09")  # 96-191
+    d.sql("ALTER TABLE events DROP COLUMN b; ALTER TABLE events ALTER a TYPE bigint")
+    d.archive(*run, "2020-01-13")  # 192-287
+    rows = {r["id"]: r for r in delta(d, "public.events").to_pyarrow_table().to_pylist()}
+    assert sorted(rows) == list(range(1, 288))
+    assert rows[1] == {"id": 1, "at": rows[1]["at"], "a": 1, "b": "b1", "c": None}
+    assert rows[100]["c"] == "c100" and rows[100]["b"] == "b100"
+    assert rows[200]["b"] is None and rows[200]["c"] == "c200" and rows[200]["a"] == 200
+    types = {f.name: str(f.type) for f in delta(d, "public.events").schema().fields}
+    assert '"long"' in types["a"]  # integer widened to bigint
+    con = duck(d)
+    assert con.execute(
+        f"SELECT count(*), count(b), count(c), sum(a) FROM delta_scan('{uri(d, 'public.events')}')"
+    ).fetchall() == [(287, 191, 192, 287 * 288 // 2)]
+
+    # archiver query: a key lookup and a range count, reading only the files that match
+    looked = d.cli("query", "SELECT id, a, c FROM events WHERE id = 150", "--format", "json")
+    assert looked.returncode == 0, looked.stderr
+    assert looked.stdout.strip() == '{"id": 150, "a": 150, "c": "c150"}'
+    # (`at` is a keyword in DuckDB's SQL: quoted)
+    counted = d.cli("query", "SELECT count(*) FROM public.events WHERE \"at\" < '2020-01-03'")
+    assert "47" in counted.stdout, counted.stdout
+    explained = d.cli("query", "--explain", "SELECT * FROM events WHERE id = 150")
+    assert "Scanning Files: 1/3" in explained.stdout, explained.stdout
+    bad = d.cli("query", "SELECT nope FROM events")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "nope" in bad.stderr
+
+    # a type Delta cannot read as the old one: the file stays archived, left out, said so
+    d.sql("ALTER TABLE events ALTER a TYPE text USING 'x' || a")
+    job = d.archive(*run, "2020-01-15")
+    refused = d.value("SELECT delta_refused FROM archive_files WHERE job_id = $1::uuid", job)
+    assert refused == (
+        "table public.events, column 'a': the Delta table holds long, a file holds string, "
+        "which Delta readers cannot read as one type"
+    )
+    again = d.cli("publish", "--table", "events", "--rebuild")
+    assert again.returncode == 1
+    assert "left out: table public.events, column 'a'" in again.stdout
+    assert (
+        again.stderr.splitlines()[-1] == "archiver: error: publish: 1 file left out (listed above)"
+    )
+    assert len(delta(d, "public.events").to_pyarrow_table()) == 287
+    restored = d.cli("restore", "--job", job, "--into", "events_back")
+    assert restored.returncode == 0, restored.stderr
+    assert d.value("SELECT count(*) FROM events_back") == 48
+
+
+def test_copies_and_no_delta_moves_stay_plain_files(d: Harness) -> None:
+    d.sql(EVENTS)
+    run = ["--table", "events", "--column", "at", "--before"]
+    d.archive(*run, "2020-01-05", "--mode", "copy")
+    d.archive(*run, "2020-01-05", "--no-delta")
+    assert d.value("SELECT count(*) FROM archive_files WHERE delta") == 0
+    assert d.value("SELECT count(*) FROM delta_tables") == 0
+    assert d.blobs(delta_log=True) == []
+    d.archive(*run, "2020-01-09")
+    assert len(delta(d, "public.events").to_pyarrow_table()) == 96
