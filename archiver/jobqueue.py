@@ -336,8 +336,16 @@ async def archived_files(
     cutoff_to: dt.datetime | None = None,
     state: str | None = None,
 ) -> list[CatalogFile]:
-    """Catalogued files for restore and verify, in archive order."""
-    rows = await conn.fetch(query("archived_files"), job_id, table, cutoff_from, cutoff_to, state)
+    """Catalogued files for restore and verify, in archive order. `table`: schema.table,
+    or a bare name matching it in any schema."""
+    tables = None
+    if table is not None:
+        tables = (
+            [table]
+            if "." in table
+            else [r[0] for r in await conn.fetch(query("catalogued_tables_named"), table)]
+        )
+    rows = await conn.fetch(query("archived_files"), job_id, tables, cutoff_from, cutoff_to, state)
     return [CatalogFile.from_row(r) for r in rows]
 
 

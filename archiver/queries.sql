@@ -245,15 +245,26 @@ SELECT id FROM background_jobs WHERE policy_name = $1 AND slot_at = $2
 -- name: last_policy_slot
 SELECT max(slot_at) FROM background_jobs WHERE policy_name = $1
 
+-- name: catalogued_tables_named
+-- The catalogued tables (schema.table) named $1 in any schema: the distinct tables read
+-- off the index on source_table one probe each (a loose index scan), not every file.
+WITH RECURSIVE t AS (
+    SELECT min(source_table) AS s FROM archive_files
+    UNION ALL
+    SELECT (SELECT min(source_table) FROM archive_files WHERE source_table > t.s)
+    FROM t WHERE t.s IS NOT NULL
+)
+SELECT s FROM t WHERE right(s, length($1) + 1) = '.' || $1
+
 -- name: archived_files
--- Catalogued files by job and/or table (`schema.table`, or a bare name matching any
--- schema) and/or an overlap with [from, to) of the cutoff column.
+-- Catalogued files by job and/or tables (schema.table each; see catalogued_tables_named)
+-- and/or an overlap with [from, to) of the cutoff column.
 SELECT job_id::text AS job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
        key_columns, min_key, max_key, cutoff_column, state,
        min_cutoff_value::text AS min_cutoff_value, max_cutoff_value::text AS max_cutoff_value
 FROM archive_files
 WHERE ($1::uuid IS NULL OR job_id = $1::uuid)
-  AND ($2::text IS NULL OR source_table = $2 OR right(source_table, length($2) + 1) = '.' || $2)
+  AND ($2::text[] IS NULL OR source_table = ANY ($2::text[]))
   AND ($3::timestamptz IS NULL OR max_cutoff_value >= $3::timestamptz)
   AND ($4::timestamptz IS NULL OR min_cutoff_value < $4::timestamptz)
   AND ($5::text IS NULL OR state = $5)

@@ -20,6 +20,7 @@ from bench.jobs import claim_latencies
 VIEWS = ("archiver_job_summary", "archiver_running_jobs", "archiver_failed_jobs",
          "archiver_archive_files", "archiver_paused")  # fmt: skip
 
+# finished within the last 12 days: inside the retention, so no pruner runs meanwhile
 FILL_JOBS = """
 INSERT INTO background_jobs (task_name, payload, status, attempts, claims, created_at,
                              run_at, started_at, finished_at, progress, last_error)
@@ -27,8 +28,8 @@ SELECT 'archive',
        jsonb_build_object('table', 'public.t' || (g % 200), 'column', 'created_at',
                           'cutoff', '2024-01-01T00:00:00+00:00', 'mode', 'move'),
        CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'completed' END, 1, 1,
-       now() - g * interval '1 minute', now() - g * interval '1 minute',
-       now() - g * interval '1 minute', now() - g * interval '1 minute' + interval '2 seconds',
+       now() - g * interval '1 second', now() - g * interval '1 second',
+       now() - g * interval '1 second', now() - g * interval '1 second' + interval '1 second',
        jsonb_build_object('rows', 1000, 'bytes', 40000, 'files', 1),
        CASE WHEN g % 50 = 0 THEN 'storage unreachable' END
 FROM generate_series($1::int, $2::int) g

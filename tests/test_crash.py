@@ -473,12 +473,16 @@ def test_a_retried_job_sweeps_the_uploads_of_its_failed_attempts(
 
 def test_retention_prunes_finished_jobs_and_keeps_files(h: Harness) -> None:
     seed_orders(h.url, 3_000)
-    job_id = h.cli("enqueue", "--table", "orders", "--before", "2024-12-31").stdout.strip()
-    h.drain()
+    h.archive("--table", "orders", "--before", "2024-12-31")
     files = h.value("SELECT count(*) FROM archive_files")
+    # and 2,500 more finished jobs: more than one batch of the pruner's (1,000)
+    h.sql(
+        "INSERT INTO background_jobs (task_name, status, finished_at) "
+        "SELECT 'noop', 'completed', now() FROM generate_series(1, 2500)"
+    )
     h.sql("UPDATE background_jobs SET finished_at = now() - interval '31 days'")
     h.drain()
-    assert h.value("SELECT count(*) FROM background_jobs WHERE id = $1::uuid", job_id) == 0
+    assert h.value("SELECT count(*) FROM background_jobs") == 0
     assert h.value("SELECT count(*) FROM archive_files") == files > 0
 
 

@@ -110,19 +110,24 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     from archiver.storage import open_storage
 
     files = await selection.files(settings)
-    known = await FileSelection().files(settings)
     storage = open_storage(settings)
     table = selection.table
     if table and not files and "." not in table:
         raise InputError(f"no archived files of table {table!r}; give schema.table")
+    # the catalogued names where objects are listed: of the tables listed, not of the
+    # whole catalog (100,000 files read for one table's 10, before)
     if selection.job_id:
         job = str(selection.job_id)
         tables = await job_tables(settings, selection.job_id, files)
         prefixes = [names.job_prefix(t, job) for t in tables]
+        known = [f for t in tables for f in await FileSelection(table=t).files(settings)]
     elif table:
-        prefixes = [names.job_prefix(files[0].source_table if files else table)]
+        listed = files[0].source_table if files else table
+        prefixes = [names.job_prefix(listed)]
+        known = await FileSelection(table=listed).files(settings)
     else:
         prefixes = [""]
+        known = await FileSelection().files(settings)
     prefixes = [storage.object_name(p) for p in prefixes]
     problems = await asyncio.to_thread(_verify, storage, files, known, prefixes)
     if settings.delta and not selection.job_id:
