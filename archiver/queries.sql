@@ -322,6 +322,26 @@ RETURNING status, limits::text AS limits
 -- One publisher per Delta table (archiver.delta.publish), held across its transactions.
 SELECT pg_advisory_lock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
 
+-- name: delta_locked
+-- Whether this session holds delta_lock's lock (a bigint key: its high and low halves).
+WITH k AS (SELECT hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0) AS key)
+SELECT EXISTS (SELECT 1 FROM pg_locks, k WHERE locktype = 'advisory' AND granted
+               AND pid = pg_backend_pid() AND objsubid = 1
+               AND classid = ((key >> 32) & 4294967295)::oid
+               AND objid = (key & 4294967295)::oid)
+
+-- name: delta_rebuilding
+SELECT coalesce((SELECT rebuilding FROM delta_tables
+                 WHERE storage_url = $1 AND source_table = $2), false)
+
+-- name: delta_rebuild_mark
+UPDATE delta_tables SET rebuilding = true WHERE storage_url = $1 AND source_table = $2
+
+-- name: delta_not_mine
+-- A file that is not a move's (a copy archived before copies were marked): out of the
+-- Delta table, as copies are.
+UPDATE archive_files SET delta = false, publication = NULL WHERE id = $1::bigint
+
 -- name: delta_unlock
 SELECT pg_advisory_unlock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
 
@@ -370,7 +390,8 @@ WITH files AS (
     UPDATE archive_files SET publication = NULL, delta_refused = NULL
     WHERE storage_url = $1 AND source_table = $2
 )
-UPDATE delta_tables SET publications = 0, published = 0, delta_version = NULL
+UPDATE delta_tables SET publications = 0, published = 0, delta_version = NULL,
+                        rebuilding = false
 WHERE storage_url = $1 AND source_table = $2
 
 -- name: delta_pending_tables

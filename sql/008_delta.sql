@@ -25,5 +25,6 @@ CREATE TABLE delta_tables (
     published     bigint      NOT NULL DEFAULT 0, -- the last one known to be in the Delta log
     delta_version bigint,                         -- the Delta table's version after it
     published_at  timestamptz,
+    rebuilding    boolean     NOT NULL DEFAULT false, -- publish --rebuild under way
     PRIMARY KEY (storage_url, source_table)
 );

@@ -154,7 +154,9 @@ def _json_value(t: pa.DataType, value: Any, upper: bool) -> Any:
     if pa.types.is_integer(t):
         return int(value)
     if pa.types.is_floating(t):
-        return float(value) if math.isfinite(value) else None
+        # no maximum: Parquet's statistics leave NaN out, which PostgreSQL and DuckDB
+        # sort above every number, so a finite maximum could hide a NaN row
+        return float(value) if math.isfinite(value) and not upper else None
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         if len(value) <= STRING_STATS:
             return str(value)

@@ -33,6 +33,7 @@ from archiver import failpoints
 from archiver.bulk import BulkConnection, Row
 from archiver.config import StorageLocation
 from archiver.db import query
+from archiver.delta.check import LOG_DIR
 from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.location import table_uri
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 
 APP_ID = "archiver"  # the Delta app transaction every publication carries
 BATCH_FILES = 10_000  # files one publication adds at most
-LOG_DIR = "_delta_log"
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Publisher:
         self._rows("delta_lock")
         self.conn.commit()
         try:
-            if rebuild:
+            if rebuild or self._rows("delta_rebuilding")[0][0]:  # asked, or cut short
                 self._forget()
             while (number := self._number()) is not None:
                 self._publish(number, done)
@@ -100,8 +100,23 @@ class Publisher:
             self.conn.commit()
         return done
 
+    def _still_locked(self) -> None:
+        """Raise unless this session still holds the table's publisher lock: a session
+        that died (and took the lock with it) must not commit a publication another
+        publisher may be redoing. (A death between this check and the commit remains.)"""
+        held = self._rows("delta_locked")[0][0]
+        self.conn.commit()
+        if not held:
+            raise RuntimeError(f"{self.table}: the publisher lock was lost; not committing")
+
     def _forget(self) -> None:
-        """Drop the Delta log and number every file again: the log is derived."""
+        """Drop the Delta log and number every file again: the log is derived. Marked
+        first, so a rebuild a crash cut short is finished by the next publisher (a
+        half-dropped log, or a dropped one the catalog still counts as published,
+        would otherwise stay)."""
+        self._run("delta_table", self.url, self.table)
+        self._run("delta_rebuild_mark", self.url, self.table)
+        self.conn.commit()
         for stored in list(self.storage.list(f"{self.root}/{LOG_DIR}/")):
             self.storage.delete(stored.name)
         self._run("delta_forget", self.url, self.table)
@@ -146,6 +161,7 @@ class Publisher:
             log.info("%s: publication %d was committed before a restart", self.table, number)
         elif adds:
             assert table is not None
+            self._still_locked()
             failpoints.reach("before_delta_commit")
             table.create_write_transaction(
                 adds,
@@ -176,12 +192,18 @@ class Publisher:
         """The files of publication `number`, their facts read from their footers where
         the catalog has none (files archived before Delta publishing)."""
         out = []
-        for id_, path, size, rows, schema, stats, created_ms in self._rows("delta_files", number):
+        listed = self._rows("delta_files", number)
+        self.conn.commit()  # never idle in a transaction across downloads and Delta commits
+        for id_, path, size, rows, schema, stats, created_ms in listed:
             if not schema:
                 try:
-                    schema, stats = self._read_facts(path)
+                    schema, stats, mode = self._read_facts(path)
                 except NotDeltaType as exc:
                     self._refuse(id_, f"{path}: {exc}", done)
+                    continue
+                if mode != "move":  # a copy whose job was pruned before 008 could tell
+                    self._run("delta_not_mine", id_)
+                    self.conn.commit()
                     continue
                 self._run("delta_facts", id_, schema, stats)
                 self.conn.commit()
@@ -198,11 +220,16 @@ class Publisher:
             )
         return out
 
-    def _read_facts(self, path: str) -> tuple[str, str]:
+    def _read_facts(self, path: str) -> tuple[str, str, str]:
+        """(Delta schema, stats, the archive's mode) from a file's footer."""
+        import pyarrow.parquet as pq
+
         with tempfile.TemporaryDirectory() as tmp:
             local = Path(tmp) / "file.parquet"
             self.storage.download(path, local)
-            return file_facts(local)
+            meta = pq.read_metadata(local).metadata or {}
+            mode = meta.get(b"archiver.mode", b"move").decode()
+            return (*file_facts(local), mode)
 
     def _refuse(self, file_id: int, why: str, done: Published) -> None:
         """The file stays archived and restorable, outside the Delta table."""

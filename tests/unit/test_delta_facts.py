@@ -24,6 +24,7 @@ def test_a_files_schema_and_statistics_from_its_footer(tmp_path: Path) -> None:
             "naive": pa.array([dt.datetime(2020, 5, 1), None], pa.timestamp("us")),
             "note": pa.array(["a", "x" * 40], pa.string()),
             "score": pa.array([float("nan"), 1.0]),
+            "ratio": pa.array([0.5, 2.0]),
             "total": pa.array([None, None], pa.decimal128(12, 2)),
             "tags": pa.array([["a"], None], pa.list_(pa.string())),
             "when__pg_text": pa.array([None, "infinity"], pa.string()),
@@ -38,6 +39,7 @@ def test_a_files_schema_and_statistics_from_its_footer(tmp_path: Path) -> None:
         ("naive", "timestamp_ntz"),
         ("note", "string"),
         ("score", "double"),
+        ("ratio", "double"),
         ("total", "decimal(12,2)"),
         ("tags", {"type": "array", "elementType": "string", "containsNull": True}),
     ]  # no companion
@@ -49,6 +51,10 @@ def test_a_files_schema_and_statistics_from_its_footer(tmp_path: Path) -> None:
     assert stats["minValues"]["naive"] == "2020-05-01T00:00:00.000"
     assert stats["minValues"]["note"] == "a" and "note" not in stats["maxValues"]  # cut
     assert "total" not in stats["minValues"] and stats["nullCount"]["total"] == 2
+    # a float column's maximum is left out: Parquet's leaves NaN out, which sorts above all;
+    # a row group of NaN alone has no minimum or maximum: the column has none then
+    assert stats["minValues"]["ratio"] == 0.5 and "ratio" not in stats["maxValues"]
+    assert "score" not in stats["minValues"] and "score" not in stats["maxValues"]
     assert stats["nullCount"]["at"] == 1 and "tags" not in stats["nullCount"]
 
 
