@@ -340,11 +340,13 @@ class Worker:
             if await self._finish_quietly(
                 jobqueue.complete(pool, job.id, self.name, progress.to_json())
             ):
+                done = progress.extra if job.task_name == jobqueue.PUBLISH_TASK else None
                 log.info(
-                    "job %s: completed, %s in %s",
+                    "job %s: completed, %s in %s%s",
                     job.id,
-                    counted(progress.rows, "row"),
-                    counted(progress.files, "file"),
+                    counted(done["published_rows"] if done else progress.rows, "row"),
+                    counted(done["published_files"] if done else progress.files, "file"),
+                    " published" if done else "",
                 )
                 metrics.job_finished("completed")
         finally:
@@ -396,10 +398,15 @@ class Worker:
         options = storage_options(self.settings, self.storage.location)
         with self.bulk.connection(self.settings.database_url) as conn:
             done = publish(conn, self.storage, options, table)
+        # not rows/files: those count what a table's jobs archived (archiver status
+        # summed them, and counted every published row twice)
         return Progress(
-            rows=done.rows,
-            files=done.files,
-            extra={"delta_version": done.version, "refused": done.refused},
+            extra={
+                "published_rows": done.rows,
+                "published_files": done.files,
+                "delta_version": done.version,
+                "refused": done.refused,
+            }
         )
 
     def _archive(self, run: JobRun) -> Progress:

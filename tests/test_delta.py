@@ -242,3 +242,6 @@ def test_copies_and_no_delta_moves_stay_plain_files(d: Harness) -> None:
     assert d.blobs(delta_log=True) == []
     d.archive(*run, "2020-01-09")
     assert len(delta(d, "public.events").to_pyarrow_table()) == 96
+    # a publish job's progress does not count its rows again (archiver status's rows)
+    summary = "SELECT sum(rows_archived) FROM archiver_job_summary WHERE source_table = $1"
+    assert d.value(summary, "public.events") == 95 + 95 + 96
