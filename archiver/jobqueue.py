@@ -327,6 +327,14 @@ async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[st
     return [dict(r) for r in await conn.fetch(query("job_files"), job_id)]
 
 
+async def catalogued_tables(conn: asyncpg.Connection, table: str) -> list[str]:
+    """`table` as the catalog names it: schema.table as given, or every catalogued
+    schema.table of that bare name (a loose index scan, not a read of every file)."""
+    if "." in table:
+        return [table]
+    return [r[0] for r in await conn.fetch(query("catalogued_tables_named"), table)]
+
+
 async def archived_files(
     conn: asyncpg.Connection,
     *,
@@ -338,13 +346,7 @@ async def archived_files(
 ) -> list[CatalogFile]:
     """Catalogued files for restore and verify, in archive order. `table`: schema.table,
     or a bare name matching it in any schema."""
-    tables = None
-    if table is not None:
-        tables = (
-            [table]
-            if "." in table
-            else [r[0] for r in await conn.fetch(query("catalogued_tables_named"), table)]
-        )
+    tables = None if table is None else await catalogued_tables(conn, table)
     rows = await conn.fetch(query("archived_files"), job_id, tables, cutoff_from, cutoff_to, state)
     return [CatalogFile.from_row(r) for r in rows]
 

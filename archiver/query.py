@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from archiver.config import Settings, StorageLocation
-from archiver.delta.location import table_uri
+from archiver.delta.location import connection_string_parts, table_uri
 from archiver.errors import ConfigError
 from archiver.ident import quote_ident
 
@@ -65,9 +65,7 @@ def _azure_secret(con: Any, settings: Settings) -> None:
     extension takes any devstoreaccount1 secret for the emulator and finds its port in
     AZURITE_BLOB_STORAGE_URL only (duckdb-delta), so that is set from the BlobEndpoint."""
     if settings.azure_connection_string:
-        parts = dict(
-            p.split("=", 1) for p in settings.azure_connection_string.split(";") if "=" in p
-        )
+        parts = connection_string_parts(settings.azure_connection_string)
         endpoint = parts.get("BlobEndpoint", "")
         if parts.get("AccountName") == "devstoreaccount1" and endpoint:
             url = urlsplit(endpoint)

@@ -16,6 +16,11 @@ def table_uri(location: StorageLocation, table: str) -> str:
     return f"az://{location.container}/{join_name(location.prefix, table)}"
 
 
+def connection_string_parts(text: str) -> dict[str, str]:
+    """An Azure connection string's `Key=value;` parts (AccountKey values hold `=`)."""
+    return dict(item.split("=", 1) for item in text.split(";") if "=" in item)
+
+
 def storage_options(settings: Settings, location: StorageLocation) -> dict[str, str]:
     """delta-rs's options for `location`: an account key (from the connection string,
     whose BlobEndpoint, as Azurite's, becomes the endpoint), or a token from
@@ -24,11 +29,7 @@ def storage_options(settings: Settings, location: StorageLocation) -> dict[str, 
     if location.scheme == "file":
         return {}
     if settings.azure_connection_string:
-        parts = dict(
-            item.split("=", 1)
-            for item in settings.azure_connection_string.split(";")
-            if "=" in item
-        )
+        parts = connection_string_parts(settings.azure_connection_string)
         options = {"azure_storage_account_name": parts.get("AccountName", "")}
         if "AccountKey" in parts:
             options["azure_storage_account_key"] = parts["AccountKey"]

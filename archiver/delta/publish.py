@@ -38,6 +38,7 @@ from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.location import table_uri
 from archiver.storage.seam import Storage
+from archiver.text import counted
 
 log = logging.getLogger(__name__)
 
@@ -181,10 +182,10 @@ class Publisher:
         self.conn.commit()
         done.version = version
         log.info(
-            "%s: publication %d: %d files added to the Delta table (version %s)",
+            "%s: publication %d: %s added to the Delta table (version %s)",
             self.table,
             number,
-            len(adds),
+            counted(len(adds), "file"),
             version,
         )
 
@@ -253,8 +254,8 @@ class Publisher:
         from deltalake import DeltaTable, Schema
         from deltalake.schema import Field
 
-        if not changes.fields:
-            return table
+        if not changes.fields or (table is not None and not (changes.added or changes.widened)):
+            return table  # as it is: no reload of its log
         schema = json.dumps({"type": "struct", "fields": changes.fields})
         if table is None:
             return DeltaTable.create(

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from archiver import db
+from archiver import db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
-from archiver.db import query
 from archiver.errors import InputError
 
 if TYPE_CHECKING:
     from archiver.delta.publish import Published
 
-CATALOGUED_TABLE = "SELECT source_table FROM archive_files WHERE source_table = $1 LIMIT 1"
+CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"
 
 
 async def publish_table(settings: Settings, table: str, *, rebuild: bool = False) -> Published:
@@ -24,10 +23,11 @@ async def publish_table(settings: Settings, table: str, *, rebuild: bool = False
     from archiver.storage import open_storage
 
     async with db.connection(settings.database_url) as conn:
-        if "." in table:
-            found = [r[0] for r in await conn.fetch(CATALOGUED_TABLE, table)]
-        else:
-            found = [r[0] for r in await conn.fetch(query("catalogued_tables_named"), table)]
+        found = [
+            t
+            for t in await jobqueue.catalogued_tables(conn, table)
+            if await conn.fetchval(CATALOGUED, t)
+        ]
     if not found:
         raise InputError(f"publish: no archived files of table {table!r} in the catalog")
     if len(found) > 1:
