@@ -80,28 +80,7 @@ class PgCatalog:
             raise LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
 
     def _insert(self, f: ArchivedFile, state: FileState, xid: str | None) -> None:
-        self._run(
-            "insert_file",
-            f.job_id,
-            f.part,
-            f.source_table,
-            f.storage_url,
-            f.path,
-            f.row_count,
-            f.byte_size,
-            f.md5,
-            json.dumps(f.key_columns),
-            json.dumps(f.min_key),
-            json.dumps(f.max_key),
-            f.cutoff_column,
-            f.min_cutoff_value or "-infinity",
-            f.max_cutoff_value or "infinity",
-            str(state),
-            xid or "",
-            f.delta_schema,
-            f.delta_stats,
-            str(f.delta).lower(),
-        )
+        insert_file(self.conn, f, state, xid)
 
     def next_part(self) -> int:
         return int(fetch_all(self.conn, query("next_part"), (self.job_id,))[0][0])
@@ -151,6 +130,37 @@ class PgCatalog:
 
     def rollback(self) -> None:
         self.conn.rollback()
+
+
+def insert_file(
+    conn: BulkConnection, f: ArchivedFile, state: FileState, xid: str | None = None
+) -> None:
+    """Record `f` in the connection's open transaction."""
+    with conn.cursor() as cur:
+        cur.execute(
+            query("insert_file"),
+            (
+                f.job_id,
+                f.part,
+                f.source_table,
+                f.storage_url,
+                f.path,
+                f.row_count,
+                f.byte_size,
+                f.md5,
+                json.dumps(f.key_columns),
+                json.dumps(f.min_key),
+                json.dumps(f.max_key),
+                f.cutoff_column,
+                f.min_cutoff_value or "-infinity",
+                f.max_cutoff_value or "infinity",
+                str(state),
+                xid or "",
+                f.delta_schema,
+                f.delta_stats,
+                str(f.delta).lower(),
+            ),
+        )
 
 
 def resumed(saved: Progress, files: int, rows: int, nbytes: int, last_key: Any) -> Progress:

@@ -267,12 +267,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scheduler", help="enqueue each policy's slots until SIGTERM")
     p.set_defaults(func=cmd_scheduler)
 
-    p = sub.add_parser("restore", help="bring archived rows back (one transaction, COPY)")
+    p = sub.add_parser(
+        "restore", help="move archived rows back (one transaction, COPY); or copy them"
+    )
     p.add_argument("--job", help="restore the files of this job")
     p.add_argument("--table", help="restore this table's files (schema.table or table)")
     p.add_argument("--from", dest="cutoff_from", help="with --table: cutoff column >= this")
     p.add_argument("--to", dest="cutoff_to", help="with --table: cutoff column < this")
-    p.add_argument("--into", help="another table (created from the archived types if missing)")
+    p.add_argument(
+        "--into",
+        help="copy into another table (created from the archived types if missing); the "
+        "rows stay archived",
+    )
+    p.add_argument(
+        "--keep-archive",
+        action="store_true",
+        help="copy the rows back: they stay archived (default: they leave the archive)",
+    )
     p.add_argument(
         "--on-conflict",
         choices=("refuse", "skip"),

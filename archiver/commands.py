@@ -282,10 +282,11 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
         cutoff_to=enqueue.parse_cutoff(args.cutoff_to, "--to") if args.cutoff_to else None,
     )
     out = sys.stdout if args.dry_run else sys.stderr
-    rows, files = await file_ops.restore(
+    done, files = await file_ops.restore(
         settings,
         selection,
         into=args.into,
+        keep_archive=args.keep_archive,
         skip_conflicts=args.on_conflict == "skip",
         dry_run=args.dry_run,
         ignore_dropped_columns=args.ignore_dropped_columns,
@@ -293,8 +294,18 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     )
     target = args.into or ", ".join(sorted({f.source_table for f in files}))
     verb = "would restore" if args.dry_run else "restored"
+    moved = ""
+    if done.retired and not args.into and not args.keep_archive:
+        rewritten = sum(t["rewritten"] for t in done.per_table.values())
+        emptied = len(done.retired) - rewritten
+        parts = [f"{text.counted(emptied, 'file')} emptied"] if emptied else []
+        if rewritten:
+            parts.append(f"{text.counted(rewritten, 'file')} rewritten without them")
+        verb_ = "they would leave" if args.dry_run else "they left"
+        moved = f"; {verb_} the archive: {', '.join(parts)}"
     print(
-        f"{verb} {text.counted(rows, 'row')} from {text.counted(len(files), 'file')} into {target}"
+        f"{verb} {text.counted(done.rows, 'row')} from {text.counted(len(files), 'file')} "
+        f"into {target}{moved}"
     )
     return 0
 

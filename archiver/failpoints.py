@@ -31,6 +31,8 @@ NAMES = (
     "after_commit",
     "before_delta_commit",  # a publication (archiver.delta.publish)
     "after_delta_commit",
+    "restore_before_commit",  # a move back (archiver.restore): its rewrites uploaded
+    "restore_committed",  # its transaction committed, the retired files not yet deleted
     "claim_found_nothing",  # in the worker's event loop: reached with areach()
 )
 _active: dict[str, tuple[str, float]] = {}

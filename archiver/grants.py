@@ -19,6 +19,7 @@ QUEUE_TABLES = (
     ("archive_files", "SELECT, INSERT, UPDATE, DELETE", "the catalog: record, confirm, forget"),
     ("archiver_paused_tables", "SELECT, INSERT, DELETE", "archiver pause/resume --table"),
     ("delta_tables", "SELECT, INSERT, UPDATE", "Delta Lake: each table's publications"),
+    ("archive_ledger", "SELECT, INSERT, UPDATE", "restore: rows taken out of the archive"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
 )
 QUEUE_VIEWS = (
@@ -28,7 +29,7 @@ QUEUE_VIEWS = (
     "archiver_archive_files",
     "archiver_paused",
 )
-QUEUE_SEQUENCES = ("archive_files_id_seq",)
+QUEUE_SEQUENCES = ("archive_files_id_seq", "archive_ledger_id_seq")
 
 
 @dataclass(frozen=True)

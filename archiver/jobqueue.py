@@ -351,11 +351,14 @@ async def archived_files(
     return [CatalogFile.from_row(r) for r in rows]
 
 
-async def enqueue_publications(conn: asyncpg.Connection | asyncpg.Pool, storage_url: str) -> int:
+async def enqueue_publications(
+    conn: asyncpg.Connection | asyncpg.Pool, storage_url: str, *, delta: bool = True
+) -> int:
     """A publish job for every table whose committed files on `storage_url` are not all
-    in its Delta table yet (or whose last publication a crash interrupted); one queued
-    per table at most. Returns how many were new."""
-    tables = await conn.fetch(query("delta_pending_tables"), storage_url)
+    in its Delta table yet (`delta`: publishing is on), or whose last publication a crash
+    interrupted, or with retired files to take out and delete (archiver.ledger); one
+    queued per table at most. Returns how many were new."""
+    tables = await conn.fetch(query("delta_pending_tables"), storage_url, delta)
     new = 0
     for row in tables:
         key = f"publish:{storage_url}:{row['source_table']}"

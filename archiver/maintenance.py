@@ -60,12 +60,14 @@ class Maintenance:
             log.info("pruned %d finished jobs", total)
 
     async def publications(self) -> None:
-        """Queue a publish job for each table with files not yet in its Delta table: what
-        a worker killed before it queued one, or a publisher killed mid-way, left."""
-        if not self.settings.delta or not self.settings.storage_url:
+        """Queue a publish job for each table with files not yet in its Delta table (what
+        a worker killed before it queued one, or a publisher killed mid-way, left) or
+        with retired files to take out and delete (archiver.ledger), publishing on or
+        not."""
+        if not self.settings.storage_url:
             return
         location = str(self.settings.storage_location())
-        if await jobqueue.enqueue_publications(self.pool, location):
+        if await jobqueue.enqueue_publications(self.pool, location, delta=self.settings.delta):
             self.wake()
 
     async def once(self) -> None:

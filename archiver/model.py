@@ -34,6 +34,7 @@ FINISHED = frozenset((Status.COMPLETED, Status.FAILED, Status.CANCELLED))
 class FileState(StrEnum):
     COMMITTED = "committed"  # the file's rows left the source with it
     PENDING = "pending"  # recorded before a separate source database's COMMIT
+    RETIRED = "retired"  # its rows left the archive (archiver.ledger); about to be deleted
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,7 @@ class CatalogFile(ArchivedFile):
     """A row of archive_files, as restore and verify read it."""
 
     state: FileState
+    id: int = 0  # archive_files.id
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CatalogFile:
@@ -213,6 +215,9 @@ class CatalogFile(ArchivedFile):
             min_cutoff_value=bound(row["min_cutoff_value"]),
             max_cutoff_value=bound(row["max_cutoff_value"]),
             state=FileState(row["state"]),
+            delta=bool(row.get("delta", True)),
+            delta_schema=row.get("delta_schema") or "",
+            id=int(row.get("id", 0)),
         )
 
 

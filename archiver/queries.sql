@@ -215,14 +215,14 @@ FOR NO KEY UPDATE
 
 -- name: confirm_file
 UPDATE archive_files SET state = 'committed', source_xid = NULL
-WHERE job_id = $1::uuid AND part = $2::int
+WHERE job_id = $1::uuid AND part = $2::int AND state = 'pending'
 
 -- name: pending_files
 SELECT part, path, source_xid::text FROM archive_files
 WHERE job_id = $1::uuid AND state = 'pending' ORDER BY part
 
 -- name: forget_file
-DELETE FROM archive_files WHERE job_id = $1::uuid AND part = $2::int
+DELETE FROM archive_files WHERE job_id = $1::uuid AND part = $2::int AND state = 'pending'
 
 -- name: committed_progress
 -- A job's progress as its committed files say it, the truth a resumed job starts from.
@@ -259,8 +259,8 @@ SELECT s FROM t WHERE right(s, length($1) + 1) = '.' || $1
 -- name: archived_files
 -- Catalogued files by job and/or tables (schema.table each; see catalogued_tables_named)
 -- and/or an overlap with [from, to) of the cutoff column.
-SELECT job_id::text AS job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
-       key_columns, min_key, max_key, cutoff_column, state,
+SELECT id, job_id::text AS job_id, part, source_table, storage_url, path, row_count, byte_size,
+       md5, key_columns, min_key, max_key, cutoff_column, state, delta, delta_schema,
        min_cutoff_value::text AS min_cutoff_value, max_cutoff_value::text AS max_cutoff_value
 FROM archive_files
 WHERE ($1::uuid IS NULL OR job_id = $1::uuid)
@@ -354,8 +354,8 @@ SELECT publications, published FROM delta_tables
 WHERE storage_url = $1 AND source_table = $2 FOR UPDATE
 
 -- name: delta_number
--- The next publication: every committed file of the table not yet in its Delta log
--- (up to $4), numbered $3.
+-- The next publication, numbered $3: every committed file of the table not yet in its
+-- Delta log (up to $4) is added by it, every retired one in the log removed by it.
 WITH numbered AS (
     UPDATE archive_files SET publication = $3::bigint
     WHERE id IN (SELECT id FROM archive_files
@@ -363,10 +363,19 @@ WITH numbered AS (
                    AND delta AND state = 'committed' AND delta_refused IS NULL
                  ORDER BY id LIMIT $4::bigint)
     RETURNING 1
-), counted AS (SELECT count(*) AS n FROM numbered)
+), removed AS (
+    UPDATE archive_files SET unpublication = $3::bigint
+    WHERE storage_url = $1 AND source_table = $2 AND state = 'retired'
+      AND publication IS NOT NULL AND unpublication IS NULL
+    RETURNING 1
+), counted AS (SELECT (SELECT count(*) FROM numbered) + (SELECT count(*) FROM removed) AS n)
 UPDATE delta_tables SET publications = $3::bigint
 FROM counted WHERE storage_url = $1 AND source_table = $2 AND counted.n > 0
 RETURNING counted.n
+
+-- name: delta_removals
+SELECT path, byte_size FROM archive_files
+WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint ORDER BY id
 
 -- name: delta_files
 SELECT id, path, byte_size, row_count, delta_schema, delta_stats,
@@ -387,7 +396,7 @@ WHERE storage_url = $1 AND source_table = $2
 -- name: delta_forget
 -- `archiver publish --rebuild`: the log is derived; number every file again from 1.
 WITH files AS (
-    UPDATE archive_files SET publication = NULL, delta_refused = NULL
+    UPDATE archive_files SET publication = NULL, unpublication = NULL, delta_refused = NULL
     WHERE storage_url = $1 AND source_table = $2
 )
 UPDATE delta_tables SET publications = 0, published = 0, delta_version = NULL,
@@ -395,14 +404,78 @@ UPDATE delta_tables SET publications = 0, published = 0, delta_version = NULL,
 WHERE storage_url = $1 AND source_table = $2
 
 -- name: delta_pending_tables
--- Tables on storage $1 with committed files not yet in their Delta log, or whose last
--- publication a crash interrupted (the worker's sweep; the partial index answers it).
+-- Tables on storage $1 with committed files not yet in their Delta log ($2: publishing
+-- is on), whose last publication a crash interrupted, with retired files to take out
+-- of their Delta log and delete, or with an operation that may have died mid-way (the
+-- worker's sweep; partial indexes answer each part).
 SELECT DISTINCT source_table FROM archive_files
-WHERE storage_url = $1 AND publication IS NULL AND delta AND state = 'committed'
-  AND delta_refused IS NULL
+WHERE $2::boolean AND storage_url = $1 AND publication IS NULL AND delta
+  AND state = 'committed' AND delta_refused IS NULL
 UNION
-SELECT source_table FROM delta_tables WHERE storage_url = $1 AND publications > published
+SELECT source_table FROM delta_tables
+WHERE $2::boolean AND storage_url = $1 AND publications > published
+UNION
+SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND state = 'retired'
+UNION
+SELECT unnest(tables) FROM archive_ledger WHERE storage_url = $1 AND status = 'running'
 
 -- name: delta_catalogued
 SELECT path, publication, delta_refused FROM archive_files
 WHERE storage_url = $1 AND source_table = $2 AND delta AND state = 'committed'
+
+-- name: ledger_begin
+-- An operation that takes rows out of the archive (archiver.ledger), its lock taken in
+-- the same transaction: a running row whose lock is free was left by a dead process.
+WITH l AS (
+    INSERT INTO archive_ledger (operation, actor, storage_url, tables, request)
+    VALUES ($1, $2, $3, ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5::jsonb)
+    RETURNING id
+)
+SELECT id, pg_advisory_lock(hashtextextended('archiver.ledger ' || id, 0))::text FROM l
+
+-- name: ledger_unlock
+SELECT pg_advisory_unlock(hashtextextended('archiver.ledger ' || $1::bigint, 0))
+
+-- name: ledger_running
+-- Operations on storage $1 still running, with the lock of each free: left by a dead
+-- process (the lock is taken here, held until ledger_unlock).
+WITH running AS MATERIALIZED (
+    SELECT id, tables FROM archive_ledger WHERE storage_url = $1 AND status = 'running'
+)
+SELECT id, array_to_json(tables)::text FROM running
+WHERE pg_try_advisory_lock(hashtextextended('archiver.ledger ' || id, 0))
+
+-- name: ledger_lock_files
+-- The files an operation retires, locked until it commits; fewer rows than asked: some
+-- were retired (or deleted) meanwhile.
+SELECT id FROM archive_files WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint))
+  AND state = 'committed'
+FOR UPDATE
+
+-- name: ledger_retire
+UPDATE archive_files SET state = 'retired', retired_by = $2::bigint
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'committed'
+
+-- name: ledger_done
+UPDATE archive_ledger SET status = 'done', finished_at = now(), rows = $2::bigint,
+                          detail = $3::jsonb
+WHERE id = $1::bigint AND status = 'running'
+
+-- name: ledger_abandon
+UPDATE archive_ledger SET status = 'abandoned', finished_at = now()
+WHERE id = $1::bigint AND status = 'running'
+
+-- name: catalogued_path
+SELECT EXISTS (SELECT 1 FROM archive_files WHERE storage_url = $1 AND path = $2)
+
+-- name: reapable
+-- Retired files of a table whose blobs can go: out of its Delta log (never in it, or
+-- their removal published).
+SELECT f.id, f.path FROM archive_files f
+LEFT JOIN delta_tables d USING (storage_url, source_table)
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
+  AND (f.publication IS NULL OR f.unpublication <= d.published)
+ORDER BY f.id LIMIT 1000
+
+-- name: reaped
+DELETE FROM archive_files WHERE id = $1::bigint AND state = 'retired'

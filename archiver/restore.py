@@ -1,10 +1,15 @@
-"""Archived rows back into PostgreSQL, and the files checked against the catalog.
+"""Archived rows back into PostgreSQL.
 
 Restore is ONE transaction over all its files: each file is downloaded, bulk-loaded
 with COPY BINARY (ADBC ingest) into a temporary staging table, and inserted into the
 target with casts to the exact archived types (pgtypes.restore_expression). Any failure
 -- a conflict, a cast, a lost connection -- rolls everything back; a dry run is the same
 work, rolled back at the end.
+
+Into the archived table, restore moves rows back (archiver.ledger): the same
+transaction retires each file whose rows all went back and catalogues, in place of
+each file that keeps some (rows outside the range, or skipped as conflicts), its
+rewrite without the restored ones. `--into` another table and `--keep-archive` copy.
 """
 
 from __future__ import annotations
@@ -14,26 +19,37 @@ import logging
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import adbc_driver_manager
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from archiver import failpoints, ledger
+from archiver.archive import names
 from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip, fetch_all
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
-from archiver.model import CatalogFile
-from archiver.parquet import read_metadata
-from archiver.pgtypes import sql as pgtypes
+from archiver.model import ArchivedFile, CatalogFile
 from archiver.pgtypes.arrow import staging_table
+from archiver.remap import (
+    ArchivedColumns,
+    ColumnMap,
+    check_casts,
+    check_types,
+    execute,
+    map_columns,
+)
+from archiver.rewrite import rewrite
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 
 STAGE = "archiver_restore_stage"
+ROW = "__archiver_row"  # a staged row's position in its file
 Report = Callable[[str], None]
 
 
@@ -48,52 +64,24 @@ class RestorePlan:
     cutoff_to: str | None  # ISO 8601, exclusive
     dry_run: bool
     ignore_dropped_columns: bool = False
+    # Rows go back: out of the archive in the same transaction (archiver.ledger), as
+    # ledger operation `operation` (None in a dry run). False: --into, --keep-archive.
+    moves_back: bool = False
+    operation: int | None = None
 
 
-@dataclass(frozen=True)
-class ArchivedColumns:
-    """What a file's metadata says of its columns."""
+@dataclass
+class Restored:
+    """What a restore did (or, in a dry run, would do)."""
 
-    types: dict[str, str]  # name -> exact PostgreSQL type, in table order
-    key: list[str]
-    cutoff: str
-    partition: tuple[str, str] | None = None  # a partition taken whole: (name, bound)
+    rows: int = 0
+    retired: list[int] = field(default_factory=list)  # files whose rows all went back
+    written: list[ArchivedFile] = field(default_factory=list)  # rewrites of the others
+    per_table: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, path: Path) -> ArchivedColumns:
-        _, meta = read_metadata(path)
-        try:
-            columns = json.loads(meta["columns"])
-            return cls(
-                {c["name"]: c["type"] for c in columns},
-                list(json.loads(meta["key_columns"])),
-                meta["cutoff_column"],
-                (meta["partition"], meta["partition_bound"]) if "partition" in meta else None,
-            )
-        except (KeyError, ValueError, TypeError):
-            raise InputError(f"{path.name} lacks archiver's column metadata") from None
-
-
-def _execute(cur: BulkCursor, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    if params:
-        cur.execute(sql, params)
-    else:
-        cur.execute(sql)
-    if cur.description is None:  # no result set (DDL)
-        return []
-    rows: list[tuple[Any, ...]] = cur.fetchall()
-    return rows
-
-
-def _check_types(cur: BulkCursor, columns: ArchivedColumns) -> None:
-    """Type names come from a file: each must parse as one type name (no SQL)."""
-    for name, type_sql in columns.types.items():
-        try:
-            ok = _execute(cur, "SELECT to_regtype($1) IS NOT NULL", (type_sql,))[0][0]
-        except Exception:
-            ok = False
-        if not ok:
-            raise InputError(f"column {name!r}: archived type {type_sql!r} does not exist here")
+    def count(self, table: str, key: str, n: int = 1) -> None:
+        counts = self.per_table.setdefault(table, {"rows": 0, "retired": 0, "rewritten": 0})
+        counts[key] += n
 
 
 def _target(cur: BulkCursor, plan: RestorePlan, source_table: str, columns: ArchivedColumns) -> str:
@@ -104,115 +92,44 @@ def _target(cur: BulkCursor, plan: RestorePlan, source_table: str, columns: Arch
         if name.schema
         else quote_ident(name.name)
     )
-    if _execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
+    if execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
         return quoted
     if plan.into is None:
         raise InputError(f"table {source_table} does not exist; restore --into a new table")
     defs = [f"{quote_ident(n)} {t}" for n, t in columns.types.items()]
     defs.append(f"PRIMARY KEY ({', '.join(quote_ident(k) for k in columns.key)})")
-    _execute(cur, f"CREATE TABLE {quoted} ({', '.join(defs)})")
+    execute(cur, f"CREATE TABLE {quoted} ({', '.join(defs)})")
     return quoted
 
 
-_TARGET_COLUMNS = """
-SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attgenerated <> ''
-FROM pg_attribute a
-WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
-"""
-
-
 @dataclass(frozen=True)
-class ColumnMap:
-    """How one file's columns land in the table as it is today, matched by name."""
+class FileRestore:
+    """What restoring one file did: rows inserted, how its columns were matched, and in
+    a move back the positions of the rows it keeps (None: a copy) with, where Arrow
+    does not order its key as PostgreSQL does, their smallest and largest key."""
 
-    values: dict[str, str]  # column to insert -> SQL value from the staged row
-    added: tuple[str, ...]  # in today's table only: they take their defaults
-    dropped: tuple[str, ...]  # in the archive only: refused, or left out when asked
-    generated: tuple[str, ...]  # generated today: PostgreSQL computes them again
-    # (column, archived type, today's type): assigned as an INSERT assigns, so a value that
-    # does not fit is an error (an explicit ::varchar(5) would truncate it silently)
-    retyped: tuple[tuple[str, str, str], ...]
-
-    def differences(self) -> str:
-        parts = [f"added {c} (its default)" for c in self.added]
-        parts += [f"dropped {c} (left out)" for c in self.dropped]
-        parts += [f"generated {c} (computed again)" for c in self.generated]
-        parts += [f"{c}: {old} -> {new} (cast)" for c, old, new in self.retyped]
-        return "; ".join(parts)
-
-
-def map_columns(
-    cur: BulkCursor, target: str, archived: ArchivedColumns, staged: set[str], plan: RestorePlan
-) -> ColumnMap:
-    today = {str(n): (str(t), bool(g)) for n, t, g in _execute(cur, _TARGET_COLUMNS, (target,))}
-    values: dict[str, str] = {}
-    dropped, generated, retyped = [], [], []
-    for name, type_sql in archived.types.items():
-        if name not in today:
-            dropped.append(name)
-            continue
-        current, is_generated = today[name]
-        if is_generated:
-            generated.append(name)
-            continue
-        value = pgtypes.restore_expression(
-            name, type_sql, name + pgtypes.PG_TEXT_SUFFIX in staged, "s"
-        )
-        if current != type_sql:  # INSERT assigns it: never an explicit cast, which truncates
-            retyped.append((name, type_sql, current))
-        values[name] = value
-    lost = [k for k in (*archived.key, archived.cutoff) if k and k not in values]
-    if lost:
-        raise InputError(
-            f"{target} no longer has the archived key or cutoff column {', '.join(lost)} "
-            "as an ordinary column; nothing restored"
-        )
-    if dropped and not plan.ignore_dropped_columns:
-        raise InputError(
-            f"archived columns {', '.join(dropped)} no longer exist in {target}; nothing "
-            "restored (--ignore-dropped-columns restores the other columns)"
-        )
-    added = tuple(n for n, (_, g) in today.items() if n not in archived.types and not g)
-    return ColumnMap(values, added, tuple(dropped), tuple(generated), tuple(retyped))
-
-
-def _check_casts(
-    cur: BulkCursor, columns: ColumnMap, stage: str, where: str, params: tuple[Any, ...]
-) -> None:
-    """Assign each retyped column's values to today's type on its own, so a value that
-    does not fit names its column. Any failure aborts the one restore transaction."""
-    check = quote_ident("archiver_restore_cast")
-    for name, old, new in columns.retyped:
-        try:
-            _execute(cur, f"CREATE TEMPORARY TABLE {check} (v {new})")
-            _execute(
-                cur,
-                f"INSERT INTO {check} SELECT {columns.values[name]} FROM {stage} WHERE {where}",
-                params,
-            )
-            _execute(cur, f"DROP TABLE {check}")
-        except adbc_driver_manager.Error as exc:
-            raise InputError(
-                f"column {name!r}: an archived {old} value does not fit today's type {new} "
-                f"({first_line(exc)}); nothing restored"
-            ) from None
+    rows: int
+    mapped: ColumnMap
+    kept: list[int] | None = None
+    ordered_keys: tuple[list[Any], list[Any]] | None = None
 
 
 def _restore_file(
     cur: BulkCursor,
-    local: Path,
+    data: pa.Table,
     name: str,
     target: str,
     plan: RestorePlan,
     columns: ArchivedColumns,
     parents: list[ForeignKey],
-) -> tuple[int, ColumnMap]:
-    """Stage one file (downloaded to `local`; `name` on storage) and insert its rows (in
-    range) into target: (rows inserted, how its columns were matched)."""
-    data = staging_table(pq.read_table(local))
-    cur.adbc_ingest(STAGE, data, mode="create", temporary=True)
-    mapped = map_columns(cur, target, columns, set(data.column_names), plan)
+) -> FileRestore:
+    """Stage one file (`data`, read from `name` on storage) and insert its rows (in
+    range) into target."""
+    staged = staging_table(data).append_column(ROW, pa.array(range(data.num_rows), pa.int64()))
+    cur.adbc_ingest(STAGE, staged, mode="create", temporary=True)
+    mapped = map_columns(
+        cur, target, columns, set(staged.column_names), plan.ignore_dropped_columns
+    )
     values = mapped.values
     if columns.cutoff:
         cutoff = values[columns.cutoff]
@@ -227,10 +144,10 @@ def _restore_file(
         where = f"(($1::text IS NULL AND $2::text IS NULL) OR ({present or 'false'}))"
     params = (plan.cutoff_from, plan.cutoff_to)
     stage = f"{quote_ident(STAGE)} s"
-    _check_casts(cur, mapped, stage, where, params)
+    check_casts(cur, mapped, stage, where, params)
     if not plan.skip_conflicts:
         match = " AND ".join(f"t.{quote_ident(k)} = {values[k]}" for k in columns.key)
-        taken = _execute(
+        taken = execute(
             cur,
             f"SELECT count(*) FROM {stage} WHERE {where} "
             f"AND EXISTS (SELECT FROM {target} t WHERE {match})",
@@ -241,25 +158,89 @@ def _restore_file(
                 f"{taken} archived rows of {name} have keys already in {target}; "
                 "nothing restored (--on-conflict skip restores the others)"
             )
-    names = ", ".join(quote_ident(n) for n in values)
+    names_ = ", ".join(quote_ident(n) for n in values)
     exprs = ", ".join(values.values())
     conflict = " ON CONFLICT DO NOTHING" if plan.skip_conflicts else ""
-    inserted = _execute(
-        cur,
-        f"WITH ins AS (INSERT INTO {target} ({names}) OVERRIDING SYSTEM VALUE "
-        f"SELECT {exprs} FROM {stage} WHERE {where}{conflict} RETURNING 1) "
-        "SELECT count(*) FROM ins",
-        params,
-    )[0][0]
-    _execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
-    return int(inserted), mapped
+    insert = (
+        f"INSERT INTO {target} ({names_}) OVERRIDING SYSTEM VALUE "
+        f"SELECT {exprs} FROM {stage} WHERE {where}{conflict}"
+    )
+    if not plan.moves_back:
+        inserted = execute(
+            cur, f"WITH ins AS ({insert} RETURNING 1) SELECT count(*) FROM ins", params
+        )
+        execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
+        return FileRestore(int(inserted[0][0]), mapped)
+    # A move back: the rows the file keeps are those not inserted (outside the range,
+    # or skipped as a conflict), matched by key with what the INSERT returned.
+    keys = [quote_ident(k) for k in columns.key]
+    inserted_row = " AND ".join(
+        f"i.{k} = {values[c]}" for k, c in zip(keys, columns.key, strict=True)
+    )
+    kept = [
+        int(r[0])
+        for r in execute(
+            cur,
+            f"WITH ins AS ({insert} RETURNING {', '.join(keys)}) "
+            f"SELECT s.{quote_ident(ROW)} FROM {stage} "
+            f"WHERE NOT EXISTS (SELECT FROM ins i WHERE {inserted_row}) ORDER BY 1",
+            params,
+        )
+    ]
+    ordered = None
+    if kept and len(kept) < data.num_rows:
+        ordered = _key_ends(cur, stage, target, columns.key, values, kept)
+    execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
+    return FileRestore(data.num_rows - len(kept), mapped, kept, ordered)
+
+
+_KEY_COLLATIONS = """
+SELECT a.attname::text, quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+JOIN pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
+
+def _key_ends(
+    cur: BulkCursor,
+    stage: str,
+    target: str,
+    key: list[str],
+    values: dict[str, str],
+    kept: list[int],
+) -> tuple[list[Any], list[Any]]:
+    """The smallest and largest key among staged rows `kept`, in PostgreSQL's order:
+    each column compared under its collation in the table (the archive's order)."""
+    collations = dict(execute(cur, _KEY_COLLATIONS, (target,)))
+    ordered = [
+        f"({values[k]}) COLLATE {collations[k]}" if k in collations else f"({values[k]})"
+        for k in key
+    ]
+    text = ", ".join(f"({values[k]})::text" for k in key)
+    rows = (
+        f"s.{quote_ident(ROW)} = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint))"
+    )
+    ends = []
+    for direction in ("ASC", "DESC"):
+        order = ", ".join(f"{k} {direction}" for k in ordered)
+        ends.append(
+            list(
+                execute(
+                    cur,
+                    f"SELECT {text} FROM {stage} WHERE {rows} ORDER BY {order} LIMIT 1",
+                    (json.dumps(kept),),
+                )[0]
+            )
+        )
+    return ends[0], ends[1]
 
 
 def restore(
     conn: BulkConnection, storage: Storage, plan: RestorePlan, workdir: Path, report: Report
-) -> int:
-    """Restore the plan's files in one transaction; returns the rows restored (or, in a
-    dry run, that would be)."""
+) -> Restored:
+    """Restore the plan's files in one transaction: what it did (or, in a dry run,
+    would do). A move back also takes the rows out of the archive in it."""
     tables = list(dict.fromkeys(f.source_table for f in plan.files))
     if len(tables) > 1 and plan.into is not None:
         raise InputError(f"files of several tables match ({', '.join(tables)}); --into takes one")
@@ -273,36 +254,50 @@ def restore(
     order = {t: i for i, t in enumerate(ordered)}
     # a stable sort: within a table the catalog's order (oldest file first) stands
     files = sorted(plan.files, key=lambda f: order[f.source_table])
-    total = 0
+    done = Restored()
     targets: dict[str, str] = {}
     target = ""
     said = ""  # the column differences last reported
+    verb = "would be restored" if plan.dry_run else "restored"
     try:
+        if plan.moves_back and not ledger.lock_files(conn, [f.id for f in files]):
+            raise InputError(
+                "some of these files left the archive meanwhile (another restore?); "
+                "nothing restored, run it again"
+            )
         with conn.cursor() as cur, tempfile.TemporaryDirectory(dir=workdir) as tmp:
             for i, f in enumerate(files, 1):
                 local = Path(tmp) / "restore.parquet"
                 storage.download(f.path, local)
                 columns = ArchivedColumns.of(local)
-                _check_types(cur, columns)  # files may come from different schema versions
+                check_types(cur, columns)  # files may come from different schema versions
                 if f.source_table not in targets:
                     targets[f.source_table] = _target(cur, plan, f.source_table, columns)
                 target = targets[f.source_table]
                 if columns.partition and plan.into is None:
                     _recreate_partition(cur, target, *columns.partition)
                 parents = [k for k in keys if k.child == f.source_table]
-                rows, mapped = _restore_file(cur, local, f.path, target, plan, columns, parents)
-                total += rows
-                if mapped.differences() != said:
-                    said = mapped.differences()
+                data = pq.read_table(local)
+                one = _restore_file(cur, data, f.path, target, plan, columns, parents)
+                done.rows += one.rows
+                done.count(f.source_table, "rows", one.rows)
+                if one.mapped.differences() != said:
+                    said = one.mapped.differences()
                     report(f"{f.path}: columns: {said or 'as archived'}")
+                left = _take_out(storage, f, data, one, plan, Path(tmp), done)
                 report(
-                    f"{f.path}: {rows} of {f.row_count} rows "
-                    f"{'would be ' if plan.dry_run else ''}restored ({i}/{len(files)} files)"
+                    f"{f.path}: {one.rows} of {f.row_count} rows {verb}{left} ({i}/{len(files)} files)"
                 )
         if plan.dry_run:
             conn.rollback()
-        else:
-            conn.commit()
+            return done
+        if plan.moves_back:
+            assert plan.operation is not None
+            failpoints.reach("restore_before_commit")
+            ledger.commit_changes(
+                conn, plan.operation, done.retired, done.written, done.rows, done.per_table
+            )
+        conn.commit()
     except adbc_driver_manager.Error as exc:
         conn.rollback()
         raise RestoreFailed(
@@ -311,7 +306,33 @@ def restore(
     except BaseException:
         conn.rollback()
         raise
-    return total
+    return done
+
+
+def _take_out(
+    storage: Storage,
+    f: CatalogFile,
+    data: pa.Table,
+    one: FileRestore,
+    plan: RestorePlan,
+    tmp: Path,
+    done: Restored,
+) -> str:
+    """A move back: the file retired when all its rows went back, rewritten without them
+    when some did (not in a dry run). Says what happened to the file."""
+    if one.kept is None or len(one.kept) == data.num_rows:
+        return ""
+    done.retired.append(f.id)
+    done.count(f.source_table, "retired")
+    if not one.kept:
+        return ", the file leaves the archive"
+    done.count(f.source_table, "rewritten")
+    if plan.operation is None:  # a dry run
+        return f", the file would be rewritten with the other {len(one.kept)}"
+    name = names.rewritten_name(f.path, plan.operation)
+    written = rewrite(storage, f, data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys)
+    done.written.append(written)
+    return f", the other {len(one.kept)} kept in {name}"
 
 
 _BOUND = re.compile(r"FOR VALUES FROM \((?:'[^']*'|MINVALUE)\) TO \((?:'[^']*'|MAXVALUE)\)")
@@ -324,7 +345,7 @@ def _recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str) -> 
         raise InputError(f"partition {name}: unexpected bound {bound!r} in the file's metadata")
     partition = TableName.parse(name)
     quoted = f"{quote_ident(partition.schema or 'public')}.{quote_ident(partition.name)}"
-    _execute(cur, f"CREATE TABLE IF NOT EXISTS {quoted} PARTITION OF {parent} {bound}")
+    execute(cur, f"CREATE TABLE IF NOT EXISTS {quoted} PARTITION OF {parent} {bound}")
 
 
 def parents_first_today(

@@ -54,12 +54,15 @@ def rows_in_blobs(connection_string: str, container: str, names: list[str]) -> l
     return rows
 
 
-def catalog_paths(url: str, table: str | None = None) -> list[str]:
-    """Paths of the catalogued files, of one table (schema.table) or of all."""
+def catalog_paths(url: str, table: str | None = None, *, retired: bool = False) -> list[str]:
+    """Paths of the catalogued files, of one table (schema.table) or of all; with
+    `retired`, also of files whose rows left the archive (about to be deleted)."""
     rows = sql(
         url,
-        "SELECT path FROM archive_files WHERE $1::text IS NULL OR source_table = $1 ORDER BY job_id, part",
+        "SELECT path FROM archive_files WHERE ($1::text IS NULL OR source_table = $1) "
+        "AND ($2 OR state <> 'retired') ORDER BY job_id, part",
         table,
+        retired,
     )
     return [r["path"] for r in rows]
 

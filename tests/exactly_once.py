@@ -21,7 +21,7 @@ def assert_exactly_once(
     table, or in exactly one row of exactly one catalogued file. No stray blobs.
     `database_url` holds the catalog; the table is there too unless `source_url` says."""
     left = [r["id"] for r in sql(source_url or database_url, f'SELECT id FROM "{table}"')]
-    expected_blobs = sorted({*catalog_paths(database_url), *stray_blobs})
+    expected_blobs = sorted({*catalog_paths(database_url, retired=True), *stray_blobs})
     assert blob_names(connection_string, container) == expected_blobs, "blobs and catalog differ"
     paths = catalog_paths(database_url, f"public.{table}")
     archived = [r["id"] for r in rows_in_blobs(connection_string, container, paths)]

@@ -1,6 +1,6 @@
 """`archiver restore`: by job or by cutoff range (reading only overlapping files), into
 the original table or another, conflicts refused or skipped, dry runs and failures
-changing nothing."""
+changing nothing. (Rows leaving the archive as they go back: tests/test_restore_move.py.)"""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_restore_by_range_reads_only_overlapping_files(h: Harness) -> None:
 
 def test_restore_into_original_refuses_conflicts_then_skips_them(h: Harness) -> None:
     job = move_all(h, 3000)
-    first = h.cli("restore", "--job", job)
+    first = h.cli("restore", "--job", job, "--keep-archive")  # a copy: the files stay
     assert first.returncode == 0, first.stderr
     assert same_rows(h.url, "orders", "snapshot")
 
@@ -95,6 +95,10 @@ def test_restore_into_original_refuses_conflicts_then_skips_them(h: Harness) -> 
     assert skipped.returncode == 0, skipped.stderr
     assert "restored 1500 rows" in skipped.stdout
     assert same_rows(h.url, "orders", "snapshot")
+    # the rows skipped stay archived (their keys are live with other values, maybe):
+    # each file rewritten with only those
+    assert "they left the archive: 3 files rewritten without them" in skipped.stdout
+    assert sorted(r["id"] for r in h.archived()) == list(range(1, 3001, 2))
 
 
 def test_restore_into_another_table_and_a_failure_changes_nothing(h: Harness) -> None:

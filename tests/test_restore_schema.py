@@ -65,7 +65,10 @@ def test_restore_onto_a_changed_schema(h: Harness) -> None:
     for line in said:
         assert "dropped old_col (left out)" in line and "generated total (computed again)" in line
         assert "note: character varying(20) -> text (cast)" in line
-    assert dry.stdout.strip().endswith("would restore 40 rows from 2 files into public.items")
+    assert (
+        "would restore 40 rows from 2 files into public.items; they would leave the archive: "
+        "2 files emptied" in dry.stdout
+    )
     assert sql_value(url, "SELECT count(*) FROM items") == 20
 
     done = h.cli("restore", "--table", "items", "--ignore-dropped-columns")

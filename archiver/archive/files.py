@@ -22,7 +22,7 @@ from archiver.model import ArchivedFile
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
 from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import FIRST_KEY, LAST_KEY
-from archiver.storage.seam import HashingSink, StoredObject
+from archiver.storage.seam import HashingSink, StoredObject, check_stored
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
 # the encoder while the driver fills the next, so they are most of what a chunk holds
@@ -129,12 +129,7 @@ def verify(
     of: FileOf,
 ) -> ArchivedFile:
     """What the service holds equals what was sent; the file holds every row taken."""
-    size = local.stat().st_size
-    if stored.size != size or stored.md5 != md5:
-        raise VerificationError(
-            f"{name}: storage reports {stored.size} bytes md5 {stored.md5}, "
-            f"sent {size} bytes md5 {md5}"
-        )
+    size = check_stored(name, local, md5, stored)
     file_rows, _ = read_metadata(local)
     if file_rows != rows_taken:
         raise VerificationError(f"{name}: file holds {file_rows} rows, {rows_taken} were taken")

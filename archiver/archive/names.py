@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 _ATTEMPT = re.compile(r"-a(\d+)-part-\d+\.parquet$")
+_REWRITE = re.compile(r"^rewrite-\d+-")
 
 
 def file_name(table: str, job_id: str, attempt: int, part: int) -> str:
@@ -27,3 +28,16 @@ def attempt_of(name: str) -> int | None:
     """The attempt that wrote `name`; None for a name archiver did not make."""
     match = _ATTEMPT.search(name)
     return int(match.group(1)) if match else None
+
+
+def rewritten_name(name: str, operation: int) -> str:
+    """Where archive operation `operation` (archiver.ledger) writes the rows of `name` it
+    keeps: beside it, `rewrite-<operation>-` before its own name (an earlier rewrite's
+    prefix replaced). A new name: a file is never overwritten."""
+    folder, _, base = name.rpartition("/")
+    return f"{folder}/rewrite-{operation}-{_REWRITE.sub('', base)}"
+
+
+def rewrite_prefix(table: str, operation: int) -> str:
+    """Every file operation `operation` writes of `table` starts with this."""
+    return f"{table}/rewrite-{operation}-"

@@ -5,14 +5,17 @@ numbered publications, one publisher per table at a time (a session advisory loc
 the catalog: Delta's own conflict check lets two concurrent appends through):
 
  1 number  one catalog transaction gives every committed file of the table that is not
-           in the log yet the next publication number. A publication numbered before a
-           crash is done again with the same files.
+           in the log yet, and every retired one that is (archiver.ledger), the next
+           publication number. A publication numbered before a crash is done again with
+           the same files.
  2 commit  unless the Delta log's app transaction `archiver` is at that number already
-           (the crash came after the commit), one Delta commit adds the files, with
-           their statistics and txn(archiver, number). New columns and widened types
-           reach the table's schema first, in commits of their own (repeating one
-           changes nothing).
- 3 record  the catalog notes the number as published.
+           (the crash came after the commit), one Delta commit adds the new files, with
+           their statistics, removes the retired ones and records txn(archiver, number):
+           a file and its rewrite change places in one version, so no reader sees
+           their rows twice or not at all. New columns and widened types reach the
+           table's schema first, in commits of their own (repeating one changes nothing).
+ 3 record  the catalog notes the number as published; then the retired files out of the
+           log are deleted (ledger.sweep).
 
 So a file is never in the Delta table twice (its number is committed once), never
 before its chunk committed (only committed files are numbered), and none is missing
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archiver import failpoints
+from archiver import failpoints, ledger
 from archiver.bulk import BulkConnection, Row
 from archiver.config import StorageLocation
 from archiver.db import query
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 
 APP_ID = "archiver"  # the Delta app transaction every publication carries
 BATCH_FILES = 10_000  # files one publication adds at most
+CHECKPOINT_EVERY = 100  # Delta versions between checkpoints (delta.checkpointInterval)
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Published:
     table: str
     files: int = 0
     rows: int = 0
+    removed: int = 0  # retired files taken out
     version: int | None = None
     refused: list[str] = field(default_factory=list)
 
@@ -93,6 +98,7 @@ class Publisher:
                 self._forget()
             while (number := self._number()) is not None:
                 self._publish(number, done)
+            ledger.sweep(self.conn, self.storage, self.table)
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
@@ -140,6 +146,8 @@ class Publisher:
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         files = self._files(number, done)
+        removals = self._rows("delta_removals", number)
+        self.conn.commit()
         table = self._table()
         fields = json.loads(table.schema().to_json())["fields"] if table else []
         adds: list[AddAction] = []
@@ -160,32 +168,37 @@ class Publisher:
         table = self._evolve(table, changes)
         if table is not None and (table.transaction_version(APP_ID) or 0) >= number:
             log.info("%s: publication %d was committed before a restart", self.table, number)
-        elif adds:
+        elif adds or removals:
             assert table is not None
             self._still_locked()
             failpoints.reach("before_delta_commit")
-            table.create_write_transaction(
-                adds,
-                mode="append",
-                schema=table.schema(),
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(APP_ID, number)],
-                    custom_metadata={"archiver.publication": str(number)},
-                ),
-            )
+            if removals:
+                self._replace(table, number, adds, removals)
+            else:
+                table.create_write_transaction(
+                    adds,
+                    mode="append",
+                    schema=table.schema(),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(APP_ID, number)],
+                        custom_metadata={"archiver.publication": str(number)},
+                    ),
+                )
             failpoints.reach("after_delta_commit")
             table = DeltaTable(self.uri, storage_options=self.options)
             done.files += len(adds)
             done.rows += rows
+            done.removed += len(removals)
         version = table.version() if table is not None else None
         self._run("delta_published", self.url, self.table, number, version)
         self.conn.commit()
         done.version = version
         log.info(
-            "%s: publication %d: %s added to the Delta table (version %s)",
+            "%s: publication %d: %s added to the Delta table, %s removed (version %s)",
             self.table,
             number,
             counted(len(adds), "file"),
+            len(removals),
             version,
         )
 
@@ -272,6 +285,63 @@ class Publisher:
             for name, old, new in changes.widened:
                 log.info("%s: column %s widened from %s to %s", self.table, name, old, new)
         return DeltaTable(self.uri, storage_options=self.options)
+
+    def _replace(
+        self, table: Any, number: int, adds: list[Any], removals: list[tuple[Any, ...]]
+    ) -> None:
+        """One Delta commit that removes the retired files and adds the new ones (their
+        rewrites among them), with txn(archiver, number). Written as the protocol says
+        (put-if-absent of the next version's file), as _write_schema does: delta-rs's
+        write transactions take add actions only."""
+        from deltalake import DeltaTable
+
+        table.update_incremental()
+        version = table.version() + 1
+        now = int(time.time() * 1000)
+        actions: list[dict[str, Any]] = [
+            {
+                "commitInfo": {
+                    "timestamp": now,
+                    "operation": "DELETE",
+                    "operationParameters": {"predicate": "rows taken out of the archive"},
+                    "isBlindAppend": False,
+                    "engineInfo": "archiver",
+                    "archiver.publication": str(number),
+                }
+            },
+            {"txn": {"appId": APP_ID, "version": number, "lastUpdated": now}},
+        ]
+        for path, size in removals:
+            actions.append(
+                {
+                    "remove": {
+                        "path": str(path)[len(self.root) + 1 :],
+                        "deletionTimestamp": now,
+                        "dataChange": True,
+                        "extendedFileMetadata": True,
+                        "partitionValues": {},
+                        "size": int(size),
+                    }
+                }
+            )
+        for add in adds:
+            actions.append(
+                {
+                    "add": {
+                        "path": add.path,
+                        "partitionValues": {},
+                        "size": add.size,
+                        "modificationTime": add.modification_time,
+                        "dataChange": True,
+                        "stats": add.stats,
+                    }
+                }
+            )
+        body = "\n".join(json.dumps(a) for a in actions) + "\n"
+        if not self.storage.create(f"{self.root}/{LOG_DIR}/{version:020d}.json", body.encode()):
+            raise RuntimeError(f"{self.table}: Delta version {version} was written meanwhile")
+        if version % CHECKPOINT_EVERY == 0:  # as delta-rs's own commits do
+            DeltaTable(self.uri, storage_options=self.options).create_checkpoint()
 
     def _write_schema(self, table: Any, schema: str) -> None:
         """A metaData action with the widened schema, committed as Delta's protocol

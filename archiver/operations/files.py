@@ -8,19 +8,20 @@ import datetime as dt
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db, jobqueue
+from archiver import db, failpoints, jobqueue
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError
 from archiver.ident import TableName
-from archiver.model import ArchiveRequest, CatalogFile
+from archiver.model import ArchiveRequest, CatalogFile, FileState
 from archiver.operations.inspect import aggregate_children
 
 if TYPE_CHECKING:
+    from archiver.restore import Restored
     from archiver.storage.seam import Storage
 
 
@@ -50,17 +51,27 @@ async def restore(
     selection: FileSelection,
     *,
     into: str | None,
+    keep_archive: bool,
     skip_conflicts: bool,
     dry_run: bool,
     ignore_dropped_columns: bool,
     report: Callable[[str], None],
-) -> tuple[int, list[CatalogFile]]:
-    """Restore the selected committed files in one transaction: (rows, files)."""
+) -> tuple[Restored, list[CatalogFile]]:
+    """Restore the selected committed files in one transaction: what it did, and the
+    files. Into the archived table (not --into, not --keep-archive) the rows move back:
+    out of the archive in the same transaction (archiver.ledger)."""
+    from archiver import ledger
     from archiver.restore import RestorePlan, restore
     from archiver.storage import open_storage
 
     if into is not None:
         TableName.parse(into)
+    moves_back = into is None and not keep_archive
+    if moves_back and not settings.same_database:
+        raise InputError(
+            "restore: the catalog is in another database than the source, so rows cannot "
+            "leave the archive in the restore's transaction; --keep-archive copies them back"
+        )
     files = await selection.files(settings, state="committed")
     if not files:
         raise InputError("no archived files match")
@@ -75,13 +86,39 @@ async def restore(
         selection.cutoff_to,
         dry_run,
         ignore_dropped_columns,
+        moves_back=moves_back,
     )
+    tables = list(dict.fromkeys(f.source_table for f in files))
+    request = {
+        "job": str(selection.job_id) if selection.job_id else None,
+        "table": selection.table,
+        "from": selection.cutoff_from,
+        "to": selection.cutoff_to,
+        "on_conflict": "skip" if skip_conflicts else "refuse",
+    }
 
-    def run(conn: BulkConnection) -> int:
-        return restore(conn, storage, plan, Path(tempfile.gettempdir()), report)
+    def run(conn: BulkConnection) -> Restored:
+        workdir = Path(tempfile.gettempdir())
+        if not moves_back or dry_run:
+            return restore(conn, storage, plan, workdir, report)
+        operation = ledger.begin(conn, "restore", str(storage.location), tables, request)
+        try:
+            done = restore(conn, storage, replace(plan, operation=operation), workdir, report)
+        except BaseException:
+            ledger.abandon(conn, storage, operation, tables)
+            raise
+        finally:
+            ledger.end(conn, operation)
+        failpoints.reach("restore_committed")
+        for table in tables:  # files never published go now; the others after their
+            ledger.reap(conn, storage, table)  # removal from the Delta log
+        return done
 
-    rows: int = await on_source(settings.effective_source_url, run)
-    return rows, files
+    done: Restored = await on_source(settings.effective_source_url, run)
+    if moves_back and not dry_run and done.retired:
+        async with db.connection(settings.database_url) as conn:
+            await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+    return done, files
 
 
 async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
@@ -135,9 +172,11 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     return len(files), problems
 
 
+# In the Delta log: added by a published publication, not yet removed by one.
 PUBLISHED = """
 SELECT f.path FROM archive_files f JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.source_table = $2 AND f.publication <= d.published
+  AND (f.unpublication IS NULL OR f.unpublication > d.published)
 """
 
 
@@ -194,8 +233,8 @@ def _verify(
     here = str(storage.location)
     problems: list[str] = []
     workdir = Path(tempfile.gettempdir())
-    for f in files:
-        if f.storage_url == here:
+    for f in files:  # a retired file is known, and about to be deleted: not checked
+        if f.storage_url == here and f.state != FileState.RETIRED:
             problems += verify_file(storage, f, workdir)
     paths = {f.path for f in known if f.storage_url == here}
     problems += [

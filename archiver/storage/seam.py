@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from archiver.config import StorageLocation
+from archiver.errors import VerificationError
 
 _READ_BLOCK = 8 * 1024 * 1024
 
@@ -111,6 +112,17 @@ def put_file(storage: Storage, name: str, path: Path) -> StoredObject:
         return upload.commit(file_md5(path))
     finally:
         upload.abort()
+
+
+def check_stored(name: str, local: Path, md5: str, stored: StoredObject) -> int:
+    """The service holds what was sent (size and MD5 as it reports them); the size."""
+    size = local.stat().st_size
+    if stored.size != size or stored.md5 != md5:
+        raise VerificationError(
+            f"{name}: storage reports {stored.size} bytes md5 {stored.md5}, "
+            f"sent {size} bytes md5 {md5}"
+        )
+    return size
 
 
 def file_md5(path: Path) -> str:

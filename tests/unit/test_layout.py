@@ -23,6 +23,9 @@ DATA_PATH = (
     "archiver.bulk",
     "archiver.catalog",
     "archiver.restore",
+    "archiver.remap",
+    "archiver.rewrite",
+    "archiver.ledger",
     "archiver.verify",
     "archiver.delta",
 )

@@ -1,0 +1,161 @@
+"""Operations that take rows out of the archive, and the files they leave behind.
+
+Each row lives in exactly one place. An operation that takes rows out of the archive (a
+restore that moves them back; later, retention and erasure) works in four steps:
+
+ 1 begin    a ledger row (archive_ledger, status running) is committed, its session
+            advisory lock taken with it and held until the operation ends;
+ 2 rewrite  each file that keeps some of its rows is rewritten without the others,
+            under a new name (`rewrite-<operation>-…`, names.rewritten_name), uploaded
+            and checked; nothing is catalogued yet;
+ 3 commit   ONE transaction -- the restore's own, with its inserted rows -- retires the
+            emptied and rewritten files (state 'retired'), catalogues the rewritten ones
+            in their place (same job and part) and marks the ledger row done;
+ 4 reap     a retired file leaves its Delta table in a numbered publication (the
+            publisher's `unpublication`, in the same Delta commit that adds its
+            rewrite), then its blob and its catalog row are deleted.
+
+A crash before 3 leaves the catalog as it was and rewritten blobs nobody catalogued;
+the ledger row stays `running` with its lock free, and the next sweep (a publish job of
+the table, queued by any worker's maintenance) deletes those blobs and marks it
+abandoned. A crash after 3 leaves retired files, which the sweep takes out of the Delta
+log and deletes. So at every moment each row is catalogued once: in the old file or in
+its rewrite and the database, never both, never neither.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import socket
+from typing import Any
+
+from archiver.archive import names
+from archiver.bulk import BulkConnection, fetch_all
+from archiver.catalog import insert_file
+from archiver.db import query
+from archiver.model import ArchivedFile, FileState
+from archiver.storage.seam import Storage
+
+log = logging.getLogger(__name__)
+
+
+def actor() -> str:
+    """Who runs this command, for the ledger: user@host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (a container)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _run(conn: BulkConnection, name: str, *params: Any) -> list[Any]:
+    with conn.cursor() as cur:
+        cur.execute(query(name), params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def begin(
+    conn: BulkConnection,
+    operation: str,
+    storage_url: str,
+    tables: list[str],
+    request: dict[str, Any],
+) -> int:
+    """Step 1: the ledger row, committed, and its lock held by this session."""
+    rows = _run(
+        conn,
+        "ledger_begin",
+        operation,
+        actor(),
+        storage_url,
+        json.dumps(tables),
+        json.dumps(request),
+    )
+    conn.commit()
+    return int(rows[0][0])
+
+
+def end(conn: BulkConnection, operation: int) -> None:
+    """Give the operation's lock back (it also goes with the session)."""
+    _run(conn, "ledger_unlock", operation)
+    conn.commit()
+
+
+def lock_files(conn: BulkConnection, ids: list[int]) -> bool:
+    """In the operation's transaction: lock the files it will retire. False when some
+    were retired meanwhile (another operation took their rows)."""
+    return len(_run(conn, "ledger_lock_files", json.dumps(ids))) == len(set(ids))
+
+
+def commit_changes(
+    conn: BulkConnection,
+    operation: int,
+    retired: list[int],
+    written: list[ArchivedFile],
+    rows: int,
+    detail: dict[str, Any],
+) -> None:
+    """Step 3, in the operation's open transaction (the caller commits): the files
+    retired, their rewrites catalogued, the ledger row done."""
+    _run(conn, "ledger_retire", json.dumps(retired), operation)
+    for f in written:
+        insert_file(conn, f, FileState.COMMITTED)
+    _run(conn, "ledger_done", operation, rows, json.dumps(detail))
+
+
+def abandon(conn: BulkConnection, storage: Storage, operation: int, tables: list[str]) -> int:
+    """An operation that did not commit: delete the rewritten blobs it left (none is
+    catalogued, since its step 3 never committed) and mark its row abandoned. Returns
+    how many blobs went."""
+    here = str(storage.location)
+    deleted = 0
+    for table in tables:
+        for stored in list(
+            storage.list(storage.object_name(names.rewrite_prefix(table, operation)))
+        ):
+            if not fetch_all(conn, query("catalogued_path"), (here, stored.name))[0][0]:
+                storage.delete(stored.name)
+                deleted += 1
+    _run(conn, "ledger_abandon", operation)
+    conn.commit()
+    return deleted
+
+
+def sweep(conn: BulkConnection, storage: Storage, table: str | None = None) -> None:
+    """What dead operations left on this storage (their rewritten blobs), then the
+    retired files of `table` that are out of its Delta log (their blobs and rows)."""
+    for operation, tables in _run(conn, "ledger_running", str(storage.location)):
+        conn.commit()
+        try:
+            gone = abandon(conn, storage, int(operation), json.loads(tables))
+            log.warning(
+                "archive operation %s did not finish (its process died): abandoned, "
+                "%d rewritten files deleted, the archive is as it was",
+                operation,
+                gone,
+            )
+        finally:
+            end(conn, int(operation))
+    conn.commit()
+    if table is not None:
+        reap(conn, storage, table)
+
+
+def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
+    """Step 4's end: delete the blobs of `table`'s retired files that are out of its
+    Delta log, then their catalog rows (a crash between the two deletes the blob again,
+    which is no error). Returns how many went."""
+    here = str(storage.location)
+    total = 0
+    while batch := fetch_all(conn, query("reapable"), (here, table)):
+        for file_id, path in batch:
+            storage.delete(str(path))
+            _run(conn, "reaped", int(file_id))
+        conn.commit()
+        total += len(batch)
+    conn.commit()
+    if total:
+        log.info("%s: %d retired files deleted", table, total)
+    return total

@@ -1,0 +1,87 @@
+"""A catalogued file written again with only some of its rows (archiver.ledger, step 2):
+the rows kept, byte for byte the same values and the same columns, types and metadata,
+under a new name; uploaded, checked as a chunk's file is, and described for the
+catalog and the Delta log as the original was."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from archiver.archive.stats import ChunkStats, in_arrow_order, key_text
+from archiver.delta.facts import NotDeltaType, file_facts
+from archiver.errors import VerificationError
+from archiver.model import ArchivedFile, CatalogFile
+from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata
+from archiver.storage.seam import Storage, check_stored, file_md5, put_file
+
+
+def rewrite(
+    storage: Storage,
+    original: CatalogFile,
+    data: pa.Table,
+    keep: Sequence[int],
+    name: str,
+    local: Path,
+    ordered_keys: tuple[list[Any], list[Any]] | None = None,
+) -> ArchivedFile:
+    """Write rows `keep` (positions in `data`, the original file as read, ascending) to
+    `local`, store it as `name`, and return its catalog row. `ordered_keys`: the
+    smallest and largest kept key in PostgreSQL's order, for keys Arrow orders
+    differently (text, numeric); None: computed here."""
+    kept = data.take(pa.array(keep, pa.int64()))
+    meta = dict(data.schema.metadata or {})
+    meta[(METADATA_PREFIX + "row_count").encode()] = str(len(keep)).encode()
+    meta[(METADATA_PREFIX + "rewrite_of").encode()] = original.path.encode()
+    kept = kept.replace_schema_metadata(meta)
+    per_row = max(1, kept.nbytes // max(1, kept.num_rows))
+    pq.write_table(
+        kept,
+        local,
+        compression="zstd",
+        use_dictionary=[f.name for f in kept.schema if pa.types.is_dictionary(f.type)],
+        write_statistics=True,
+        row_group_size=max(1, ROW_GROUP_BYTES // per_row),
+    )
+    md5 = file_md5(local)
+    size = check_stored(name, local, md5, put_file(storage, name, local))
+    rows, _ = read_metadata(local)
+    if rows != len(keep):
+        raise VerificationError(f"{name}: file holds {rows} rows, {len(keep)} were kept")
+    keys, cutoff = original.key_columns, original.cutoff_column
+    stats = ChunkStats(arrow_order=in_arrow_order([kept.schema.field(k).type for k in keys]))
+    for batch in kept.to_batches():
+        if batch.num_rows:
+            stats.observe(batch, keys, cutoff)
+    if not stats.arrow_order:
+        assert ordered_keys is not None, "keys Arrow does not order need PostgreSQL's ends"
+        stats.min_key, stats.max_key = (tuple(k) for k in ordered_keys)
+    assert stats.min_key is not None and stats.max_key is not None
+    min_cutoff, max_cutoff = stats.cutoff_range()  # None: unbounded, or no cutoff column
+    try:
+        delta_schema, delta_stats = file_facts(local)
+    except NotDeltaType:  # as for a chunk's file: the publisher names what it leaves out
+        delta_schema = delta_stats = ""
+    return ArchivedFile(
+        job_id=original.job_id,
+        part=original.part,
+        source_table=original.source_table,
+        storage_url=original.storage_url,
+        path=name,
+        row_count=len(keep),
+        byte_size=size,
+        md5=md5,
+        key_columns=keys,
+        min_key=[key_text(v) for v in stats.min_key],
+        max_key=[key_text(v) for v in stats.max_key],
+        cutoff_column=cutoff,
+        min_cutoff_value=min_cutoff,
+        max_cutoff_value=max_cutoff,
+        delta_schema=delta_schema,
+        delta_stats=delta_stats,
+        delta=original.delta,
+    )
