@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 AZURITE := dev/node_modules/.bin/azurite-blob
 
-.PHONY: install demo test unit lint docs bench
+.PHONY: install demo test unit lint docs bench console
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ $(FLAWED_DRIVER): $(STAMP)
 	$(PY) -m pip download -q --no-deps --only-binary :all: -d dev/flawed-driver 'adbc-driver-postgresql==1.12.0'
 	$(PY) -c 'import glob, sys, zipfile; wheel = zipfile.ZipFile(glob.glob("dev/flawed-driver/*.whl")[0]); open(sys.argv[1], "wb").write(wheel.read("adbc_driver_postgresql/libadbc_driver_postgresql.so"))' $@
 
+# For the console's browser tests: Debian's chromium, driven by Playwright (no browser is
+# ever downloaded by Playwright). Installed with apt when missing (root, or sudo).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	$$( [ "$$(id -u)" = 0 ] || echo sudo ) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check archiver tests bench
 	$(VENV)/bin/ruff format --check archiver tests bench
@@ -37,7 +43,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # The whole suite: lint, the docs, then pytest against a real PostgreSQL and Azurite.
-test: install lint docs $(FLAWED_DRIVER)
+test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM)
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest
 
 # The fast tier alone: no PostgreSQL, no Azurite.
@@ -47,6 +53,10 @@ unit: $(STAMP)
 # End to end: seed an orders table, archive its old rows to Azurite with two workers.
 demo: install
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" dev/demo.sh
+
+# The web console over the demo's (or any) queue database, on http://127.0.0.1:8080
+console: install
+	ARCHIVER_DATABASE_URL="$${ARCHIVER_DATABASE_URL:-$$(dev/postgres.sh)}" $(VENV)/bin/archiver console
 
 bench: install
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m bench.run $(BENCH_ARGS)

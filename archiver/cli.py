@@ -18,6 +18,7 @@ import asyncpg
 from archiver import bulk, db, failpoints
 from archiver.commands import (
     cmd_cancel,
+    cmd_console,
     cmd_doctor,
     cmd_enqueue,
     cmd_grants,
@@ -266,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("scheduler", help="enqueue each policy's slots until SIGTERM")
     p.set_defaults(func=cmd_scheduler)
+
+    p = sub.add_parser("console", help="serve the web console for operators until SIGTERM")
+    p.add_argument("--bind", help="HOST:PORT (default ARCHIVER_CONSOLE_BIND, 127.0.0.1:8080)")
+    p.set_defaults(func=cmd_console)
 
     p = sub.add_parser(
         "restore", help="move archived rows back (one transaction, COPY); or copy them"

@@ -16,7 +16,7 @@ from archiver import console, db, jobqueue, text
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed, VerificationError
 from archiver.ident import TableName
-from archiver.limits import WINDOW, Window, replica_lag_limit, wal_rate_limit
+from archiver.limits import limit_changes
 from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
 from archiver.operations import enqueue, grants, inspect
 from archiver.operations import files as file_ops
@@ -200,22 +200,9 @@ async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
 
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
     """The limits an enqueue or throttle command gives; a None value removes one."""
-    limits: dict[str, Any] = {}
-    if args.max_rows_per_second is not None:
-        limits["max_rows_per_second"] = args.max_rows_per_second or None
-    if args.max_wal_per_second is not None:
-        wal = args.max_wal_per_second.strip()
-        limits.update({"max_wal_per_second": None} if wal == "0" else wal_rate_limit(wal))
-    if args.max_replica_lag is not None:
-        lag = args.max_replica_lag.strip()
-        limits.update(
-            {"max_replica_lag_bytes": None, "max_replica_lag_seconds": None}
-            if lag in ("0", "none")
-            else replica_lag_limit(lag)
-        )
-    if args.window is not None:
-        text = args.window.strip()
-        limits[WINDOW] = None if text in ("0", "none") else str(Window.parse(text))
+    limits = limit_changes(
+        args.max_rows_per_second, args.max_wal_per_second, args.max_replica_lag, args.window
+    )
     return (
         {k: v for k, v in limits.items() if v is not None} if args.command == "enqueue" else limits
     )
@@ -259,6 +246,13 @@ async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
         )
         for at in policy.next_fire_times(now, args.count):
             print(f"  next {at.isoformat()}  cutoff {policy.cutoff(at).isoformat()}")
+    return 0
+
+
+async def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.web.server import serve
+
+    await serve(settings, args.config_file, args.bind or settings.console_bind)
     return 0
 
 

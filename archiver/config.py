@@ -283,6 +283,19 @@ class Settings:
         "seconds a missed policy slot is still enqueued when a scheduler starts; must be shorter than the retention",
         _number(float, 1.0),
     )
+    console_bind: str = _setting(
+        "127.0.0.1:8080",
+        "ARCHIVER_CONSOLE_BIND",
+        "where `archiver console` listens (HOST:PORT); beyond loopback only with an admin token",
+        _text,
+    )
+    console_admin_token: str | None = _setting(
+        None,
+        "ARCHIVER_CONSOLE_ADMIN_TOKEN",
+        "the console's admin credential: without it the console is read-only; with it, actions need a login with it (a secret: never logged or shown)",
+        _text,
+        shown="—",
+    )
     failpoints: str = _setting(
         "",
         "ARCHIVER_FAILPOINTS",

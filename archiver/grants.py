@@ -20,6 +20,7 @@ QUEUE_TABLES = (
     ("archiver_paused_tables", "SELECT, INSERT, DELETE", "archiver pause/resume --table"),
     ("delta_tables", "SELECT, INSERT, UPDATE", "Delta Lake: each table's publications"),
     ("archive_ledger", "SELECT, INSERT, UPDATE", "restore: rows taken out of the archive"),
+    ("archive_verifications", "SELECT, INSERT", "archiver verify: what it found"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
 )
 QUEUE_VIEWS = (
@@ -29,7 +30,7 @@ QUEUE_VIEWS = (
     "archiver_archive_files",
     "archiver_paused",
 )
-QUEUE_SEQUENCES = ("archive_files_id_seq", "archive_ledger_id_seq")
+QUEUE_SEQUENCES = ("archive_files_id_seq", "archive_ledger_id_seq", "archive_verifications_id_seq")
 
 
 @dataclass(frozen=True)

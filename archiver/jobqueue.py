@@ -252,7 +252,13 @@ async def cancel(conn: asyncpg.Connection, job_id: uuid.UUID) -> Status:
 
 
 async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
-    if await conn.fetchval(query("retry"), job_id) is None:
+    try:
+        retried = await conn.fetchval(query("retry"), job_id)
+    except asyncpg.UniqueViolationError:  # background_jobs_dedup
+        raise JobStateError(
+            f"job {job_id}: the same work is queued or running as another job already"
+        ) from None
+    if retried is None:
         job = await get_job(conn, job_id)
         raise JobStateError(
             f"job {job_id} is {job.status}; only failed or cancelled jobs can be retried"
@@ -312,9 +318,23 @@ async def ops_report(conn: asyncpg.Connection) -> dict[str, list[dict[str, Any]]
 
 
 async def list_jobs(
-    conn: asyncpg.Connection, status: str | None, table: str | None, limit: int
+    conn: asyncpg.Connection,
+    status: str | None,
+    table: str | None,
+    limit: int,
+    *,
+    task: str | None = None,
+    error: str | None = None,
+    created_from: dt.datetime | None = None,
+    created_to: dt.datetime | None = None,
+    after: tuple[dt.datetime, uuid.UUID] | None = None,
 ) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(query("list_jobs"), status, table, limit)]
+    """Jobs newest first (`archiver jobs`, the console's list), `after` a page's last row."""
+    at, job_id = after if after else (None, None)
+    rows = await conn.fetch(
+        query("list_jobs"), status, table, limit, task, error, at, job_id, created_from, created_to
+    )
+    return [dict(r) for r in rows]
 
 
 def count_jobs_by_status(conn: BulkConnection) -> dict[str, int]:

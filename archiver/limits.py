@@ -122,3 +122,27 @@ def window_opens(limits: Mapping[str, Any], now: dt.datetime) -> dt.datetime | N
         return None
     window = Window.parse(text)
     return None if window.is_open(now) else window.next_open(now)
+
+
+def limit_changes(
+    rows_per_second: int | None, wal: str | None, lag: str | None, window: str | None
+) -> dict[str, Any]:
+    """The limits an operator gives (archiver throttle, enqueue, the console); a None
+    value removes one (0 or `none` given), an argument that is None leaves it as it is."""
+    limits: dict[str, Any] = {}
+    if rows_per_second is not None:
+        limits["max_rows_per_second"] = rows_per_second or None
+    if wal is not None:
+        wal = wal.strip()
+        limits.update({"max_wal_per_second": None} if wal == "0" else wal_rate_limit(wal))
+    if lag is not None:
+        lag = lag.strip()
+        limits.update(
+            {"max_replica_lag_bytes": None, "max_replica_lag_seconds": None}
+            if lag in ("0", "none")
+            else replica_lag_limit(lag)
+        )
+    if window is not None:
+        text = window.strip()
+        limits[WINDOW] = None if text in ("0", "none") else str(Window.parse(text))
+    return limits

@@ -47,15 +47,22 @@ FROM generate_series($1::int, $2::int) g
 """
 
 
+def one_real_job(bench: Bench) -> tuple[str, dict[str, str]]:
+    """A database holding the reference table with one row, archived by one real job
+    into one file: (its URL, the environment to run archiver in)."""
+    url = bench.dbs.copy(1)
+    env = env_for(url, bench.storage("file"), None, ARCHIVER_POLL_INTERVAL="30",
+                  ARCHIVER_DELTA="false")  # fmt: skip
+    subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF),
+                   env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    run_workers(env, 1)
+    return url, env
+
+
 def catalog_at_scale(bench: Bench) -> None:
     (small_jobs, small_files), (big_jobs, big_files) = bench.args.catalog_sizes
-    url = bench.dbs.copy(1)  # the reference table with one row: one real job and file
+    url, env = one_real_job(bench)
     try:
-        env = env_for(url, bench.storage("file"), None, ARCHIVER_POLL_INTERVAL="30",
-                      ARCHIVER_DELTA="false")  # fmt: skip
-        subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF),
-                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
-        run_workers(env, 1)
         job_seconds(url)
         job = sql(url, "SELECT id::text FROM background_jobs")[0][0]
         commands = {

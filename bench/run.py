@@ -19,10 +19,10 @@ import sys
 
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
-from bench import catalog, data, jobs, partitions, scale
+from bench import catalog, console, data, jobs, partitions, scale
 from bench.core import Bench
 
-SECTIONS = ("queue", "data", "memory", "partitions", "scale", "catalog")
+SECTIONS = ("queue", "data", "memory", "partitions", "scale", "catalog", "console")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         if "catalog" not in args.skip:
             catalog.catalog_at_scale(bench)
             catalog.many_tables(bench)
+        if "console" not in args.skip:
+            console.console_at_scale(bench)
     print(bench.table())
     return 0
 

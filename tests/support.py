@@ -4,21 +4,24 @@ started from the pinned npm package, and the CLI run as a real subprocess."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import adbc_driver_postgresql
 import asyncpg
 
 from archiver.testing.services import free_port, with_database
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 # The driver library the adbc-driver-postgresql wheel ships (ARCHIVER_ADBC_DRIVER's default)
@@ -52,7 +55,18 @@ def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
         finally:
             await conn.close()
 
-    return asyncio.run(run())
+    return outside_loop(asyncio.run, run())
+
+
+def outside_loop(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, in a thread of its own when this one runs an event loop (Playwright's
+    sync API keeps one running under the browser tests): asyncio.run refuses to nest."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def sql_value(url: str, query: str, *args: Any) -> Any:

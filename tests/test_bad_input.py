@@ -147,7 +147,7 @@ def test_migrate_twice_at_once(h: Harness) -> None:
 
     h.sql(
         "DROP TABLE background_jobs, archive_files, archiver_paused_tables, delta_tables, "
-        "archive_ledger, "
+        "archive_ledger, archive_verifications, "
         "archiver_migrations CASCADE",
     )
     h.sql("DROP FUNCTION archiver_notify_job")

@@ -9,11 +9,13 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from archiver.testing.reference import seed_orders
+from archiver.testing.services import free_port
 from tests.support import ROOT, run_cli, sql_value, wait_until
 
 pytestmark = pytest.mark.slow  # a real supervisord with a scheduler and two workers
@@ -34,6 +36,14 @@ def supervisor_defaults() -> dict[str, str]:
     missing = needed - values.keys()
     assert not missing, f"deploy/supervisor.env lacks {missing}"
     return {k: values[k] for k in needed}
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
 
 
 def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -70,6 +80,8 @@ def supervised(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
         "ARCHIVER_STOPWAITSECS": "20",
         "ARCHIVER_SHUTDOWN_DEADLINE": "3",
         "ARCHIVER_CONFIG": str(config),
+        "ARCHIVER_CONSOLE_AUTOSTART": "true",
+        "ARCHIVER_CONSOLE_BIND": f"127.0.0.1:{free_port()}",
     }
 
 
@@ -86,10 +98,12 @@ def test_supervisor_runs_restarts_and_stops_the_system(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    everyone = ["archiver:scheduler", "archiver:worker-00", "archiver:worker-01"]
+    everyone = ["archiver:scheduler", "archiver:worker-00", "archiver:worker-01", "console"]
     try:
         wait_until(lambda: running(env) == everyone, timeout=60, what="all RUNNING")
         assert ctl(env, "status").returncode == 0
+        console = f"http://{env['ARCHIVER_CONSOLE_BIND']}/healthz"
+        wait_until(lambda: _answers(console), timeout=30, what="the console to answer")
 
         killed = int(ctl(env, "pid", "archiver:worker-00").stdout)
         os.kill(killed, signal.SIGKILL)
@@ -134,7 +148,7 @@ def test_supervisor_runs_restarts_and_stops_the_system(
     events = (log_dir / "supervisord.log").read_text()
     assert "exited: worker-00 (terminated by SIGKILL; not expected)" in events
     # Graceful: every process exited 0 on SIGTERM, none had to be killed.
-    for name in ("scheduler", "worker-00", "worker-01"):
+    for name in ("scheduler", "worker-00", "worker-01", "console"):
         assert f"stopped: {name} (exit status 0)" in events, events
     for name in ("worker-00", "worker-01"):
         assert "stopped" in (log_dir / f"{name}.log").read_text().splitlines()[-1]

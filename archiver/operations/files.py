@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -143,6 +144,7 @@ async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[C
 async def verify(settings: Settings, selection: FileSelection) -> tuple[int, list[str]]:
     """Check the selected files against the catalog, and look for objects the catalog
     does not know where those files live: (files checked, problems)."""
+    from archiver import ledger
     from archiver.archive import names
     from archiver.storage import open_storage
 
@@ -169,6 +171,17 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     problems = await asyncio.to_thread(_verify, storage, files, known, prefixes)
     if settings.delta and not selection.job_id:
         problems += await delta_problems(settings, storage, {f.source_table for f in files})
+    if selection.job_id:
+        scope, checked = f"job {selection.job_id}", tables
+    elif table:
+        scope, checked = f"table {listed}", [listed]
+    else:
+        scope, checked = "all", []
+    async with db.connection(settings.database_url) as conn:  # the console shows it
+        await conn.execute(
+            db.query("record_verification"), ledger.actor(), scope, json.dumps(checked),
+            len(files), len(problems), json.dumps(problems[:10]),
+        )  # fmt: skip
     return len(files), problems
 
 

@@ -1,0 +1,291 @@
+"""What each console page shows, read through jobqueue and the named queries the CLI
+uses (archiver/queries.sql), and what each action does, through the CLI's own calls."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+import asyncpg
+
+from archiver import jobqueue
+from archiver.config import ConfigFile
+from archiver.db import query
+from archiver.errors import InputError, JobStateError
+from archiver.limits import limit_changes
+from archiver.model import Status
+
+STATUSES = tuple(str(s) for s in Status)
+TASKS = (jobqueue.ARCHIVE_TASK, jobqueue.PUBLISH_TASK)
+PAGE = 50
+JOB_ACTIONS = ("cancel", "retry", "pause", "resume", "throttle")
+TABLE_ACTIONS = ("pause", "resume")
+BULK_ACTIONS = ("retry", "cancel", "pause", "resume")
+
+
+def ago(value: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    if value is None:
+        return "-"
+    seconds = ((now or dt.datetime.now(dt.UTC)) - value).total_seconds()
+    return seconds_text(seconds) + " ago" if seconds >= 0 else "in " + seconds_text(-seconds)
+
+
+def seconds_text(seconds: float | dt.timedelta | None) -> str:
+    if seconds is None:
+        return "-"
+    if isinstance(seconds, dt.timedelta):
+        seconds = seconds.total_seconds()
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _time(name: str, raw: str) -> dt.datetime | None:
+    if not raw:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        raise InputError(f"{name}: {raw[:40]!r} is not a date or time (ISO 8601)") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFilter:
+    """The jobs list's filters and page: each checked, so a bad one is one 400 line."""
+
+    status: str | None = None
+    table: str | None = None
+    task: str | None = None
+    error: str | None = None
+    created_from: dt.datetime | None = None
+    created_to: dt.datetime | None = None
+    after: tuple[dt.datetime, uuid.UUID] | None = None  # the previous page's last row
+    limit: int = PAGE
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any], limit: int = PAGE) -> JobFilter:
+        def get(name: str) -> str:
+            return str(params.get(name) or "").strip()
+
+        status, task = get("status") or None, get("task") or None
+        if status is not None and status not in STATUSES:
+            raise InputError(f"status: {status[:40]!r}, expected one of {', '.join(STATUSES)}")
+        if task is not None and task not in TASKS:
+            raise InputError(f"task: {task[:40]!r}, expected one of {', '.join(TASKS)}")
+        table, error = get("table") or None, get("error") or None
+        for name, value in (("table", table), ("error", error)):
+            if value is not None and len(value) > 200:
+                raise InputError(f"{name}: longer than 200 characters")
+        after = None
+        if raw := get("after"):
+            at, _, job_id = raw.partition("~")
+            try:
+                after = (dt.datetime.fromisoformat(at), uuid.UUID(job_id))
+            except ValueError:
+                raise InputError(f"after: {raw[:60]!r} is not a page cursor") from None
+        return cls(
+            status, table, task, error, _time("from", get("from")), _time("to", get("to")),
+            after, limit,
+        )  # fmt: skip
+
+    def query(self, *, after: str | None = None) -> str:
+        """The filters as a query string (a page's link, a bulk action's return)."""
+        pairs = {
+            "status": self.status,
+            "table": self.table,
+            "task": self.task,
+            "error": self.error,
+            "from": self.created_from.isoformat() if self.created_from else None,
+            "to": self.created_to.isoformat() if self.created_to else None,
+            "after": after,
+        }
+        return urlencode({k: v for k, v in pairs.items() if v})
+
+    def describe(self) -> str:
+        said = [f"{k}={v}" for k, v in dataclasses.asdict(self).items()
+                if v and k not in ("after", "limit")]  # fmt: skip
+        return ", ".join(said) or "every job"
+
+
+def cursor_of(row: Mapping[str, Any]) -> str:
+    return f"{row['created_at'].isoformat()}~{row['id']}"
+
+
+async def jobs(conn: asyncpg.Connection, f: JobFilter) -> list[dict[str, Any]]:
+    """A page of jobs, newest first, one more than the page to tell there is a next."""
+    return await jobqueue.list_jobs(
+        conn, f.status, f.table, f.limit + 1, task=f.task, error=f.error,
+        created_from=f.created_from, created_to=f.created_to, after=f.after,
+    )  # fmt: skip
+
+
+async def overview(conn: asyncpg.Connection, config: ConfigFile | None) -> dict[str, Any]:
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        by_table = [dict(r) for r in await conn.fetch(query("console_jobs_by_table"))]
+        running = [dict(r) for r in await conn.fetch(query("running_jobs"))]
+        failures = [dict(r) for r in await conn.fetch(query("console_failures"))]
+        paused = [dict(r) for r in await conn.fetch(query("paused"))]
+        rows_per_hour = [dict(r) for r in await conn.fetch(query("console_rows_per_hour"))]
+        waits = [dict(r) for r in await conn.fetch(query("console_queue_wait"))]
+    queued = [r for r in by_table if r["status"] == Status.QUEUED]
+    ages = [r["oldest_queued_age"] for r in queued if r["oldest_queued_age"] is not None]
+    return {
+        "by_table": by_table,
+        "statuses": STATUSES,
+        "queue_depth": sum(r["jobs"] for r in queued),
+        "oldest_queued": max(ages) if ages else None,
+        "running": running,
+        "failures": failures,
+        "paused": paused,
+        "policies": next_fires(config),
+        "rows_chart": bars(rows_per_hour, "rows"),
+        "wait_chart": bars(waits, "seconds"),
+    }
+
+
+def bars(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The last 24 hours, one bar per hour (empty hours too), heights in percent."""
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    by_hour = {r["hour"]: float(r[key] or 0) for r in rows}
+    hours = [now - dt.timedelta(hours=23 - i) for i in range(24)]
+    top = max(by_hour.values(), default=0.0) or 1.0
+    return [
+        {"hour": h, "value": by_hour.get(h, 0.0), "pct": 100.0 * by_hour.get(h, 0.0) / top}
+        for h in hours
+    ]
+
+
+def next_fires(config: ConfigFile | None, count: int = 1) -> list[dict[str, Any]]:
+    """Each policy of the config file with its next fire time and cutoff."""
+    from archiver.policy import parse_policies
+
+    if config is None:
+        return []
+    now = dt.datetime.now(dt.UTC)
+    out = []
+    for policy in parse_policies(config.policies):
+        for at in policy.next_fire_times(now, count):
+            out.append({"name": policy.name, "table": policy.table, "at": at,
+                        "cutoff": policy.cutoff(at), "mode": policy.mode})  # fmt: skip
+    return sorted(out, key=lambda p: p["at"])
+
+
+async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
+    found = await jobqueue.get_job(conn, job_id)
+    files = await jobqueue.job_files(conn, job_id)
+    group = found.payload.get("group")
+    members = [dict(r) for r in await conn.fetch(query("job_group"), group)] if group else []
+    table = found.payload.get("table", "")
+    delta = None
+    if table:
+        rows = await conn.fetch(query("table_delta"), _qualified(table))
+        delta = dict(rows[0]) if rows else None
+    return {
+        "job": found,
+        "payload": json.dumps(found.payload, indent=2, sort_keys=True, default=str),
+        "limits": json.dumps(found.limits, sort_keys=True) if found.limits else "",
+        "files": files,
+        "group": members,
+        "delta": delta,
+        "table": _qualified(table) if table else "",
+    }
+
+
+async def archive(conn: asyncpg.Connection) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(query("archive_summary"))]
+
+
+async def table(
+    conn: asyncpg.Connection, name: str, config: ConfigFile | None
+) -> dict[str, Any] | None:
+    qualified = _qualified(name)
+    rows = await conn.fetch(query("table_archive"), qualified)
+    if not rows:
+        return None
+    delta = await conn.fetch(query("table_delta"), qualified)
+    verified = await conn.fetch(query("last_verification"), qualified)
+    return {
+        "name": qualified,
+        "summary": dict(rows[0]),
+        "schemas": [dict(r) for r in await conn.fetch(query("table_schemas"), qualified)],
+        "delta": dict(delta[0]) if delta else None,
+        "verified": dict(verified[0]) if verified else None,
+        "policies": [p for p in next_fires(config) if _qualified(p["table"]) == qualified],
+    }
+
+
+def _qualified(table: str) -> str:
+    return table if "." in table else f"public.{table}"
+
+
+async def act_on_job(
+    conn: asyncpg.Connection, job_id: uuid.UUID, action: str, form: Mapping[str, Any]
+) -> str:
+    """One job's action, as the CLI's command does it; what happened, in words."""
+    if action not in JOB_ACTIONS:
+        raise InputError(f"action: {action[:40]!r}, expected one of {', '.join(JOB_ACTIONS)}")
+    try:
+        if action == "cancel":
+            status = await jobqueue.cancel(conn, job_id)
+            return "cancelled" if status == Status.CANCELLED else "stops at its next chunk"
+        if action == "retry":
+            await jobqueue.retry(conn, job_id)
+            return "queued again"
+        if action == "pause":
+            await jobqueue.pause_job(conn, job_id)
+            return "paused"
+        if action == "resume":
+            await jobqueue.resume_job(conn, job_id)
+            return "resumed"
+
+        def field(name: str) -> str | None:
+            value = str(form.get(name) or "").strip()
+            return value or None
+
+        rows = field("max_rows_per_second")
+        if rows is not None and not rows.isdigit():
+            raise InputError(f"max_rows_per_second: {rows[:20]!r} is not a whole number")
+        changes = limit_changes(
+            int(rows) if rows is not None else None,
+            field("max_wal_per_second"),
+            field("max_replica_lag"),
+            field("window"),
+        )
+        if not changes:
+            raise InputError("throttle: give at least one limit (0 or none removes one)")
+        limits = await jobqueue.set_limits(conn, job_id, changes)
+        return f"limits {json.dumps(limits, sort_keys=True)}"
+    except JobStateError as exc:
+        raise InputError(str(exc)) from None
+
+
+async def act_on_table(conn: asyncpg.Connection, name: str, action: str) -> str:
+    if action not in TABLE_ACTIONS:
+        raise InputError(f"action: {action[:40]!r}, expected pause or resume")
+    table = _qualified(name)
+    if action == "pause":
+        return "paused" if await jobqueue.pause_table(conn, table) else "was already paused"
+    return "resumed" if await jobqueue.resume_table(conn, table) else "was not paused"
+
+
+async def act_on_jobs(conn: asyncpg.Connection, ids: list[uuid.UUID], action: str) -> int:
+    """A bulk action: each job as one action would; jobs in another state are skipped.
+    Returns how many changed."""
+    changed = 0
+    for job_id in ids:
+        try:
+            await act_on_job(conn, job_id, action, {})
+            changed += 1
+        except InputError:
+            continue
+    return changed
