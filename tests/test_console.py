@@ -134,6 +134,7 @@ def test_overview_shows_progress_live_and_a_table_pause_stops_the_job(
         "button[data-action=pause-table]"
     ).click()
     # the running job stops at its chunk boundary and goes back to the queue, held
+    page.wait_for_url(console.url + "/")  # back where the button was
     wait_until(lambda: job_status(h, job) == "queued", timeout=30, what="the job to stop")
     rows = h.value("SELECT progress->>'rows' FROM background_jobs WHERE id = $1::uuid", job)
     assert h.value("SELECT count(*) FROM archive_files WHERE state = 'committed'") * 300 == int(

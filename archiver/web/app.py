@@ -9,6 +9,7 @@ files, and a Server-Timing header with the time spent answering (the bench reads
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import logging
@@ -32,7 +33,7 @@ from starlette.templating import Jinja2Templates
 
 from archiver import db, text
 from archiver.config import ConfigFile, Settings
-from archiver.errors import ArchiverError, InputError, JobStateError
+from archiver.errors import InputError, JobStateError
 from archiver.web import pages
 from archiver.web.auth import SESSION_COOKIE, SESSION_SECONDS, Auth, valid_name
 
@@ -44,6 +45,7 @@ CSP = (
     "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 )
 BULK_LIMIT = 10_000  # jobs one bulk action changes at most
+LOGIN_PAUSE = 1.0  # seconds a refused login waits before it is answered
 
 
 class BadRequest(HTTPException):
@@ -139,6 +141,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
             return render(request, "login.html", {"error": "this console is read-only"}, 403)
         if not valid_name(name) or not auth.accepts(token):
             log.warning("console: refused login as %r from %s", name[:64], _client(request))
+            await asyncio.sleep(LOGIN_PAUSE)  # a guess costs a second
             return render(request, "login.html", {"error": "name or token refused"}, 403)
         log.warning("console: %s logged in from %s", name, _client(request))
         response = RedirectResponse("/", status_code=303)
@@ -184,7 +187,9 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         async with pool().acquire() as conn:
             said = await pages.act_on_table(conn, name, action)
         _audit(actor, request, f"{action} table {name}: {said}")
-        return RedirectResponse(request.headers.get("referer") or "/", status_code=303)
+        back = str((await request.form()).get("next", "/"))
+        # only a path of this console: never another site (`//host`, `https:`)
+        return RedirectResponse(back if _local_path(back) else "/", status_code=303)
 
     async def bulk(request: Request) -> Response:
         actor, form = await _acting(request)
@@ -280,6 +285,10 @@ def _job_id(raw: str) -> uuid.UUID:
         raise BadRequest(f"job id: {raw[:40]!r} is not a UUID") from None
 
 
+def _local_path(path: str) -> bool:
+    return path.startswith("/") and not path.startswith("//") and "\\" not in path
+
+
 def _client(request: Request) -> str:
     return request.client.host if request.client else "?"
 
@@ -287,6 +296,3 @@ def _client(request: Request) -> str:
 def _audit(actor: str, request: Request, what: str) -> None:
     """One log line per action, naming who did it (the login name) and from where."""
     log.warning("console: %s by %s from %s", what, actor, _client(request))
-
-
-__all__ = ["ArchiverError", "create_app"]
