@@ -143,10 +143,22 @@ def sweep(conn: BulkConnection, storage: Storage, table: str | None = None) -> N
         reap(conn, storage, table)
 
 
+def reap_now(conn: BulkConnection, storage: Storage, table: str) -> int:
+    """`reap` if no publisher holds `table` now (else its publish job reaps after it)."""
+    here = str(storage.location)
+    if not fetch_all(conn, query("delta_try_lock"), (here, table))[0][0]:
+        return 0
+    try:
+        return reap(conn, storage, table)
+    finally:
+        fetch_all(conn, query("delta_unlock"), (here, table))
+
+
 def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
-    """Step 4's end: delete the blobs of `table`'s retired files that are out of its
-    Delta log, then their catalog rows (a crash between the two deletes the blob again,
-    which is no error). Returns how many went."""
+    """Step 4's end, holding the table's publisher lock (delta_lock: no publication can
+    add a file while it goes): delete the blobs of `table`'s retired files that are out
+    of its Delta log, then their catalog rows (a crash between the two deletes the blob
+    again, which is no error). Returns how many went."""
     here = str(storage.location)
     total = 0
     while batch := fetch_all(conn, query("reapable"), (here, table)):

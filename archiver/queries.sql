@@ -370,6 +370,9 @@ WITH numbered AS (
                  WHERE storage_url = $1 AND source_table = $2 AND publication IS NULL
                    AND delta AND state = 'committed' AND delta_refused IS NULL
                  ORDER BY id LIMIT $4::bigint)
+      -- again here: a row a restore retired while this waited for it is re-checked
+      -- against this WHERE only (READ COMMITTED), never against the subquery's
+      AND state = 'committed' AND publication IS NULL AND delta_refused IS NULL
     RETURNING 1
 ), removed AS (
     UPDATE archive_files SET unpublication = $3::bigint
@@ -488,6 +491,11 @@ ORDER BY f.id LIMIT 1000
 -- name: reaped
 DELETE FROM archive_files WHERE id = $1::bigint AND state = 'retired'
 
+-- name: delta_try_lock
+-- The publisher's lock (delta_lock), if free: whoever deletes retired files holds it,
+-- so none is deleted while a publication that may still add it is under way.
+SELECT pg_try_advisory_lock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
+
 -- name: console_jobs_by_table
 -- The overview's jobs per table and status: every queued and running job and those
 -- finished in the last day, each part read by its own partial index (never every job).
@@ -516,14 +524,14 @@ SELECT * FROM (
 
 -- name: console_rows_per_hour
 -- Rows archived per hour over the last day (files committed; by their creation index).
-SELECT date_trunc('hour', created_at) AS hour, sum(row_count)::bigint AS rows
+SELECT date_trunc('hour', created_at, 'UTC') AS hour, sum(row_count)::bigint AS rows
 FROM archive_files WHERE created_at > now() - interval '1 day' AND state <> 'pending'
 GROUP BY 1 ORDER BY 1
 
 -- name: console_queue_wait
 -- Seconds from runnable to started, per hour of start, over the last day (jobs created
 -- in the last two days: the newest-jobs index).
-SELECT date_trunc('hour', started_at) AS hour,
+SELECT date_trunc('hour', started_at, 'UTC') AS hour,
        avg(extract(epoch FROM started_at - run_at))::float8 AS seconds, count(*) AS jobs
 FROM background_jobs
 WHERE created_at > now() - interval '2 days' AND started_at > now() - interval '1 day'

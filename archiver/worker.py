@@ -397,7 +397,7 @@ class Worker:
             raise ArchiverError(f"publish: files on {url}, this worker writes to another storage")
         options = storage_options(self.settings, self.storage.location)
         with self.bulk.connection(self.settings.database_url) as conn:
-            done = publish(conn, self.storage, options, table)
+            done = publish(conn, self.storage, options, table, sweep_only=not self.settings.delta)
         # not rows/files: those count what a table's jobs archived (archiver status
         # summed them, and counted every published row twice)
         return Progress(

@@ -88,12 +88,16 @@ class Publisher:
         with self.conn.cursor() as cur:
             cur.execute(query(name), params)
 
-    def run(self, *, rebuild: bool = False) -> Published:
-        """Publish until no committed file of the table is left out of its Delta log."""
+    def run(self, *, rebuild: bool = False, sweep_only: bool = False) -> Published:
+        """Publish until no committed file of the table is left out of its Delta log.
+        `sweep_only` (publishing is off here): only what ledger.sweep does."""
         done = Published(self.table)
         self._rows("delta_lock")
         self.conn.commit()
         try:
+            if sweep_only:
+                ledger.sweep(self.conn, self.storage, self.table)
+                return done
             if rebuild or self._rows("delta_rebuilding")[0][0]:  # asked, or cut short
                 self._forget()
             while (number := self._number()) is not None:
@@ -383,6 +387,7 @@ def publish(
     table: str,
     *,
     rebuild: bool = False,
+    sweep_only: bool = False,
 ) -> Published:
     """Publish `table`'s (schema.table) catalogued files to its Delta table."""
-    return Publisher(conn, storage, options, table).run(rebuild=rebuild)
+    return Publisher(conn, storage, options, table).run(rebuild=rebuild, sweep_only=sweep_only)

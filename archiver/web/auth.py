@@ -47,18 +47,23 @@ class Auth:
         if not self.enabled or not cookie or cookie.count(".") != 2:
             return None
         body, _, signature = cookie.rpartition(".")
-        if not hmac.compare_digest(signature, self._sign(body)):
+        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
             return None
         expires, _, name = body.partition(".")
-        if not expires.isdigit() or int(expires) < (now or time.time()):
+        if not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < (now or time.time()):
             return None
-        return bytes.fromhex(name).decode()
+        try:
+            return bytes.fromhex(name).decode()
+        except (ValueError, UnicodeDecodeError):  # signed, so only a key change gets here
+            return None
 
     def csrf(self, cookie: str) -> str:
         return self._sign("csrf " + cookie)
 
     def csrf_ok(self, cookie: str | None, token: str) -> bool:
-        return bool(cookie) and hmac.compare_digest(token, self.csrf(cookie or ""))
+        return bool(cookie) and hmac.compare_digest(
+            token.encode(), self.csrf(cookie or "").encode()
+        )
 
 
 def valid_name(name: str) -> bool:

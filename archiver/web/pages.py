@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -253,7 +254,7 @@ async def act_on_job(
             return value or None
 
         rows = field("max_rows_per_second")
-        if rows is not None and not rows.isdigit():
+        if rows is not None and not re.fullmatch(r"[0-9]{1,12}", rows):
             raise InputError(f"max_rows_per_second: {rows[:20]!r} is not a whole number")
         changes = limit_changes(
             int(rows) if rows is not None else None,

@@ -40,3 +40,10 @@ def test_binds() -> None:
     assert parse_bind("127.0.0.1:8080") == ("127.0.0.1", 8080)
     assert parse_bind("[::1]:9000") == ("::1", 9000)
     assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+
+
+def test_foreign_characters_in_a_cookie_or_token_are_refused_not_errors() -> None:
+    auth = Auth("s3cret")
+    cookie = auth.session("a")
+    assert auth.actor("1.é.ü") is None and auth.actor("²²².00.ab") is None
+    assert not auth.csrf_ok(cookie, "é")
