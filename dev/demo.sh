@@ -56,13 +56,18 @@ echo "== archiver policies"; archiver policies
 set -a; . deploy/supervisor.env; set +a
 export ARCHIVER_RUN_DIR=$work/run ARCHIVER_LOG_DIR=$work/log ARCHIVER_WORKERS=2 \
   ARCHIVER_STARTSECS=1 ARCHIVER_SHUTDOWN_DEADLINE=10 ARCHIVER_STOPWAITSECS=20
+# the web console too, read-only, on a free loopback port (supervisorctl status exits 3
+# while any program of supervisor.conf is not running)
+export ARCHIVER_CONSOLE_AUTOSTART=true \
+  ARCHIVER_CONSOLE_BIND=127.0.0.1:$($py -c 'from archiver.testing.services import free_port; print(free_port())')
 mkdir -p "$ARCHIVER_RUN_DIR" "$ARCHIVER_LOG_DIR"
-echo "== supervisord -c supervisor.conf (scheduler + $ARCHIVER_WORKERS workers; logs in $ARCHIVER_LOG_DIR)"
+echo "== supervisord -c supervisor.conf (scheduler + $ARCHIVER_WORKERS workers + console; logs in $ARCHIVER_LOG_DIR)"
 .venv/bin/supervisord -c supervisor.conf
 for _ in $(seq 150); do
-  [ "$(ctl status 2>/dev/null | grep -c ' RUNNING ')" = $((ARCHIVER_WORKERS + 1)) ] && break; sleep 0.2
+  [ "$(ctl status 2>/dev/null | grep -c ' RUNNING ')" = $((ARCHIVER_WORKERS + 2)) ] && break; sleep 0.2
 done
 ctl status
+echo "== the console: http://$ARCHIVER_CONSOLE_BIND (while the demo runs)"
 
 echo "== archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000"
 job=$(archiver enqueue --table orders --before 2024-10-01 --chunk-rows 20000)
