@@ -159,6 +159,7 @@ def insert_file(
                 f.delta_schema,
                 f.delta_stats,
                 str(f.delta).lower(),
+                f.tier,
             ),
         )
 

@@ -38,6 +38,7 @@ from archiver.commands import (
     cmd_verify,
     cmd_worker,
 )
+from archiver.commands_lifecycle import add_lifecycle_parsers
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line, redact
 from archiver.logs import setup_logging
@@ -115,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--column", default="created_at", help="date/timestamp column (default created_at)"
     )
     p.add_argument("--mode", choices=[str(m) for m in Mode], default=str(Mode.MOVE))
+    p.add_argument(
+        "--tier",
+        choices=("Hot", "Cool", "Cold"),
+        help="the access tier its files are written in (default ARCHIVER_ACCESS_TIER)",
+    )
     p.add_argument(
         "--chunk-rows", type=positive_int, help="rows per chunk (default: ~160 MB of data)"
     )
@@ -334,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check archived files against the catalog")
     p.add_argument("--job", help="only this job's files")
     p.add_argument("--table", help="only this table's files")
+    p.add_argument("--skip-offline", action="store_true", help="Archive-tier files: size, MD5")
     p.set_defaults(func=cmd_verify)
+    add_lifecycle_parsers(sub)
     return parser
 
 

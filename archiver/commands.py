@@ -42,7 +42,10 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         with_children=args.with_children,
         partitions=args.partitions,
         delta=settings.delta and not args.no_delta,
+        tier=args.tier or "",
     )
+    if args.tier and settings.storage_location().scheme != "az":
+        raise InputError("--tier: access tiers need Azure storage (az://)")
     if args.dry_run:
         if args.wait:
             raise InputError("--dry-run and --wait exclude each other")
@@ -310,7 +313,7 @@ async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     selection = file_ops.FileSelection(
         job_id=parse_job_id(args.job) if args.job else None, table=args.table
     )
-    checked, problems = await file_ops.verify(settings, selection)
+    checked, problems = await file_ops.verify(settings, selection, skip_offline=args.skip_offline)
     for line in problems:
         print(line)
     found = text.counted(len(problems), "problem")

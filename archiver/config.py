@@ -234,6 +234,27 @@ class Settings:
         _flag,
         shown="true",
     )
+    access_tier: str | None = _setting(
+        None,
+        "ARCHIVER_ACCESS_TIER",
+        "the Azure access tier new files are written in: `Hot`, `Cool` or `Cold` (a policy's `tier` and `enqueue --tier` choose per job); `Archive` only through `archiver tier`, for files already verified (see [Lifecycle](lifecycle.md))",
+        _choice("Hot", "Cool", "Cold"),
+        shown="the account's default",
+    )
+    blob_tags: bool = _setting(
+        True,
+        "ARCHIVER_BLOB_TAGS",
+        "write blob index tags on every file (table, job, cutoff range) for lifecycle rules and find-by-tags; `false` on accounts with a hierarchical namespace (ADLS Gen2), which have no index tags",
+        _flag,
+        shown="true",
+    )
+    encryption_scope: str | None = _setting(
+        None,
+        "ARCHIVER_ENCRYPTION_SCOPE",
+        "the Azure encryption scope every file and Delta log entry is written with (customer-managed keys); readers need no key, the account decrypts",
+        _text,
+        shown="the account's default",
+    )
     adbc_driver: str | None = _setting(
         None,
         "ARCHIVER_ADBC_DRIVER",
@@ -320,6 +341,11 @@ class Settings:
                 "ARCHIVER_STORAGE_URL is not set (az://<container>/<prefix> or file:///<dir>)"
             )
         location = StorageLocation.parse(self.storage_url)
+        if location.scheme != "az" and (self.access_tier or self.encryption_scope):
+            raise ConfigError(
+                "ARCHIVER_ACCESS_TIER and ARCHIVER_ENCRYPTION_SCOPE need Azure storage "
+                f"(az://), ARCHIVER_STORAGE_URL is {location.scheme}://"
+            )
         if location.scheme == "az" and not (self.azure_connection_string or self.azure_account_url):
             raise ConfigError(
                 "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_URL must be set "

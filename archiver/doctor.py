@@ -85,6 +85,20 @@ async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Chec
     for table, mode in policies:
         checks.append(await _check(f"privileges on {table}", _privileges_on(settings, table, mode)))
     checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, settings)))
+    if checks[-1].ok:
+        checks += await asyncio.to_thread(_storage_features, settings)
+    return checks
+
+
+def _storage_features(settings: Settings) -> list[Check]:
+    """What the container keeps and protects, and what that means for purge and erase
+    (archiver.storage.features): facts, never failures."""
+    from archiver.storage import open_storage
+
+    checks = []
+    for what, meaning in open_storage(settings).features():
+        name, _, found = what.partition(": ")
+        checks.append(Check(f"storage {name}", True, f"{found}; {meaning}"))
     return checks
 
 

@@ -25,6 +25,17 @@ class StorageError(ArchiverError):
     """Blob storage could not be reached or refused an operation."""
 
 
+class OfflineError(StorageError):
+    """A file in the Archive access tier: its bytes cannot be read until rehydrated."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"{name} is in the Archive tier and cannot be read until it is rehydrated "
+            "(`archiver rehydrate`, up to 15 hours)"
+        )
+        self.name = name
+
+
 class VerificationError(ArchiverError):
     """What was stored differs from what was sent or taken."""
 

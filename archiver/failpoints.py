@@ -33,6 +33,12 @@ NAMES = (
     "after_delta_commit",
     "restore_before_commit",  # a move back (archiver.restore): its rewrites uploaded
     "restore_committed",  # its transaction committed, the retired files not yet deleted
+    "purge_before_commit",  # a purge (archiver.lifecycle.purge): its ledger row written
+    "purge_committed",  # its files retired, their blobs not yet deleted
+    "erase_rewritten",  # an erase (archiver.lifecycle.erase): a file's rewrite uploaded
+    "erase_before_commit",  # every rewrite uploaded, nothing catalogued yet
+    "erase_committed",  # the rewrites catalogued, the originals retired, not yet deleted
+    "tier_moved",  # archiver tier: a blob's tier set, the catalog not yet told
     "claim_found_nothing",  # in the worker's event loop: reached with areach()
 )
 _active: dict[str, tuple[str, float]] = {}

@@ -26,6 +26,8 @@ NOOP_TASK = "noop"
 # Adds a table's catalogued files to its Delta table (archiver.delta.publish); one queued
 # and one running per table, so publications of a table never overlap.
 PUBLISH_TASK = "publish"
+# A policy's `retain`: its table's old archived files purged (archiver.lifecycle).
+PURGE_TASK = "purge"
 
 
 async def enqueue(

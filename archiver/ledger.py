@@ -1,7 +1,7 @@
 """Operations that take rows out of the archive, and the files they leave behind.
 
 Each row lives in exactly one place. An operation that takes rows out of the archive (a
-restore that moves them back; later, retention and erasure) works in four steps:
+restore that moves them back, a purge, an erasure) works in four steps:
 
  1 begin    a ledger row (archive_ledger, status running) is committed, its session
             advisory lock taken with it and held until the operation ends;
@@ -29,12 +29,16 @@ import getpass
 import json
 import logging
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from archiver import failpoints
 from archiver.archive import names
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
 from archiver.db import query
+from archiver.errors import InputError
 from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
 
@@ -103,6 +107,56 @@ def commit_changes(
     for f in written:
         insert_file(conn, f, FileState.COMMITTED)
     _run(conn, "ledger_done", operation, rows, json.dumps(detail))
+
+
+@dataclass
+class TakenOut:
+    """What an operation takes out of the archive (step 2's result): the files it
+    retires, the rewrites that replace some of them, rows, and per-table counts."""
+
+    retired: list[int] = field(default_factory=list)
+    written: list[ArchivedFile] = field(default_factory=list)
+    rows: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def take_out(
+    conn: BulkConnection,
+    storage: Storage,
+    operation: str,
+    tables: list[str],
+    request: dict[str, Any],
+    rewrite: Callable[[int], TakenOut],
+) -> tuple[int, TakenOut]:
+    """Steps 1-4 for an operation of the catalog alone (purge, erase): the ledger row;
+    `rewrite(ledger id)` uploads what replaces the files it retires (step 2); one
+    transaction retires them, catalogues the rewrites and closes the row (refused if
+    another operation retired any meanwhile); then what is out of the Delta log goes.
+    The ledger id, and what was taken out."""
+    ledger_id = begin(conn, operation, str(storage.location), tables, request)
+    try:
+        done = rewrite(ledger_id)
+        if not lock_files(conn, done.retired):
+            raise InputError(
+                f"{operation}: some of these files left the archive meanwhile (another "
+                "restore, purge or erase); nothing changed, run it again"
+            )
+        failpoints.reach(f"{operation}_before_commit")
+        commit_changes(conn, ledger_id, done.retired, done.written, done.rows, done.detail)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        abandon(conn, storage, ledger_id, tables)
+        raise
+    finally:
+        end(conn, ledger_id)
+    failpoints.reach(f"{operation}_committed")
+    try:  # files never published go now; the others once out of the Delta log
+        for table in tables:
+            reap_now(conn, storage, table)
+    except Exception as exc:  # committed: what is left, the sweep deletes
+        log.warning("%s committed; retired files left for the sweep: %s", operation, exc)
+    return ledger_id, done
 
 
 def abandon(conn: BulkConnection, storage: Storage, operation: int, tables: list[str]) -> int:

@@ -78,6 +78,7 @@ class ArchiveRequest:
     # Move mode: the files join their table's Delta table (archiver.delta); False with
     # enqueue --no-delta (a policy's `delta = false`, or ARCHIVER_DELTA=false)
     delta: bool = True
+    tier: str = ""  # the access tier its files are written in ("": ARCHIVER_ACCESS_TIER)
 
     @property
     def publishes(self) -> bool:
@@ -111,6 +112,7 @@ class ArchiveRequest:
             partitions=payload.get("partitions", "rows"),
             partition=payload.get("partition"),
             delta=payload.get("delta", True),
+            tier=payload.get("tier", ""),
         )
 
     def payload(self) -> dict[str, Any]:
@@ -133,6 +135,8 @@ class ArchiveRequest:
             data["partition"] = self.partition
         if not self.delta:
             data["delta"] = False
+        if self.tier:
+            data["tier"] = self.tier
         if self.key_range is not None:
             r = self.key_range
             data["key_range"] = {"after": r.after, "through": r.through, "parts": r.parts}
@@ -185,6 +189,7 @@ class ArchivedFile:
     # whether the file belongs to its table's Delta table: a move's file does; a copy's
     # (the same rows again, every run) and one of a job queued with --no-delta do not
     delta: bool = True
+    tier: str = ""  # the access tier it was written in ("": the account's default)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,6 +198,9 @@ class CatalogFile(ArchivedFile):
 
     state: FileState
     id: int = 0  # archive_files.id
+    offline: bool = False  # in the Archive tier: unreadable until rehydrated
+    immutable_until: dt.datetime | None = None  # a per-blob immutability policy's end
+    legal_hold: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CatalogFile:
@@ -218,6 +226,10 @@ class CatalogFile(ArchivedFile):
             delta=bool(row.get("delta", True)),
             delta_schema=row.get("delta_schema") or "",
             id=int(row.get("id", 0)),
+            tier=row.get("tier") or "",
+            offline=bool(row.get("offline", False)),
+            immutable_until=row.get("immutable_until"),
+            legal_hold=bool(row.get("legal_hold", False)),
         )
 
 

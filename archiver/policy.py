@@ -17,6 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
+from archiver.lifecycle.retention import Age
 from archiver.limits import WINDOW, Window, replica_lag_limit, wal_rate_limit
 from archiver.model import ArchiveRequest, Mode
 
@@ -36,6 +37,8 @@ OPTIONAL_KEYS = (
     "with_children",
     "partitions",
     "delta",
+    "retain",
+    "tier",
 )
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
@@ -63,6 +66,8 @@ class Policy:
         "auto"  # as enqueue --partitions: drop, detach, rows; auto: drop if it applies
     )
     limits: dict[str, Any] = field(default_factory=dict)  # the job row's, see archiver throttle
+    retain: Age | None = None  # each slot also queues a purge of files older than this
+    tier: str = ""  # the access tier its files are written in ("": ARCHIVER_ACCESS_TIER)
 
     def cutoff(self, slot: dt.datetime) -> dt.datetime:
         """Slot time minus older_than, truncated to the day, in the policy's time zone."""
@@ -81,6 +86,7 @@ class Policy:
             with_children=self.with_children,
             partitions=self.partitions,
             delta=self.delta,
+            tier=self.tier,
         )
 
     def fire_times(self, after: dt.datetime, until: dt.datetime) -> list[dt.datetime]:
@@ -125,7 +131,10 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     for key in REQUIRED_KEYS:
         if key not in raw:
             raise fail(key, "missing")
-    for key in ("name", "table", "older_than", "schedule", "column", "timezone", "mode", WINDOW):
+    for key in (
+        "name", "table", "older_than", "schedule", "column", "timezone", "mode", WINDOW,
+        "retain", "tier",
+    ):  # fmt: skip
         if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
             raise fail(key, "expected a non-empty string")
     for key in ("cdc_marker", "with_children", "delta"):
@@ -172,6 +181,14 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             limits[WINDOW] = str(Window.parse(raw[WINDOW], timezone.key))
         except InputError as exc:
             raise fail(WINDOW, str(exc).split(": ", 1)[1]) from None
+    retain = None
+    if "retain" in raw:
+        try:
+            retain = Age.parse(raw["retain"], "retain")
+        except InputError as exc:
+            raise fail("retain", str(exc).split(": ", 1)[1]) from None
+    if raw.get("tier", "Hot") not in ("Hot", "Cool", "Cold"):
+        raise fail("tier", f"expected Hot, Cool or Cold, got {raw['tier']!r}")
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
         if key in raw and raw[key] < minimum:
             raise fail(key, f"must be at least {minimum}, got {raw[key]}")
@@ -192,6 +209,8 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         limits=limits,
         priority=raw.get("priority", 0),
         max_attempts=raw.get("max_attempts", 5),
+        retain=retain,
+        tier=raw.get("tier", ""),
     )
 
 

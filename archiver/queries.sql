@@ -202,13 +202,13 @@ SELECT COALESCE(max(part), 0) + 1 FROM archive_files WHERE job_id = $1::uuid
 INSERT INTO archive_files (job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
                            key_columns, min_key, max_key, cutoff_column,
                            min_cutoff_value, max_cutoff_value, state, source_xid,
-                           delta_schema, delta_stats, delta)
+                           delta_schema, delta_stats, delta, tier)
 VALUES ($1::uuid, $2::int, $3, $4, $5, $6::bigint, $7::bigint, $8,
         ARRAY(SELECT jsonb_array_elements_text($9::jsonb)),
         ARRAY(SELECT jsonb_array_elements_text($10::jsonb)),
         ARRAY(SELECT jsonb_array_elements_text($11::jsonb)),
         $12, $13::timestamptz, $14::timestamptz, $15, NULLIF($16, '')::xid8,
-        NULLIF($17, ''), NULLIF($18, ''), $19::text::boolean)
+        NULLIF($17, ''), NULLIF($18, ''), $19::text::boolean, NULLIF($20, ''))
 
 -- name: checkpoint
 UPDATE background_jobs SET progress = $3::jsonb, heartbeat_at = now()
@@ -269,7 +269,8 @@ SELECT s FROM t WHERE right(s, length($1) + 1) = '.' || $1
 -- and/or an overlap with [from, to) of the cutoff column.
 SELECT id, job_id::text AS job_id, part, source_table, storage_url, path, row_count, byte_size,
        md5, key_columns, min_key, max_key, cutoff_column, state, delta, delta_schema,
-       min_cutoff_value::text AS min_cutoff_value, max_cutoff_value::text AS max_cutoff_value
+       min_cutoff_value::text AS min_cutoff_value, max_cutoff_value::text AS max_cutoff_value,
+       tier, offline, immutable_until, legal_hold
 FROM archive_files
 WHERE ($1::uuid IS NULL OR job_id = $1::uuid)
   AND ($2::text[] IS NULL OR source_table = ANY ($2::text[]))
@@ -363,20 +364,22 @@ WHERE storage_url = $1 AND source_table = $2 FOR UPDATE
 
 -- name: delta_number
 -- The next publication, numbered $3: every committed file of the table not yet in its
--- Delta log (up to $4) is added by it, every retired one in the log removed by it.
+-- Delta log (up to $4) is added by it, every retired or offline one in the log removed
+-- by it (an offline file, in the Archive tier, is added again once rehydrated).
 WITH numbered AS (
     UPDATE archive_files SET publication = $3::bigint
     WHERE id IN (SELECT id FROM archive_files
                  WHERE storage_url = $1 AND source_table = $2 AND publication IS NULL
-                   AND delta AND state = 'committed' AND delta_refused IS NULL
+                   AND delta AND state = 'committed' AND delta_refused IS NULL AND NOT offline
                  ORDER BY id LIMIT $4::bigint)
       -- again here: a row a restore retired while this waited for it is re-checked
       -- against this WHERE only (READ COMMITTED), never against the subquery's
       AND state = 'committed' AND publication IS NULL AND delta_refused IS NULL
+      AND NOT offline
     RETURNING 1
 ), removed AS (
     UPDATE archive_files SET unpublication = $3::bigint
-    WHERE storage_url = $1 AND source_table = $2 AND state = 'retired'
+    WHERE storage_url = $1 AND source_table = $2 AND (state = 'retired' OR offline)
       AND publication IS NOT NULL AND unpublication IS NULL
     RETURNING 1
 ), counted AS (SELECT (SELECT count(*) FROM numbered) + (SELECT count(*) FROM removed) AS n)
@@ -385,8 +388,12 @@ FROM counted WHERE storage_url = $1 AND source_table = $2 AND counted.n > 0
 RETURNING counted.n
 
 -- name: delta_removals
-SELECT path, byte_size FROM archive_files
-WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint ORDER BY id
+-- The files publication $3 removes, and whether an erasure retired each (the Delta log's
+-- history, which holds their statistics, then goes: archiver.delta.publish).
+SELECT f.path, f.byte_size,
+       EXISTS (SELECT 1 FROM archive_ledger l WHERE l.id = f.retired_by AND l.operation = 'erase')
+FROM archive_files f
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.unpublication = $3::bigint ORDER BY f.id
 
 -- name: delta_files
 SELECT id, path, byte_size, row_count, delta_schema, delta_stats,
@@ -421,7 +428,11 @@ WHERE storage_url = $1 AND source_table = $2
 -- worker's sweep; partial indexes answer each part).
 SELECT DISTINCT source_table FROM archive_files
 WHERE $2::boolean AND storage_url = $1 AND publication IS NULL AND delta
-  AND state = 'committed' AND delta_refused IS NULL
+  AND state = 'committed' AND delta_refused IS NULL AND NOT offline
+UNION
+SELECT DISTINCT source_table FROM archive_files
+WHERE $2::boolean AND storage_url = $1 AND offline AND publication IS NOT NULL
+  AND unpublication IS NULL
 UNION
 SELECT source_table FROM delta_tables
 WHERE $2::boolean AND storage_url = $1 AND publications > published
@@ -566,3 +577,40 @@ VALUES ($1, $2, ARRAY(SELECT jsonb_array_elements_text($3::jsonb)), $4::int, $5:
 -- name: last_verification
 SELECT at, actor, scope, files, problems, first_problems FROM archive_verifications
 WHERE $1 = ANY (tables) OR tables = '{}' ORDER BY at DESC LIMIT 1
+
+-- name: files_going_offline
+-- archiver tier --tier Archive, before any blob moves: the files leave their Delta
+-- tables in the next publication (archiver.lifecycle), still catalogued and archived.
+UPDATE archive_files SET offline = true
+WHERE id = ANY ($1::bigint[]) AND state = 'committed'
+
+-- name: files_tier
+UPDATE archive_files SET tier = $2 WHERE id = ANY ($1::bigint[])
+
+-- name: files_back_online
+-- Rehydrated (or found online): back in the Delta table at its next publication. Under
+-- the table's publisher lock (delta_lock): no publication is numbering them meanwhile.
+UPDATE archive_files SET offline = false, tier = $2, publication = NULL, unpublication = NULL
+WHERE id = ANY ($1::bigint[]) AND offline
+RETURNING id
+
+-- name: files_verified
+UPDATE archive_files SET verified_at = now() WHERE id = ANY ($1::bigint[])
+
+-- name: files_protected
+UPDATE archive_files
+SET immutable_until = COALESCE($2::timestamptz, immutable_until),
+    legal_hold = COALESCE($3::boolean, legal_hold)
+WHERE id = ANY ($1::bigint[])
+
+-- name: files_unverified
+-- Of files $1, those no `archiver verify` found sound since they were written.
+SELECT id FROM archive_files WHERE id = ANY ($1::bigint[]) AND verified_at IS NULL
+
+-- name: key_collations
+-- Each column of table $1 with its collation, schema-qualified: keys ordered as
+-- PostgreSQL orders them (a rewritten file's catalogued key ends).
+SELECT a.attname::text, quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+JOIN pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped

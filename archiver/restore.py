@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from archiver import failpoints, ledger
 from archiver.archive import names
 from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip, fetch_all
+from archiver.db import query
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.model import ArchivedFile, CatalogFile
@@ -194,14 +195,6 @@ def _restore_file(
     return FileRestore(data.num_rows - len(kept), mapped, kept, ordered)
 
 
-_KEY_COLLATIONS = """
-SELECT a.attname::text, quote_ident(n.nspname) || '.' || quote_ident(c.collname)
-FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
-JOIN pg_namespace n ON n.oid = c.collnamespace
-WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-"""
-
-
 def _key_ends(
     cur: BulkCursor,
     stage: str,
@@ -212,7 +205,7 @@ def _key_ends(
 ) -> tuple[list[Any], list[Any]]:
     """The smallest and largest key among staged rows `kept`, in PostgreSQL's order:
     each column compared under its collation in the table (the archive's order)."""
-    collations = dict(execute(cur, _KEY_COLLATIONS, (target,)))
+    collations = dict(execute(cur, query("key_collations"), (target,)))
     ordered = [
         f"({values[k]}) COLLATE {collations[k]}" if k in collations else f"({values[k]})"
         for k in key

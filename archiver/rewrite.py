@@ -17,7 +17,14 @@ from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
 from archiver.model import ArchivedFile, CatalogFile
 from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata
-from archiver.storage.seam import Storage, check_stored, file_md5, put_file
+from archiver.storage.seam import (
+    ARCHIVE_TIER,
+    Storage,
+    check_stored,
+    file_md5,
+    file_tags,
+    put_file,
+)
 
 
 def rewrite(
@@ -47,11 +54,6 @@ def rewrite(
         write_statistics=True,
         row_group_size=max(1, ROW_GROUP_BYTES // per_row),
     )
-    md5 = file_md5(local)
-    size = check_stored(name, local, md5, put_file(storage, name, local))
-    rows, _ = read_metadata(local)
-    if rows != len(keep):
-        raise VerificationError(f"{name}: file holds {rows} rows, {len(keep)} were kept")
     keys, cutoff = original.key_columns, original.cutoff_column
     stats = ChunkStats(arrow_order=in_arrow_order([kept.schema.field(k).type for k in keys]))
     for batch in kept.to_batches():
@@ -62,6 +64,13 @@ def rewrite(
         stats.min_key, stats.max_key = (tuple(k) for k in ordered_keys)
     assert stats.min_key is not None and stats.max_key is not None
     min_cutoff, max_cutoff = stats.cutoff_range()  # None: unbounded, or no cutoff column
+    md5 = file_md5(local)
+    tags = file_tags(original.source_table, original.job_id, min_cutoff, max_cutoff)
+    tier = "" if original.tier == ARCHIVE_TIER else original.tier  # as it was written
+    size = check_stored(name, local, md5, put_file(storage, name, local, tags, tier))
+    rows, _ = read_metadata(local)
+    if rows != len(keep):
+        raise VerificationError(f"{name}: file holds {rows} rows, {len(keep)} were kept")
     try:
         delta_schema, delta_stats = file_facts(local)
     except NotDeltaType:  # as for a chunk's file: the publisher names what it leaves out
@@ -84,4 +93,5 @@ def rewrite(
         delta_schema=delta_schema,
         delta_stats=delta_stats,
         delta=original.delta,
+        tier=tier,
     )

@@ -168,6 +168,15 @@ class PolicyScheduler:
             run_at=window_opens(policy.limits, now),  # None: open now, or no window
         )
         self.last_slot[policy.name] = slot
+        if policy.retain is not None:  # one purge queued or running per table
+            key = f"purge:{table}"
+            await jobqueue.enqueue(
+                self.pool,
+                {"table": table, "retain": str(policy.retain)},
+                dedup_key=key,
+                lock_key=key,
+                task_name=jobqueue.PURGE_TASK,
+            )
         log.info(
             "policy %s: slot %s: %s job %s (cutoff %s)%s",
             policy.name,

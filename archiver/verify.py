@@ -14,6 +14,20 @@ from archiver.model import CatalogFile
 from archiver.storage.seam import Storage, file_md5
 
 
+def verify_offline(storage: Storage, f: CatalogFile) -> list[str]:
+    """What can be checked of a file in the Archive tier without reading it: there, of
+    the catalogued size and MD5 as the service reports them."""
+    stored = storage.stat(f.path)
+    if stored is None:
+        return [f"{f.path}: missing"]
+    problems = []
+    if stored.size != f.byte_size:
+        problems.append(f"{f.path}: size {stored.size}, catalog says {f.byte_size}")
+    if stored.md5 is not None and stored.md5 != f.md5:
+        problems.append(f"{f.path}: md5 {stored.md5} as stored, catalog says {f.md5}")
+    return problems
+
+
 def verify_file(storage: Storage, f: CatalogFile, workdir: Path) -> list[str]:
     """Problems with one catalogued file: missing, size, MD5, rows, key range."""
     name = f.path

@@ -290,8 +290,11 @@ class Worker:
         try:
             if job.cancel_requested_at is not None:
                 raise CancelRequested("cancelled by an operator")
-            loop = asyncio.get_running_loop()
-            progress = await loop.run_in_executor(self.executor, self._archive, run)
+            if job.task_name == jobqueue.PURGE_TASK:
+                progress = await self._purge(run)
+            else:
+                loop = asyncio.get_running_loop()
+                progress = await loop.run_in_executor(self.executor, self._archive, run)
         except StopRequested as stop:
             await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
             paused = isinstance(stop, PauseRequested)
@@ -386,6 +389,29 @@ class Worker:
                 run.interrupt = CancelRequested("cancelled by an operator")
             elif held.paused:
                 run.interrupt = PauseRequested("paused by an operator")
+
+    async def _purge(self, run: JobRun) -> Progress:
+        """A policy's retention: its table's files older than `retain` purged (those
+        under an immutability policy or legal hold kept, and said)."""
+        from archiver.lifecycle.retention import Age
+        from archiver.operations.lifecycle import purge_table
+
+        table = run.job.payload["table"]
+        done = await purge_table(
+            self.settings,
+            table,
+            Age.parse(run.job.payload["retain"], "retain"),
+            skip_protected=True,
+            missing_ok=True,
+            report=lambda line: log.info("job %s: %s", run.job.id, line),
+        )
+        if done.skipped:
+            log.warning(
+                "job %s: %s: kept, for their protection: %s", run.job.id, table, done.skipped
+            )
+        return Progress(
+            extra={"purged_rows": done.rows, "purged_files": done.files, "ledger": done.ledger}
+        )
 
     def _publish(self, run: JobRun) -> Progress:
         """A publish job: the table's catalogued files into its Delta table."""

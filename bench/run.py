@@ -19,10 +19,10 @@ import sys
 
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
-from bench import catalog, console, data, jobs, partitions, scale
+from bench import catalog, console, data, jobs, lifecycle, partitions, scale
 from bench.core import Bench
 
-SECTIONS = ("queue", "data", "memory", "partitions", "scale", "catalog", "console")
+SECTIONS = ("queue", "data", "memory", "partitions", "scale", "catalog", "console", "erase")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--scale-rows",
         default="1000000,10000000,30000000",
         help="table sizes of the daily-style jobs (default 1M,10M,30M; --quick: 2k,20k)",
+    )
+    p.add_argument(
+        "--erase-rows", type=int, default=10_000_000, help="archive size of the erase (default 10M)"
     )
     p.add_argument(
         "--adbc-driver",
@@ -63,6 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.scale_rows = [2_000, 20_000]
         args.repeat, args.latency_jobs, args.noop_jobs, args.one_row_tables = 1, 5, 200, 3
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
+        args.erase_rows = 20_000
     return args
 
 
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             catalog.many_tables(bench)
         if "console" not in args.skip:
             console.console_at_scale(bench)
+        if "erase" not in args.skip:
+            lifecycle.erase_at_scale(bench)
     print(bench.table())
     return 0
 

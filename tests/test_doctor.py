@@ -37,8 +37,17 @@ def test_a_good_deployment(h: Harness) -> None:
         "policies",
         "privileges on public.orders",
         "storage",
+        # what the container keeps and protects (Azurite: none of it), for purge and erase
+        "storage hierarchical namespace",
+        "storage blob soft delete",
+        "storage immutability",
+        "storage blob versioning",
+        "storage index tags",
+        "storage access tiers",
     ]
-    assert "auth: connection string" in lines[-1] and "1 valid" in lines[5]
+    assert "auth: connection string" in lines[7] and "1 valid" in lines[5]
+    assert "purged and erased files are gone at once" in lines[9]
+    assert "this credential may set them" in lines[-1]
     wheel = f"adbc-driver-postgresql {adbc_driver_postgresql.__version__}, the wheel's library"
     assert wheel in lines[3]
 

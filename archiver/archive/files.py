@@ -22,7 +22,7 @@ from archiver.model import ArchivedFile
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
 from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import FIRST_KEY, LAST_KEY
-from archiver.storage.seam import HashingSink, StoredObject, check_stored
+from archiver.storage.seam import HashingSink, StoredObject, check_stored, file_tags
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
 # the encoder while the driver fills the next, so they are most of what a chunk holds
@@ -62,7 +62,8 @@ def archive_file(
         if rows_taken == 0:
             return None
         failpoints.reach("before_upload")
-        stored = upload.commit(sink.md5)
+        tags = file_tags(of.table.qualified, job.job_id, *stats.cutoff_range())
+        stored = upload.commit(sink.md5, tags=tags, tier=job.request.tier)
     finally:
         upload.abort()
     return verify(job, name, local, sink.md5, stored, rows_taken, part, stats, of)
@@ -157,6 +158,7 @@ def verify(
         delta_schema=delta_schema,
         delta_stats=delta_stats,
         delta=job.request.publishes,
+        tier=job.request.tier or job.storage.default_tier,
     )
 
 

@@ -39,6 +39,7 @@ from archiver.db import query
 from archiver.delta.check import LOG_DIR
 from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
+from archiver.delta.history import forget_history
 from archiver.delta.location import table_uri
 from archiver.storage.seam import Storage
 from archiver.text import counted
@@ -193,6 +194,8 @@ class Publisher:
             done.files += len(adds)
             done.rows += rows
             done.removed += len(removals)
+        if any(erased for _, _, erased in removals):
+            forget_history(self.storage, self.uri, self.options, self.root, self.table)
         version = table.version() if table is not None else None
         self._run("delta_published", self.url, self.table, number, version)
         self.conn.commit()
@@ -315,7 +318,7 @@ class Publisher:
             },
             {"txn": {"appId": APP_ID, "version": number, "lastUpdated": now}},
         ]
-        for path, size in removals:
+        for path, size, _ in removals:
             actions.append(
                 {
                     "remove": {

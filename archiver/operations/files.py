@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from archiver import db, failpoints, jobqueue
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
-from archiver.errors import InputError, JobStateError
+from archiver.errors import InputError, JobStateError, OfflineError
 from archiver.ident import TableName
 from archiver.model import ArchiveRequest, CatalogFile, FileState
 from archiver.operations.inspect import aggregate_children
@@ -81,6 +81,7 @@ async def restore(
         raise InputError("no archived files match")
     if selection.job_id is None:
         files += await chunk_children(settings, files)
+    refuse_offline("restore", files)
     storage = open_storage(settings)
     plan = RestorePlan(
         files,
@@ -121,11 +122,28 @@ async def restore(
             log.warning("restore committed; retired files left for the sweep: %s", exc)
         return done
 
-    done: Restored = await on_source(settings.effective_source_url, run)
+    try:
+        done: Restored = await on_source(settings.effective_source_url, run)
+    except OfflineError as exc:  # moved by a lifecycle rule: the catalog learns it
+        await mark_offline(settings, [exc.name])
+        raise InputError(f"restore refused, nothing changed: {exc}") from None
     if moves_back and not dry_run and done.retired:
         async with db.connection(settings.database_url) as conn:
             await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
     return done, files
+
+
+def refuse_offline(verb: str, files: list[CatalogFile]) -> None:
+    """One line when some of `files` are in the Archive tier (unreadable)."""
+    offline = [f for f in files if f.offline]
+    if offline:
+        table = offline[0].source_table
+        raise InputError(
+            f"{verb}: {len(offline)} of {len(files)} files of {table} are in the Archive "
+            f"tier and cannot be read until rehydrated: `archiver rehydrate --table {table}` "
+            "(up to 15 hours; run it again to follow)"
+            + ("; `verify --skip-offline` checks the others" if verb == "verify" else "")
+        )
 
 
 async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
@@ -147,9 +165,14 @@ async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[C
     return children
 
 
-async def verify(settings: Settings, selection: FileSelection) -> tuple[int, list[str]]:
+async def verify(
+    settings: Settings, selection: FileSelection, *, skip_offline: bool = False
+) -> tuple[int, list[str]]:
     """Check the selected files against the catalog, and look for objects the catalog
-    does not know where those files live: (files checked, problems)."""
+    does not know where those files live: (files checked, problems). Archive-tier
+    files cannot be read: refused in one line, or with `skip_offline` checked by what
+    the service reports of them (size and MD5). Each file found sound is marked so
+    (`archiver tier --tier Archive` takes only those)."""
     from archiver import ledger
     from archiver.archive import names
     from archiver.storage import open_storage
@@ -159,6 +182,8 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     table = selection.table
     if table and not files and "." not in table:
         raise InputError(f"no archived files of table {table!r}; give schema.table")
+    if not skip_offline:
+        refuse_offline("verify", [f for f in files if f.state != FileState.RETIRED])
     # the catalogued names where objects are listed: of the tables listed, not of the
     # whole catalog (100,000 files read for one table's 10, before)
     if selection.job_id:
@@ -174,7 +199,11 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
         prefixes = [""]
         known = await FileSelection().files(settings)
     prefixes = [storage.object_name(p) for p in prefixes]
-    problems = await asyncio.to_thread(_verify, storage, files, known, prefixes)
+    problems, sound, offline = await asyncio.to_thread(_verify, storage, files, known, prefixes)
+    if offline:  # moved to the Archive tier outside archiver (a lifecycle rule)
+        await mark_offline(settings, offline)
+        if not skip_offline:
+            refuse_offline("verify", [replace(f, offline=True) for f in files if f.path in offline])
     if settings.delta and not selection.job_id:
         problems += await delta_problems(settings, storage, {f.source_table for f in files})
     if selection.job_id:
@@ -184,6 +213,7 @@ async def verify(settings: Settings, selection: FileSelection) -> tuple[int, lis
     else:
         scope, checked = "all", []
     async with db.connection(settings.database_url) as conn:  # the console shows it
+        await conn.execute(db.query("files_verified"), sound)
         await conn.execute(
             db.query("record_verification"), ledger.actor(), scope, json.dumps(checked),
             len(files), len(problems), json.dumps(problems[:10]),
@@ -245,16 +275,27 @@ async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogF
 
 def _verify(
     storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefixes: list[str]
-) -> list[str]:
+) -> tuple[list[str], list[int], list[str]]:
+    """(problems, ids of the files found sound, names found in the Archive tier)."""
     from archiver.delta.check import is_delta_log
-    from archiver.verify import verify_file
+    from archiver.verify import verify_file, verify_offline
 
     here = str(storage.location)
     problems: list[str] = []
+    sound: list[int] = []
+    offline: list[str] = []
     workdir = Path(tempfile.gettempdir())
     for f in files:  # a retired file is known, and about to be deleted: not checked
-        if f.storage_url == here and f.state != FileState.RETIRED:
-            problems += verify_file(storage, f, workdir)
+        if f.storage_url != here or f.state == FileState.RETIRED:
+            continue
+        try:
+            found = verify_offline(storage, f) if f.offline else verify_file(storage, f, workdir)
+        except OfflineError:
+            offline.append(f.path)
+            found = verify_offline(storage, f)
+        problems += found
+        if not found and not f.offline and f.path not in offline:
+            sound.append(f.id)
     paths = {f.path for f in known if f.storage_url == here}
     problems += [
         f"{o.name}: not in the catalog"
@@ -262,4 +303,22 @@ def _verify(
         for o in storage.list(prefix)
         if o.name not in paths and not is_delta_log(o.name)
     ]
-    return problems
+    return problems, sound, offline
+
+
+async def mark_offline(settings: Settings, paths: list[str]) -> None:
+    """Files a read found in the Archive tier (moved by a lifecycle rule, say): offline
+    in the catalog, so their Delta tables leave them out until they are rehydrated."""
+    here = str(settings.storage_location())
+    async with db.connection(settings.database_url) as conn:
+        ids = [
+            r[0]
+            for r in await conn.fetch(
+                "SELECT id FROM archive_files WHERE storage_url = $1 AND path = ANY ($2::text[])",
+                here,
+                paths,
+            )
+        ]
+        await conn.execute(db.query("files_going_offline"), ids)
+        await conn.execute(db.query("files_tier"), ids, "Archive")
+        await jobqueue.enqueue_publications(conn, here, delta=settings.delta)

@@ -1,21 +1,23 @@
 """Azure Blob Storage (`az://container/prefix`): block blobs staged while the file is
-written and committed as one block list. Azure's own capabilities (access tiers, index
-tags, immutability) belong here too."""
+written and committed as one block list, never over an existing name, with the file's
+index tags, access tier and encryption scope; tiers, immutability and legal holds set
+later (archiver.lifecycle). What the container does is read by storage.features."""
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from archiver import failpoints
 from archiver.config import Settings, StorageLocation
-from archiver.errors import StorageError, first_line
-from archiver.storage.seam import StoredObject, Upload, join_name
+from archiver.errors import OfflineError, StorageError, first_line
+from archiver.storage.seam import Features, StoredObject, Upload, join_name
 
 BLOCK_SIZE = 8 * 1024 * 1024  # per staged Azure block
 
@@ -23,11 +25,19 @@ BLOCK_SIZE = 8 * 1024 * 1024  # per staged Azure block
 class AzureStorage:
     """Block blobs in an Azure Storage container (`az://container/prefix`)."""
 
-    def __init__(self, location: StorageLocation, settings: Settings) -> None:
+    def __init__(
+        self, location: StorageLocation, settings: Settings, transport: Any = None
+    ) -> None:
         from azure.storage.blob import BlobServiceClient, ExponentialRetry
 
         self.location = location
         self.max_concurrency = settings.upload_concurrency
+        self.default_tier = settings.access_tier or ""
+        self.tags = settings.blob_tags  # none on accounts with a hierarchical namespace
+        # every write names the scope (customer-managed keys); reads need nothing
+        self.scope: dict[str, Any] = (
+            {"encryption_scope": settings.encryption_scope} if settings.encryption_scope else {}
+        )
         # The SDK's default waits 15 s, then 18 s, 24 s... (~80 s when the service is
         # down). A few short retries instead: an outage fails the attempt and the queue
         # retries the job later, with the rows still in the table.
@@ -36,6 +46,8 @@ class AzureStorage:
             "connection_timeout": 10,
             "read_timeout": 120,
         }
+        if transport is not None:  # the unit tests' recording transport
+            options["transport"] = transport
         try:
             if settings.azure_connection_string:
                 service = BlobServiceClient.from_connection_string(
@@ -84,29 +96,29 @@ class AzureStorage:
             return None
         except AzureError as exc:
             raise self._error("cannot read from", exc) from None
-        raw_md5 = props.content_settings.content_md5
-        md5 = base64.b64encode(bytes(raw_md5)).decode() if raw_md5 else None
-        return StoredObject(name, props.size, md5)
+        return _stored(name, props)
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         from azure.core.exceptions import AzureError
 
         try:
             for props in self.container.list_blobs(name_starts_with=prefix or None):
-                raw_md5 = props.content_settings.content_md5
-                md5 = base64.b64encode(bytes(raw_md5)).decode() if raw_md5 else None
-                yield StoredObject(props.name, props.size, md5)
+                yield _stored(props.name, props)
         except AzureError as exc:
             raise self._error("cannot list", exc) from None
 
     def download(self, name: str, dest: Path) -> None:
-        from azure.core.exceptions import AzureError
+        from azure.core.exceptions import AzureError, HttpResponseError
 
         try:
             with dest.open("wb") as f:
                 self.container.get_blob_client(name).download_blob(
                     max_concurrency=self.max_concurrency
                 ).readinto(f)
+        except HttpResponseError as exc:
+            if getattr(exc, "error_code", None) == "BlobArchived":  # 409: in the Archive tier
+                raise OfflineError(name) from None
+            raise self._error("cannot download from", exc) from None
         except AzureError as exc:
             raise self._error("cannot download from", exc) from None
 
@@ -124,12 +136,43 @@ class AzureStorage:
         from azure.core.exceptions import AzureError, ResourceExistsError
 
         try:  # overwrite=False: If-None-Match: *
-            self.container.upload_blob(name, data, overwrite=False)
+            self.container.upload_blob(name, data, overwrite=False, **self.scope)
         except ResourceExistsError:
             return False
         except AzureError as exc:
             raise self._error("cannot write to", exc) from None
         return True
+
+    def set_tier(self, name: str, tier: str, priority: str = "Standard") -> None:
+        from azure.core.exceptions import AzureError
+        from azure.storage.blob import RehydratePriority, StandardBlobTier
+
+        try:
+            self.container.get_blob_client(name).set_standard_blob_tier(
+                StandardBlobTier(tier), rehydrate_priority=RehydratePriority(priority)
+            )
+        except AzureError as exc:
+            raise self._error(f"cannot set the tier of {name} in", exc) from None
+
+    def protect(self, name: str, until: dt.datetime | None, legal_hold: bool | None) -> None:
+        from azure.core.exceptions import AzureError
+        from azure.storage.blob import ImmutabilityPolicy
+
+        blob = self.container.get_blob_client(name)
+        try:
+            if until is not None:
+                blob.set_immutability_policy(
+                    ImmutabilityPolicy(expiry_time=until, policy_mode="Unlocked")
+                )
+            if legal_hold is not None:
+                blob.set_legal_hold(legal_hold)
+        except AzureError as exc:
+            raise self._error(f"cannot protect {name} in", exc) from None
+
+    def features(self) -> Features:
+        from archiver.storage.features import azure_features
+
+        return azure_features(self.container, self.object_name(".archiver-doctor-features"))
 
 
 class _AzureUpload:
@@ -167,7 +210,12 @@ class _AzureUpload:
         self._ids.append(block_id)
         self._staging.append(
             self._pool.submit(
-                self._blob.stage_block, block_id, data, length=len(data), validate_content=True
+                self._blob.stage_block,
+                block_id,
+                data,
+                length=len(data),
+                validate_content=True,
+                **self._storage.scope,
             )
         )
 
@@ -179,9 +227,11 @@ class _AzureUpload:
         except AzureError as exc:
             raise self._storage._error("upload to", exc) from None
 
-    def commit(self, md5: str) -> StoredObject:
-        from azure.core.exceptions import AzureError
-        from azure.storage.blob import BlobBlock, ContentSettings
+    def commit(
+        self, md5: str, *, tags: Mapping[str, str] | None = None, tier: str = ""
+    ) -> StoredObject:
+        from azure.core.exceptions import AzureError, ResourceExistsError
+        from azure.storage.blob import BlobBlock, ContentSettings, StandardBlobTier
 
         if self._buffer or not self._ids:
             self._stage(bytes(self._buffer))
@@ -198,7 +248,18 @@ class _AzureUpload:
                     content_type="application/vnd.apache.parquet",
                     content_md5=bytearray(base64.b64decode(md5)),
                 ),
+                standard_blob_tier=StandardBlobTier(tier or self._storage.default_tier)
+                if tier or self._storage.default_tier
+                else None,
+                tags=dict(tags) if tags and self._storage.tags else None,
+                if_none_match="*",  # a name is written once (write-once containers)
+                **self._storage.scope,
             )
+        except ResourceExistsError:
+            raise StorageError(
+                f"{self._name} already exists in {self._storage.location}; archiver never "
+                "overwrites a file"
+            ) from None
         except AzureError as exc:
             raise self._storage._error("upload to", exc) from None
         stored = self._storage.stat(self._name)
@@ -213,3 +274,18 @@ class _AzureUpload:
         self._staging.clear()
         if self._pool is not None:  # blocks already on their way finish; none start
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _stored(name: str, props: Any) -> StoredObject:
+    """A blob's properties (get_blob_properties or a listing's) as StoredObject."""
+    raw_md5 = props.content_settings.content_md5
+    policy = getattr(props, "immutability_policy", None)
+    return StoredObject(
+        name,
+        props.size,
+        base64.b64encode(bytes(raw_md5)).decode() if raw_md5 else None,
+        tier=props.blob_tier,
+        rehydrating=props.archive_status,
+        immutable_until=policy.expiry_time if policy is not None else None,
+        legal_hold=bool(getattr(props, "has_legal_hold", False)),
+    )

@@ -1,23 +1,26 @@
 """Files in a local directory (`file:///dir`): written to a hidden `.partial` file beside
-the target, fsynced and renamed at the commit."""
+the target, fsynced and linked to its name at the commit (never over an existing file)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from archiver import failpoints
 from archiver.config import StorageLocation
 from archiver.errors import StorageError
-from archiver.storage.seam import StoredObject, Upload, file_md5
+from archiver.storage.seam import Features, StoredObject, Upload, file_md5
 
 
 class LocalStorage:
     """Files in a local directory (`file:///dir`): for single machines, NFS mounts, tests."""
+
+    default_tier = ""  # a directory has no access tiers, index tags or immutability
 
     def __init__(self, location: StorageLocation) -> None:
         self.location = location
@@ -82,10 +85,27 @@ class LocalStorage:
             return False
         return True
 
+    def set_tier(self, name: str, tier: str, priority: str = "Standard") -> None:
+        raise StorageError(f"access tiers need Azure storage; {self.location} is a directory")
+
+    def protect(self, name: str, until: dt.datetime | None, legal_hold: bool | None) -> None:
+        raise StorageError(
+            f"immutability policies and legal holds need Azure storage; {self.location} "
+            "is a directory"
+        )
+
+    def features(self) -> Features:
+        return [
+            (
+                "a local directory: no versions, soft delete, tiers, index tags or immutability",
+                "purge and erase delete files for good; write-once storage needs Azure",
+            )
+        ]
+
 
 class _LocalUpload:
-    """Written to a hidden `.partial` file beside the target, fsynced and renamed over it
-    on commit: readers see the whole file or none."""
+    """Written to a hidden `.partial` file beside the target, fsynced and linked to the
+    target's name on commit: readers see the whole file or none."""
 
     def __init__(self, storage: LocalStorage, name: str) -> None:
         self._storage = storage
@@ -101,12 +121,25 @@ class _LocalUpload:
     def write(self, data: bytes) -> None:
         self._file.write(data)
 
-    def commit(self, md5: str) -> StoredObject:
+    def commit(
+        self, md5: str, *, tags: Mapping[str, str] | None = None, tier: str = ""
+    ) -> StoredObject:
+        if tier:
+            raise StorageError(
+                f"access tiers need Azure storage; {self._storage.location} is a directory"
+            )
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
         failpoints.reach("upload_staged")
-        os.replace(self._partial, self._target)
+        try:  # never over an existing file (os.replace would): a name is written once
+            os.link(self._partial, self._target)
+        except FileExistsError:
+            raise StorageError(
+                f"{self._name} already exists in {self._storage.location}; archiver never "
+                "overwrites a file"
+            ) from None
+        self._partial.unlink()
         stored = self._storage.stat(self._name)
         assert stored is not None
         return stored

@@ -7,8 +7,10 @@ writer produces them, and nothing is visible under its name until `Upload.commit
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -26,12 +28,29 @@ class StoredObject:
     name: str  # full object name, prefix included
     size: int
     md5: str | None  # base64, as Azure's Content-MD5
+    tier: str | None = None  # Azure's access tier (None: not reported, or no tiers)
+    rehydrating: str | None = None  # Azure's archive status: rehydrate-pending-to-hot...
+    immutable_until: dt.datetime | None = None
+    legal_hold: bool = False
+
+    @property
+    def offline(self) -> bool:
+        """In the Archive tier: its bytes cannot be read until it is rehydrated."""
+        return self.tier == ARCHIVE_TIER
+
+
+# doctor's lines about a container: (what it does, what that means for purge and erase)
+Features = list[tuple[str, str]]
+ARCHIVE_TIER = "Archive"
+TIERS = ("Hot", "Cool", "Cold", ARCHIVE_TIER)
 
 
 class Storage(Protocol):
-    """A flat namespace of immutable-once-verified files."""
+    """A flat namespace of files, each written once under a name never used before
+    (write-once storage needs it: an upload never replaces an object)."""
 
     location: StorageLocation
+    default_tier: str  # the access tier files are written in ("": the service's default)
 
     def check(self) -> None:
         """Raise StorageError unless the storage is reachable and writable."""
@@ -41,7 +60,7 @@ class Storage(Protocol):
 
     def upload(self, name: str) -> Upload:
         """Start sending `name`: bytes leave as they are written, and the object appears
-        (replacing any earlier one of that name) only when the upload is committed."""
+        only when the upload is committed (refused if one of that name exists)."""
 
     def discard_unfinished(self, prefix: str) -> None:
         """Delete what uploads of names starting with `prefix` left unfinished (a killed
@@ -59,6 +78,18 @@ class Storage(Protocol):
         """Write `name` only if no object has that name (put-if-absent, as the Delta
         log's commits need): False, and nothing written, when one does."""
 
+    def set_tier(self, name: str, tier: str, priority: str = "Standard") -> None:
+        """Move `name` to access tier `tier` (from Archive: start its rehydration, at
+        `priority`). StorageError where the service has no tiers."""
+
+    def protect(self, name: str, until: dt.datetime | None, legal_hold: bool | None) -> None:
+        """Set a per-blob immutability policy ending `until` (unlocked) and/or a legal
+        hold on `name`. StorageError where the service has none."""
+
+    def features(self) -> Features:
+        """What the container does that matters to purge and erase, for doctor: (what,
+        what it means) lines."""
+
 
 class Upload(Protocol):
     """One object being sent. `write` in order, then `commit` once; `abort` (safe after
@@ -66,9 +97,12 @@ class Upload(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
-    def commit(self, md5: str) -> StoredObject:
+    def commit(
+        self, md5: str, *, tags: Mapping[str, str] | None = None, tier: str = ""
+    ) -> StoredObject:
         """Make the object visible under its name, with `md5` (base64, of every byte
-        written) as its Content-MD5; returns what the service then reports of it."""
+        written) as its Content-MD5, index `tags` and access `tier` ("": the storage's
+        default) where the service has them; returns what the service then reports."""
 
     def abort(self) -> None: ...
 
@@ -102,16 +136,44 @@ class HashingSink:
         return base64.b64encode(self._digest.digest()).decode()
 
 
-def put_file(storage: Storage, name: str, path: Path) -> StoredObject:
-    """Store a local file as `name` (doctor's probe)."""
+def put_file(
+    storage: Storage,
+    name: str,
+    path: Path,
+    tags: Mapping[str, str] | None = None,
+    tier: str = "",
+) -> StoredObject:
+    """Store a local file as `name` (a rewritten file; doctor's probe)."""
     upload = storage.upload(name)
     try:
         with path.open("rb") as f:
             while block := f.read(_READ_BLOCK):
                 upload.write(block)
-        return upload.commit(file_md5(path))
+        return upload.commit(file_md5(path), tags=tags, tier=tier)
     finally:
         upload.abort()
+
+
+_TAG_CHARS = re.compile(r"[^A-Za-z0-9 +\-./:=_]")
+
+
+def file_tags(
+    table: str, job_id: str, min_cutoff: str | None, max_cutoff: str | None
+) -> dict[str, str]:
+    """A file's blob index tags, for Azure lifecycle rules and find-by-tags queries:
+    its table, job and cutoff range (`-infinity`/`infinity` when unbounded). Tag values
+    allow letters, digits, space and `+-./:=_`, 256 of them: any other character of a
+    table name becomes `_`."""
+
+    def value(text: str) -> str:
+        return _TAG_CHARS.sub("_", text)[:256]
+
+    return {
+        "archiver-table": value(table),
+        "archiver-job": value(job_id),
+        "archiver-cutoff-min": value(min_cutoff or "-infinity"),
+        "archiver-cutoff-max": value(max_cutoff or "infinity"),
+    }
 
 
 def check_stored(name: str, local: Path, md5: str, stored: StoredObject) -> int:

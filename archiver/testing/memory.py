@@ -7,8 +7,9 @@ itself; the integration tests use the real PostgreSQL and Azurite."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,9 @@ from typing import Any
 from archiver import failpoints
 from archiver.catalog import resumed
 from archiver.config import StorageLocation
-from archiver.errors import LeaseLost
+from archiver.errors import LeaseLost, OfflineError, StorageError
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
-from archiver.storage.seam import StoredObject, Upload, join_name
+from archiver.storage.seam import ARCHIVE_TIER, Features, StoredObject, Upload, join_name
 
 
 @dataclass
@@ -141,9 +142,14 @@ class MemoryStorage:
     """Objects in a dict, for tests of what the data path does with storage (no I/O
     beyond the local files it is handed)."""
 
+    default_tier = ""
+
     def __init__(self, prefix: str = "archive") -> None:
         self.location = StorageLocation("az", "memory", prefix)
         self.objects: dict[str, bytes] = {}
+        self.tiers: dict[str, str] = {}
+        self.tags: dict[str, dict[str, str]] = {}
+        self.protection: dict[str, tuple[dt.datetime | None, bool | None]] = {}
 
     def check(self) -> None:
         pass
@@ -162,7 +168,15 @@ class MemoryStorage:
         if data is None:
             return None
         digest = hashlib.md5(data, usedforsecurity=False).digest()
-        return StoredObject(name, len(data), base64.b64encode(digest).decode())
+        until, hold = self.protection.get(name, (None, None))
+        return StoredObject(
+            name,
+            len(data),
+            base64.b64encode(digest).decode(),
+            tier=self.tiers.get(name, "Hot"),
+            immutable_until=until,
+            legal_hold=bool(hold),
+        )
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         for name in sorted(self.objects):
@@ -172,10 +186,23 @@ class MemoryStorage:
                 yield stored
 
     def download(self, name: str, dest: Path) -> None:
+        if self.tiers.get(name) == ARCHIVE_TIER:
+            raise OfflineError(name)
         dest.write_bytes(self.objects[name])
 
     def delete(self, name: str) -> None:
         self.objects.pop(name, None)
+        self.tiers.pop(name, None)
+        self.tags.pop(name, None)
+
+    def set_tier(self, name: str, tier: str, priority: str = "Standard") -> None:
+        self.tiers[name] = tier  # rehydration is instant here (as in Azurite)
+
+    def protect(self, name: str, until: dt.datetime | None, legal_hold: bool | None) -> None:
+        self.protection[name] = (until, legal_hold)
+
+    def features(self) -> Features:
+        return [("memory", "tests only")]
 
     def create(self, name: str, data: bytes) -> bool:
         if name in self.objects:
@@ -193,9 +220,15 @@ class _MemoryUpload:
     def write(self, data: bytes) -> None:
         self._buffer += data
 
-    def commit(self, md5: str) -> StoredObject:
+    def commit(
+        self, md5: str, *, tags: Mapping[str, str] | None = None, tier: str = ""
+    ) -> StoredObject:
         failpoints.reach("upload_staged")
+        if self._name in self._storage.objects:
+            raise StorageError(f"{self._name} already exists; archiver never overwrites a file")
         self._storage.objects[self._name] = bytes(self._buffer)
+        self._storage.tiers[self._name] = tier or "Hot"
+        self._storage.tags[self._name] = dict(tags or {})
         stored = self._storage.stat(self._name)
         assert stored is not None
         return stored

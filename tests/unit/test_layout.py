@@ -28,6 +28,7 @@ DATA_PATH = (
     "archiver.ledger",
     "archiver.verify",
     "archiver.delta",
+    "archiver.lifecycle",
 )
 NOT_IN_DATA_PATH = ("archiver.console", "archiver.jobqueue", "archiver.cli", "archiver.commands")
 

@@ -1,0 +1,225 @@
+"""Erasure on request: `archiver erase --table T --where "customer_id = 42"` takes the
+matching archived rows out of every file holding them, for good (a data subject's
+right to be forgotten), as a ledger operation (archiver.ledger.take_out):
+
+ 1 match    DuckDB finds the matching rows where the files are stored, reading only
+            the columns the predicate names; with `--with-children`, the rows of the
+            tables archived with T that reference an erased row (by today's foreign
+            keys, parents first, to any depth) match too;
+ 2 rewrite  each file holding matches is written again without them under a new name
+            (archiver.rewrite); a file left empty is only retired;
+ 3 commit   one catalog transaction retires the originals, catalogues the rewrites in
+            their place and closes the ledger row (rows per table, files, the
+            predicate's shape: never a value of an erased row);
+ 4 reap     the originals leave the Delta table in its next publication, then their
+            blobs are deleted.
+
+A crash before 3 leaves the originals catalogued and the rewrites swept; after 3, the
+rewrites catalogued and the originals swept: never both, never neither."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from archiver import failpoints, ledger
+from archiver.archive import names
+from archiver.archive.stats import in_arrow_order
+from archiver.bulk import BulkConnection
+from archiver.db import query
+from archiver.ident import quote_ident
+from archiver.lifecycle.predicate import Predicate, matches
+from archiver.lifecycle.retention import protected
+from archiver.model import CatalogFile
+from archiver.rewrite import rewrite
+from archiver.source.references import ForeignKey
+from archiver.storage.seam import Storage
+
+# the columns DuckDB names for a table's archived files, and the erased keys of a parent
+VIEW = "archived"
+
+
+@dataclass
+class ErasePlan:
+    table: str  # the table the predicate is over
+    predicate: Predicate
+    files: dict[str, list[CatalogFile]]  # per table, parents first (the root first)
+    keys: list[ForeignKey] = field(default_factory=list)  # among those tables
+    reason: str = ""  # the request it answers (a ticket), for the ledger
+
+
+@dataclass
+class Found:
+    """Step 1's answer: per table, the files holding erased rows and their positions."""
+
+    positions: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+    def rows(self, table: str) -> int:
+        return sum(len(p) for p in self.positions.get(table, {}).values())
+
+    @property
+    def total(self) -> int:
+        return sum(self.rows(t) for t in self.positions)
+
+
+def uri(storage: Storage, name: str) -> str:
+    """Where DuckDB reads a stored file."""
+    location = storage.location
+    if location.scheme == "az":
+        return f"az://{location.container}/{name}"
+    return str(Path(location.container) / name)
+
+
+def open_view(con: Any, storage: Storage, files: list[CatalogFile], view: str = VIEW) -> None:
+    """`view`: every row of `files` (their columns by name; one missing in a file NULL)."""
+    listed = ", ".join("'" + uri(storage, f.path).replace("'", "''") + "'" for f in files)
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet([{listed}], "
+        "union_by_name = true)"
+    )
+
+
+def find(con: Any, storage: Storage, plan: ErasePlan) -> Found:
+    """Step 1: the erased rows of each table, the root's by the predicate, each child's
+    by a foreign key to erased rows of a table before it."""
+    found = Found()
+    erased_keys: dict[str, list[tuple[str, ForeignKey]]] = {}  # child: (relation, key)
+    for n, (table, files) in enumerate(plan.files.items()):
+        if table == plan.table:
+            condition = plan.predicate.text
+        else:
+            refs = erased_keys.get(table, [])
+            if not refs:
+                continue
+            condition = " OR ".join(
+                f"EXISTS (SELECT 1 FROM {rel} e WHERE "
+                + " AND ".join(
+                    f"e.{quote_ident(r)} = {quote_ident(c)}"
+                    for c, r in zip(k.columns, k.referenced, strict=True)
+                )
+                + ")"
+                for rel, k in refs
+            )
+        where = Predicate(condition, f"references erased rows of {plan.table}")
+        uris = {f.path: uri(storage, f.path) for f in files}
+        found.positions[table] = dict(matches(con, where, uris))
+        # the keys children reference, of this table's erased rows: kept in DuckDB only
+        for i, key in enumerate(k for k in plan.keys if k.parent == table):
+            matched = [f for f in files if f.path in found.positions[table]]
+            if not matched:
+                continue
+            rel = f"erased_{n}_{i}"
+            open_view(con, storage, matched, f"{rel}_rows")
+            columns = ", ".join(quote_ident(r) for r in key.referenced)
+            con.execute(
+                f"CREATE TEMP TABLE {rel} AS SELECT DISTINCT {columns} FROM {rel}_rows "
+                f"WHERE ({condition})"
+            )
+            erased_keys.setdefault(key.child, []).append((rel, key))
+    return found
+
+
+def refusal(plan: ErasePlan, found: Found, now: Any) -> str | None:
+    """Why the files holding erased rows may not be rewritten now, or None."""
+    holding = [
+        f for t, fs in plan.files.items() for f in fs if f.path in found.positions.get(t, {})
+    ]
+    why = protected(holding, now)
+    return f"erase refused, nothing erased: files holding matching rows: {why}" if why else None
+
+
+def erase(
+    conn: BulkConnection,
+    storage: Storage,
+    plan: ErasePlan,
+    found: Found,
+    report: Callable[[str], None],
+) -> int:
+    """Steps 2-4 for what `find` found: the ledger id."""
+    tables = list(plan.files)
+    request = {
+        "table": plan.table,
+        "where": plan.predicate.shape,  # the predicate's shape: never its values
+        "with_children": tables[1:],
+        "reason": plan.reason,
+    }
+
+    def rewrite_all(operation: int) -> ledger.TakenOut:
+        done = ledger.TakenOut()
+        with tempfile.TemporaryDirectory() as tmp:
+            for table, files in plan.files.items():
+                erased = found.positions.get(table, {})
+                counts = {"rows": 0, "files": len(files), "retired": 0, "rewritten": 0}
+                for f in files:
+                    if f.path not in erased:
+                        continue
+                    gone = erased[f.path]
+                    done.retired.append(f.id)
+                    done.rows += len(gone)
+                    counts["rows"] += len(gone)
+                    counts["retired"] += 1
+                    if len(gone) == f.row_count:
+                        continue  # emptied: retired, nothing written
+                    counts["rewritten"] += 1
+                    done.written.append(_without(conn, storage, f, gone, operation, Path(tmp)))
+                    failpoints.reach("erase_rewritten")
+                done.detail[table] = counts
+                report(
+                    f"{table}: {counts['rows']} rows erased from {counts['retired']} of "
+                    f"{len(files)} files ({counts['rewritten']} rewritten)"
+                )
+        return done
+
+    ledger_id, _ = ledger.take_out(conn, storage, "erase", tables, request, rewrite_all)
+    return ledger_id
+
+
+def _without(
+    conn: BulkConnection,
+    storage: Storage,
+    f: CatalogFile,
+    gone: list[int],
+    operation: int,
+    tmp: Path,
+) -> Any:
+    """`f` rewritten without rows `gone` (positions): its catalog row."""
+    local = tmp / "original.parquet"
+    storage.download(f.path, local)
+    data = pq.read_table(local)
+    drop = set(gone)
+    keep = [i for i in range(data.num_rows) if i not in drop]
+    ordered = None
+    if not in_arrow_order([data.schema.field(k).type for k in f.key_columns]):
+        ordered = key_ends(conn, data.take(pa.array(keep, pa.int64())), f)
+    name = names.rewritten_name(f.path, operation)
+    return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered)
+
+
+def key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:
+    """The smallest and largest key of `kept` in PostgreSQL's order (text under the
+    table's collations where this database has the table, numeric as numbers), as
+    the catalog keeps key ends: PostgreSQL's text of each value."""
+    stage = "archiver_erase_keys"
+    cols = [quote_ident(k) for k in f.key_columns]
+    text = ", ".join(f"{c}::text" for c in cols)
+    ends = []
+    with conn.cursor() as cur:
+        cur.adbc_ingest(stage, kept.select(f.key_columns), mode="create", temporary=True)
+        cur.execute(query("key_collations"), (f.source_table,))
+        collations: dict[str, str] = dict(cur.fetchall())
+        ordered = [
+            f"{c} COLLATE {collations[k]}" if k in collations else c
+            for c, k in zip(cols, f.key_columns, strict=True)
+        ]
+        for direction in ("ASC", "DESC"):
+            order = ", ".join(f"{c} {direction}" for c in ordered)
+            cur.execute(f"SELECT {text} FROM {stage} ORDER BY {order} LIMIT 1")
+            ends.append(list(cur.fetchall()[0]))
+        cur.execute(f"DROP TABLE {stage}")
+    return ends[0], ends[1]

@@ -1,0 +1,184 @@
+"""`archiver purge` (and a policy's `retain`) and `archiver erase`: which files, checked
+against what protects them, then the ledger operation (archiver.lifecycle) on a catalog
+connection in a thread, and the publications that take the retired files out of their
+Delta tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from archiver import db, jobqueue
+from archiver.bulk import on_source
+from archiver.config import Settings
+from archiver.errors import InputError
+from archiver.lifecycle.retention import Age, Expired, expired, protected
+from archiver.model import CatalogFile
+from archiver.operations.files import FileSelection, chunk_children
+from archiver.source.references import ForeignKey
+
+Report = Callable[[str], None]
+
+
+async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, list[CatalogFile]]:
+    """`table` as the catalog names it, and its committed files; one line if none or
+    if the bare name is in several schemas."""
+    async with db.connection(settings.database_url) as conn:
+        found = await jobqueue.catalogued_tables(conn, table)
+    found = [t for t in found if await FileSelection(table=t).files(settings, "committed")]
+    if not found:
+        raise InputError(f"{verb}: no archived files of table {table!r}")
+    if len(found) > 1:
+        raise InputError(f"{verb}: {table!r} is ambiguous ({', '.join(found)}): name the schema")
+    return found[0], await FileSelection(table=found[0]).files(settings, "committed")
+
+
+@dataclass(frozen=True)
+class Purged:
+    ledger: int | None  # None: a dry run, or nothing to purge
+    rows: int
+    files: int
+    spanning: int  # files kept: their cutoff range spans the limit
+    kept_until: str | None  # the newest row of those, as archived
+    skipped: str | None  # with skip_protected: what was kept for its protection
+
+
+async def purge_table(
+    settings: Settings,
+    table: str,
+    age: Age,
+    *,
+    dry_run: bool = False,
+    skip_protected: bool = False,
+    report: Report,
+    now: dt.datetime | None = None,
+    missing_ok: bool = False,
+) -> Purged:
+    """Purge `table`'s archived files wholly older than `age` (with the files archived
+    with them): retired, out of the Delta table, deleted."""
+    from archiver.lifecycle.purge import PurgePlan, purge
+    from archiver.storage import open_storage
+
+    now = now or dt.datetime.now(dt.UTC)
+    try:
+        name, files = await table_files(settings, table, "purge")
+    except InputError:
+        if missing_ok:  # a policy's purge before its table's first archive
+            return Purged(None, 0, 0, 0, None, None)
+        raise
+    rooted = [f for f in files if f.cutoff_column]
+    if not rooted:
+        raise InputError(
+            f"purge: {name} is archived with its parents (its files have no cutoff column): "
+            "purge the table they were archived with; its rows go with theirs"
+        )
+    before = age.before(now)
+    split = expired(rooted, before)
+    skipped = None
+    if skip_protected:
+        skipped = protected(split.going, now)
+        going = [f for f in split.going if protected([f], now) is None]
+        split = Expired(going, split.spanning)
+    plan = PurgePlan(name, age, before, split, await chunk_children(settings, split.going))
+    if not skip_protected:
+        why = protected(split.going + plan.children, now)
+        if why:
+            raise InputError(
+                f"purge refused, nothing purged: of the files older than {age}, {why} "
+                "(--skip-protected purges the others)"
+            )
+    files_going = split.going + plan.children
+    rows = sum(f.row_count for f in files_going)
+    result = Purged(None, rows, len(files_going), len(split.spanning), split.kept_until, skipped)
+    if dry_run or not files_going:
+        for f in files_going:
+            report(f"{f.path}: {f.row_count} rows, {f.min_cutoff_value} .. {f.max_cutoff_value}")
+        return result
+    storage = open_storage(settings)
+    ledger_id, _ = await on_source(
+        settings.database_url, lambda conn: purge(conn, storage, plan, report)
+    )
+    async with db.connection(settings.database_url) as conn:
+        await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+    return Purged(ledger_id, rows, len(files_going), result.spanning, result.kept_until, skipped)
+
+
+@dataclass(frozen=True)
+class Erased:
+    ledger: int | None  # None: a dry run
+    rows: dict[str, int]  # per table
+    files: dict[str, tuple[int, int]]  # per table: files holding erased rows, of all files
+
+
+async def erase_rows(
+    settings: Settings,
+    table: str,
+    where: str,
+    *,
+    with_children: bool,
+    dry_run: bool,
+    reason: str,
+    report: Report,
+) -> Erased:
+    """Erase the archived rows of `table` matching `where` (and, with_children, the rows
+    of its aggregate's tables referencing them) from every file holding them."""
+    import asyncio
+
+    from archiver.lifecycle import erase as eraser
+    from archiver.lifecycle.predicate import Predicate
+    from archiver.query import engine
+    from archiver.restore import parents_first_today
+    from archiver.storage import open_storage
+
+    name, files = await table_files(settings, table, "erase")
+    per_table = {name: files}
+    keys: list[ForeignKey] = []
+    if with_children:
+        from archiver.operations.inspect import aggregate_children
+
+        children = (await aggregate_children(settings, [name])).get(name, [])
+        if not children:
+            raise InputError(f"erase: --with-children: no table references {name} today")
+        ordered, keys = await on_source(
+            settings.effective_source_url,
+            lambda conn: parents_first_today(conn, [name, *children]),
+        )
+        for child in ordered[1:]:
+            per_table[child] = await FileSelection(table=child).files(settings, "committed")
+    offline = [f for fs in per_table.values() for f in fs if f.offline]
+    if offline:
+        raise InputError(
+            f"erase: {len(offline)} files of {offline[0].source_table} are in the Archive tier "
+            f"and cannot be read: `archiver rehydrate --table {offline[0].source_table}` "
+            "first (up to 15 hours); nothing erased"
+        )
+    storage = open_storage(settings)
+    location = settings.storage_location()
+
+    def find() -> tuple[eraser.ErasePlan, eraser.Found]:
+        with engine(settings, location, []) as con:
+            eraser.open_view(con, storage, files)
+            predicate = Predicate.check(con, where, eraser.VIEW, name)
+            plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
+            return plan, eraser.find(con, storage, plan)
+
+    plan, found = await asyncio.to_thread(find)
+    counts = {t: (len(found.positions.get(t, {})), len(fs)) for t, fs in per_table.items()}
+    rows = {t: found.rows(t) for t in per_table}
+    why = eraser.refusal(plan, found, dt.datetime.now(dt.UTC))
+    if why:
+        raise InputError(why)
+    if dry_run:
+        for t in per_table:
+            report(
+                f"{t}: {rows[t]} rows would be erased from {counts[t][0]} of {counts[t][1]} files"
+            )
+        return Erased(None, rows, counts)
+    ledger_id = await on_source(
+        settings.database_url, lambda conn: eraser.erase(conn, storage, plan, found, report)
+    )
+    if found.total:
+        async with db.connection(settings.database_url) as conn:
+            await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+    return Erased(ledger_id, rows, counts)

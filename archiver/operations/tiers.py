@@ -1,0 +1,194 @@
+"""`archiver tier`, `archiver rehydrate` and `archiver protect`: access tiers and
+write-once protection of a table's archived files, the catalog kept in step.
+
+A file going to the Archive tier is offline: unreadable until rehydrated (hours). It
+stays catalogued and archived, but leaves its Delta table first, so readers (Fabric,
+Spark, DuckDB, `archiver query`) keep working on what is online: the catalog marks it
+offline, a publication removes it from the Delta log, and only then does the blob move.
+`rehydrate` starts the way back; once the service says a file is online again, it
+rejoins the Delta table at the next publication."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from archiver import db, failpoints, jobqueue
+from archiver.config import Settings
+from archiver.errors import InputError
+from archiver.lifecycle.retention import Age, expired
+from archiver.model import CatalogFile
+from archiver.operations.files import chunk_children
+from archiver.operations.lifecycle import table_files
+from archiver.storage.seam import ARCHIVE_TIER, Storage
+
+Report = Callable[[str], None]
+ONLINE_TIERS = ("Hot", "Cool", "Cold")
+
+
+async def _selected(
+    settings: Settings, table: str, age: Age | None, verb: str
+) -> tuple[str, list[CatalogFile]]:
+    """The table's committed files, or those wholly older than `age` with the files
+    archived in their chunks."""
+    name, files = await table_files(settings, table, verb)
+    if age is None:
+        return name, files
+    rooted = [f for f in files if f.cutoff_column]
+    going = expired(rooted, age.before(dt.datetime.now(dt.UTC))).going
+    return name, going + await chunk_children(settings, going)
+
+
+@dataclass(frozen=True)
+class Tiered:
+    moved: int
+    already: int
+    offline: int  # now in the Archive tier
+
+
+async def set_tier(
+    settings: Settings, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
+) -> Tiered:
+    """Move the selected files to `tier`. To Archive only files `archiver verify` found
+    sound (they cannot be read there), after they left the Delta table."""
+    from archiver.storage import open_storage
+
+    name, files = await _selected(settings, table, age, "tier")
+    offline = [f for f in files if f.offline]
+    if offline and tier != ARCHIVE_TIER:
+        raise InputError(
+            f"tier: {len(offline)} of these files are in the Archive tier: "
+            f"`archiver rehydrate --table {name} --tier {tier}` brings them back"
+        )
+    # to Archive: also those a killed run marked offline but did not move
+    todo = [f for f in files if f.tier != tier and (tier == ARCHIVE_TIER or not f.offline)]
+    async with db.connection(settings.database_url) as conn:
+        if tier == ARCHIVE_TIER and todo:
+            unverified = await conn.fetch(db.query("files_unverified"), [f.id for f in todo])
+            if unverified:
+                raise InputError(
+                    f"tier: {len(unverified)} of {len(todo)} files were not verified since "
+                    f"they were written; run `archiver verify --table {name}` first (an "
+                    "Archive-tier file cannot be read to be verified); nothing moved"
+                )
+        if dry_run:
+            report(f"{len(todo)} files of {name} would move to {tier}")
+            return Tiered(0, len(files) - len(todo), len(offline))
+        storage = open_storage(settings)
+        if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
+            await conn.execute(db.query("files_going_offline"), [f.id for f in todo])
+            if settings.delta:
+                await _publish_now(settings, name, {f.source_table for f in todo}, report)
+    moved = await asyncio.to_thread(_move, storage, todo, tier, report)
+    async with db.connection(settings.database_url) as conn:
+        await conn.execute(db.query("files_tier"), [f.id for f in todo], tier)
+    offline_now = len(offline) + (len(todo) if tier == ARCHIVE_TIER else 0)
+    return Tiered(moved, len(files) - len(todo), offline_now)
+
+
+def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report) -> int:
+    for i, f in enumerate(files, 1):
+        storage.set_tier(f.path, tier)
+        failpoints.reach("tier_moved")
+        if i % 100 == 0 or i == len(files):
+            report(f"{i}/{len(files)} files moved to {tier}")
+    return len(files)
+
+
+async def _publish_now(settings: Settings, name: str, tables: set[str], report: Report) -> None:
+    """Publish each table now, so its offline files are out of its Delta log."""
+    from archiver.operations.publish import publish_table
+
+    for table in sorted(tables):
+        done = await publish_table(settings, table)
+        report(f"{table}: Delta version {done.version}, the files going offline removed")
+
+
+@dataclass(frozen=True)
+class Rehydrated:
+    started: int  # rehydration asked for now
+    pending: int  # still rehydrating (asked before)
+    online: int  # back online: they rejoin the Delta table
+
+
+async def rehydrate(
+    settings: Settings, table: str, tier: str, priority: str, report: Report
+) -> Rehydrated:
+    """Start rehydrating the table's Archive-tier files to `tier`; those the service
+    says are online again are marked so in the catalog (run it again to follow)."""
+    from archiver.storage import open_storage
+
+    name, files = await table_files(settings, table, "rehydrate")
+    storage = open_storage(settings)
+    # the catalog's offline files, and any a lifecycle rule moved without telling it
+    candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files
+    states = await asyncio.to_thread(_rehydrate, storage, candidates, tier, priority)
+    online = [f for f, state in zip(candidates, states, strict=True) if state == "online"]
+    offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
+    async with db.connection(settings.database_url) as conn:
+        if offline:  # found offline: out of the Delta table until they are back
+            await conn.execute(db.query("files_going_offline"), [f.id for f in offline])
+            await conn.execute(db.query("files_tier"), [f.id for f in offline], ARCHIVE_TIER)
+        back = [f for f in online if f.offline]
+        here = str(storage.location)
+        for t in sorted({f.source_table for f in back}):
+            ids = [f.id for f in back if f.source_table == t]
+            async with conn.transaction():
+                await conn.execute(db.query("delta_lock"), here, t)
+                await conn.fetch(db.query("files_back_online"), ids, tier)
+                await conn.execute(db.query("delta_unlock"), here, t)
+        await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+    result = Rehydrated(states.count("started"), states.count("pending"), len(back))
+    report(
+        f"{name}: {result.started} files rehydrating now, {result.pending} still "
+        f"rehydrating, {result.online} back online (they rejoin the Delta table)"
+    )
+    return result
+
+
+def _rehydrate(storage: Storage, files: list[CatalogFile], tier: str, priority: str) -> list[str]:
+    """Each file's state: online, pending (rehydrating) or started (asked now; Azurite
+    answers at once, Azure in up to 15 hours, 1 at High priority)."""
+    states = []
+    for f in files:
+        stored = storage.stat(f.path)
+        if stored is None:
+            raise InputError(f"rehydrate: {f.path} is missing from {storage.location}")
+        if not stored.offline:
+            states.append("online")
+        elif stored.rehydrating:
+            states.append("pending")
+        else:
+            storage.set_tier(f.path, tier, priority)
+            again = storage.stat(f.path)
+            states.append("online" if again and not again.offline else "started")
+    return states
+
+
+async def protect(
+    settings: Settings,
+    table: str,
+    age: Age | None,
+    until: dt.datetime | None,
+    legal_hold: bool | None,
+    report: Report,
+) -> int:
+    """Set a per-blob immutability policy and/or a legal hold on the selected files,
+    then record it (purge and erase refuse them). The container needs version-level
+    write-once storage (`archiver doctor` says)."""
+    from archiver.storage import open_storage
+
+    name, files = await _selected(settings, table, age, "protect")
+    storage = open_storage(settings)
+    done: list[int] = []
+    try:
+        for f in files:
+            await asyncio.to_thread(storage.protect, f.path, until, legal_hold)
+            done.append(f.id)
+    finally:
+        async with db.connection(settings.database_url) as conn:
+            await conn.execute(db.query("files_protected"), done, until, legal_hold)
+    report(f"{name}: {len(done)} files protected")
+    return len(done)

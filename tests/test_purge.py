@@ -1,0 +1,189 @@
+"""Retention (`archiver purge`, a policy's `retain`): files wholly older than the limit
+leave the catalog, the Delta table and storage, through SIGKILLs at each step, with a
+ledger row; a file spanning the limit stays; protected files are refused by date."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archiver.testing.reference import seed_orders
+from tests.harness import Harness
+from tests.support import archiver_cmd, start_process, start_worker, wait_for_text, wait_until
+from tests.test_delta import delta
+
+# 6,000 orders one minute apart, the newest 30 days ago; files of 1,000 (ids 1-1000 the
+# newest). With a limit of 31 days: ids 2001-6000 (files 3-6) lie wholly before it, the
+# file of ids 1001-2000 spans it, ids 1-1000 are newer.
+KEPT = set(range(1, 2001))
+PURGED = set(range(2001, 6001))
+
+
+@pytest.fixture
+def d(h: Harness) -> Harness:
+    return h.with_env(ARCHIVER_DELTA="true")
+
+
+def recent_orders(h: Harness) -> None:
+    """Orders whose newest row is 30 days old today, archived in files of 1,000."""
+    seed_orders(h.url, 6000)
+    h.sql(
+        "UPDATE orders SET created_at = created_at "
+        "+ (date_trunc('minute', now()) - interval '30 days' - timestamptz '2025-01-01')"
+    )
+    h.archive("--table", "orders", "--before", "2100-01-01", "--chunk-rows", "1000")
+    assert h.value("SELECT count(*) FROM archive_files") == 6
+
+
+def ledger(h: Harness) -> list[Any]:
+    return h.sql(
+        "SELECT operation, status, rows, tables, request::text AS request, detail::text AS detail "
+        "FROM archive_ledger ORDER BY id"
+    )
+
+
+def settled(h: Harness, archived: set[int]) -> None:
+    """The catalog, the blobs, the Delta table and verify agree on exactly `archived`."""
+    h.drain()  # the publication that takes retired files out, and the sweep
+    h.exactly_once(archived)
+    assert {r["id"] for r in h.archived()} == archived
+    ids = delta(h).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == sorted(archived)
+    verified = h.cli("verify", "--table", "public.orders")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_purge_takes_what_lies_wholly_before_the_limit(d: Harness) -> None:
+    h = d
+    recent_orders(h)
+    before = h.blobs()
+
+    dry = h.cli("purge", "--table", "orders", "--older-than", "31 days", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would purge 4000 rows in 4 files" in dry.stdout
+    assert dry.stdout.count("public.orders/job-") == 4  # the files listed
+    assert "kept 1 file whose rows span the limit" in dry.stderr
+    assert h.blobs() == before and not ledger(h)
+
+    done = h.cli("purge", "--table", "orders", "--older-than", "31d")
+    assert done.returncode == 0, done.stderr
+    assert "purged 4000 rows in 4 files (ledger 1)" in done.stdout
+    [entry] = ledger(h)
+    assert (entry["operation"], entry["status"], entry["rows"]) == ("purge", "done", 4000)
+    assert entry["tables"] == ["public.orders"]
+    assert '"older_than": "31 days"' in entry["request"] and '"before"' in entry["request"]
+    assert entry["detail"].count("public.orders/job-") == 4  # which files
+    settled(h, KEPT)
+    assert len(h.blobs()) == 2
+
+    # nothing more goes until the spanning file is wholly past the limit
+    again = h.cli("purge", "--table", "orders", "--older-than", "31 days")
+    assert "purged 0 rows in 0 files" in again.stdout
+    assert h.cli("purge", "--table", "orders", "--older-than", "29 days").returncode == 0
+    settled(h, set())
+
+
+def kill_purge_at(h: Harness, point: str, log: Path) -> None:
+    proc = start_process(
+        archiver_cmd("purge", "--table", "orders", "--older-than", "31 days"),
+        {**h.env, "ARCHIVER_FAILPOINTS": f"{point}=pause"},
+        log,
+    )
+    wait_for_text(log, f"failpoint {point} reached")
+    proc.kill()
+    proc.wait(10)
+
+
+def test_a_purge_killed_before_its_commit_changes_nothing(d: Harness, tmp_path: Path) -> None:
+    h = d
+    recent_orders(h)
+    kill_purge_at(h, "purge_before_commit", tmp_path / "purge.log")
+    assert [r["status"] for r in ledger(h)] == ["running"]
+    assert not h.value("SELECT count(*) FROM archive_files WHERE state = 'retired'")
+    settled(h, KEPT | PURGED)  # the sweep: abandoned, every file where it was
+    assert [r["status"] for r in ledger(h)] == ["abandoned"]
+    done = h.cli("purge", "--table", "orders", "--older-than", "31 days")
+    assert done.returncode == 0, done.stderr
+    settled(h, KEPT)
+
+
+def test_a_purge_killed_after_its_commit_is_finished_by_the_sweep(
+    d: Harness, tmp_path: Path
+) -> None:
+    h = d
+    recent_orders(h)
+    kill_purge_at(h, "purge_committed", tmp_path / "purge.log")
+    # retired, not yet deleted: known to the catalog, skipped by verify, still published
+    assert h.value("SELECT count(*) FROM archive_files WHERE state = 'retired'") == 4
+    assert len(h.blobs()) == 6
+    verified = h.cli("verify", "--table", "orders")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    settled(h, KEPT)
+    assert [r["status"] for r in ledger(h)] == ["done"]
+
+
+def test_protected_files_are_refused_naming_the_date(h: Harness) -> None:
+    recent_orders(h)
+    # what `archiver protect` records once Azure has set the policy (Azurite answers
+    # 501 to per-blob immutability: tests/unit/test_azure_requests.py has the requests)
+    h.sql(
+        "UPDATE archive_files SET immutable_until = '2031-01-01' WHERE id = "
+        "(SELECT max(id) FROM archive_files)"
+    )
+    refused = h.cli("purge", "--table", "orders", "--older-than", "31 days")
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1
+    assert "1 under an immutability policy until 2031-01-01" in refused.stderr
+    assert not ledger(h) and len(h.blobs()) == 6
+    done = h.cli("purge", "--table", "orders", "--older-than", "31 days", "--skip-protected")
+    assert "purged 3000 rows in 3 files" in done.stdout, done.stderr
+    assert "kept, for their protection: 1 under an immutability policy" in done.stderr
+
+    protect = h.cli("protect", "--table", "orders", "--legal-hold")
+    assert protect.returncode == 1 and protect.stderr.count("\n") == 1
+    assert "cannot protect" in protect.stderr  # Azurite: 501, not emulated
+    assert not h.value("SELECT count(*) FROM archive_files WHERE legal_hold")
+
+
+def test_bad_input_is_one_line_and_changes_nothing(h: Harness) -> None:
+    recent_orders(h)
+    for args, says in (
+        (["--older-than", "seven years"], "expected a period such as"),
+        (["--older-than", "0 days"], "expected a period such as"),
+        (["--older-than", "5 minutes"], "expected a period such as"),
+    ):
+        out = h.cli("purge", "--table", "orders", *args)
+        assert out.returncode == 1 and says in out.stderr and out.stderr.count("\n") == 1
+    out = h.cli("purge", "--table", "nosuch", "--older-than", "1 day")
+    assert out.returncode == 1 and "no archived files of table 'nosuch'" in out.stderr
+    assert not ledger(h) and len(h.blobs()) == 6
+
+
+def test_a_policy_retains_its_table_for_its_period(d: Harness, tmp_path: Path) -> None:
+    """The scheduler queues a purge with each slot of a policy with `retain`; a worker
+    runs it."""
+    h = d
+    recent_orders(h)
+    config = tmp_path / "archiver.toml"
+    config.write_text(
+        "[[policy]]\n"
+        'name = "orders-nightly"\ntable = "orders"\nolder_than = "1 days"\n'
+        'schedule = "*/2 * * * * *"\nretain = "31 days"\n'
+    )
+    env = {**h.env, "ARCHIVER_CONFIG": str(config)}
+    scheduler = start_process(archiver_cmd("scheduler"), env, tmp_path / "scheduler.log")
+    try:
+        wait_until(
+            lambda: h.value("SELECT count(*) FROM background_jobs WHERE task_name = 'purge'"),
+            what="a purge job",
+        )
+    finally:
+        scheduler.terminate()
+        scheduler.wait(30)
+    worker = start_worker(env, "--burst", log=tmp_path / "worker.log")
+    assert worker.wait(120) == 0
+    [entry] = ledger(h)
+    assert (entry["operation"], entry["rows"]) == ("purge", 4000)
+    settled(h, KEPT)
