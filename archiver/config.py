@@ -251,7 +251,7 @@ class Settings:
     encryption_scope: str | None = _setting(
         None,
         "ARCHIVER_ENCRYPTION_SCOPE",
-        "the Azure encryption scope every file and Delta log entry is written with (customer-managed keys); readers need no key, the account decrypts",
+        "the Azure encryption scope every file and every Delta commit archiver writes is written with (customer-managed keys; set the container's default scope to it too, for what delta-rs writes); readers need no key, the account decrypts",
         _text,
         shown="the account's default",
     )

@@ -38,7 +38,7 @@ from archiver.archive import names
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
 from archiver.db import query
-from archiver.errors import InputError
+from archiver.errors import InputError, StorageError
 from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
 
@@ -212,15 +212,21 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     """Step 4's end, holding the table's publisher lock (delta_lock: no publication can
     add a file while it goes): delete the blobs of `table`'s retired files that are out
     of its Delta log, then their catalog rows (a crash between the two deletes the blob
-    again, which is no error). Returns how many went."""
+    again, which is no error). A blob the storage refuses to delete (under a policy set
+    outside archiver) stays retired, for the next sweep. Returns how many went."""
     here = str(storage.location)
-    total = 0
-    while batch := fetch_all(conn, query("reapable"), (here, table)):
+    total = after = 0
+    while batch := fetch_all(conn, query("reapable"), (here, table, after)):
         for file_id, path in batch:
-            storage.delete(str(path))
+            after = int(file_id)
+            try:
+                storage.delete(str(path))
+            except StorageError as exc:  # one refused (a hold set outside archiver): kept
+                log.warning("%s: retired file %s not deleted: %s", table, path, exc)
+                continue
             _run(conn, "reaped", int(file_id))
+            total += 1
         conn.commit()
-        total += len(batch)
     conn.commit()
     if total:
         log.info("%s: %d retired files deleted", table, total)

@@ -187,6 +187,13 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             retain = Age.parse(raw["retain"], "retain")
         except InputError as exc:
             raise fail("retain", str(exc).split(": ", 1)[1]) from None
+        now = dt.datetime.now(dt.UTC)
+        if retain.before(now) >= now - int(match.group(1)) * unit:
+            raise fail(
+                "retain",
+                f"{retain} is not longer than older_than ({raw['older_than']}): each slot "
+                "would purge what it just archived",
+            )
     if raw.get("tier", "Hot") not in ("Hot", "Cool", "Cold"):
         raise fail("tier", f"expected Hot, Cool or Cold, got {raw['tier']!r}")
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):

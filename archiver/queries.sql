@@ -388,12 +388,31 @@ FROM counted WHERE storage_url = $1 AND source_table = $2 AND counted.n > 0
 RETURNING counted.n
 
 -- name: delta_removals
--- The files publication $3 removes, and whether an erasure retired each (the Delta log's
--- history, which holds their statistics, then goes: archiver.delta.publish).
-SELECT f.path, f.byte_size,
-       EXISTS (SELECT 1 FROM archive_ledger l WHERE l.id = f.retired_by AND l.operation = 'erase')
-FROM archive_files f
-WHERE f.storage_url = $1 AND f.source_table = $2 AND f.unpublication = $3::bigint ORDER BY f.id
+SELECT path, byte_size FROM archive_files
+WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint ORDER BY id
+
+-- name: delta_erasures_out
+-- The newest erasure of table $2 whose history can go once publication $3 is in the
+-- Delta log: it and every erasure before it not yet forgotten find every file retired
+-- by then (by it or an earlier operation, whose rows it may also have held) out of the
+-- log. NULL: none.
+WITH erasures AS (
+    SELECT l.id, NOT EXISTS (
+        SELECT 1 FROM archive_files f
+        WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
+          AND f.retired_by <= l.id AND f.publication IS NOT NULL
+          AND (f.unpublication IS NULL OR f.unpublication > $3::bigint)
+    ) AS out
+    FROM archive_ledger l JOIN delta_tables d ON d.storage_url = l.storage_url
+    WHERE l.storage_url = $1 AND d.source_table = $2 AND $2 = ANY (l.tables)
+      AND l.operation = 'erase' AND l.status = 'done' AND l.id > d.history_forgotten_through
+)
+SELECT max(id) FROM erasures
+WHERE out AND id < COALESCE((SELECT min(id) FROM erasures WHERE NOT out), 9223372036854775807)
+
+-- name: delta_history_forgotten
+UPDATE delta_tables SET history_forgotten_through = $3::bigint
+WHERE storage_url = $1 AND source_table = $2
 
 -- name: delta_files
 SELECT id, path, byte_size, row_count, delta_schema, delta_stats,
@@ -496,7 +515,7 @@ SELECT EXISTS (SELECT 1 FROM archive_files WHERE storage_url = $1 AND path = $2)
 SELECT f.id, f.path FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
-  AND (f.publication IS NULL OR f.unpublication <= d.published)
+  AND (f.publication IS NULL OR f.unpublication <= d.published) AND f.id > $3::bigint
 ORDER BY f.id LIMIT 1000
 
 -- name: reaped
@@ -588,10 +607,14 @@ WHERE id = ANY ($1::bigint[]) AND state = 'committed'
 UPDATE archive_files SET tier = $2 WHERE id = ANY ($1::bigint[])
 
 -- name: files_back_online
--- Rehydrated (or found online): back in the Delta table at its next publication. Under
--- the table's publisher lock (delta_lock): no publication is numbering them meanwhile.
-UPDATE archive_files SET offline = false, tier = $2, publication = NULL, unpublication = NULL
-WHERE id = ANY ($1::bigint[]) AND offline
+-- Rehydrated (or found online): back in the Delta table. Under the table's publisher
+-- lock (delta_lock): no publication numbers them meanwhile. A file whose removal was
+-- numbered is added again by the next publication; one whose removal was not yet
+-- numbered simply stays in the log.
+UPDATE archive_files
+SET offline = false, tier = $2,
+    publication = CASE WHEN unpublication IS NULL THEN publication END, unpublication = NULL
+WHERE id = ANY ($1::bigint[]) AND offline AND state = 'committed'
 RETURNING id
 
 -- name: files_verified
@@ -613,4 +636,15 @@ SELECT id FROM archive_files WHERE id = ANY ($1::bigint[]) AND verified_at IS NU
 SELECT a.attname::text, quote_ident(n.nspname) || '.' || quote_ident(c.collname)
 FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
 JOIN pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+
+-- name: key_types
+-- Each column of table $1: its type as SQL, and its collation (schema-qualified) if it
+-- has one: an erasure's rewritten file's key ends, in the table's own order.
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod),
+       CASE WHEN a.attcollation <> 0 THEN (
+           SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+           FROM pg_collation c JOIN pg_namespace n ON n.oid = c.collnamespace
+           WHERE c.oid = a.attcollation) END
+FROM pg_attribute a
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped

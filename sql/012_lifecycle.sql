@@ -20,3 +20,7 @@ ALTER TABLE archive_files
 
 CREATE INDEX archive_files_offline ON archive_files (storage_url, source_table)
     WHERE offline;
+
+-- After an erasure, a table's Delta log history goes (its statistics may hold erased
+-- values): the newest erasure whose history is gone (archiver.delta.history).
+ALTER TABLE delta_tables ADD COLUMN history_forgotten_through bigint NOT NULL DEFAULT 0;

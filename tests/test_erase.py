@@ -13,7 +13,15 @@ import pytest
 
 from tests.archive_check import catalog_paths, rows_in_blobs
 from tests.harness import Harness
-from tests.support import archiver_cmd, start_process, start_worker, wait_for_text
+from tests.support import (
+    archiver_cmd,
+    fast_env,
+    kill_at_failpoint,
+    start_process,
+    start_worker,
+    wait_for_text,
+    wait_until,
+)
 from tests.test_delta import delta
 
 SECRET = "zebediah.quux@example.org"  # customer 42's email, on each of its orders
@@ -42,6 +50,9 @@ SELECT g, c, (SELECT email FROM customers WHERE id = c), g % 500, '2024-01-01'::
 FROM generate_series(1, 3000) g,
      LATERAL (SELECT CASE WHEN g <= 1000 THEN 1 + g % 100 ELSE 1 + g % 41 END AS c) x;
 INSERT INTO order_lines SELECT o.id, l, 'sku-' || o.id || '-' || l FROM orders o, generate_series(1, 2) l;
+-- a 1:1 extension whose key is named as its parent's: `id` must not match every row
+CREATE TABLE order_extras (id bigint PRIMARY KEY REFERENCES orders ON DELETE CASCADE, gift boolean);
+INSERT INTO order_extras SELECT id, id % 2 = 0 FROM orders;
 """
 ERASED_ORDERS = {g for g in range(1, 1001) if 1 + g % 100 == 42}
 
@@ -53,7 +64,7 @@ def d(h: Harness) -> Harness:
     h.archive(
         "--table", "orders", "--before", "2025-01-01", "--with-children", "--chunk-rows", "500"
     )
-    assert h.value("SELECT count(*) FROM archive_files") == 12
+    assert h.value("SELECT count(*) FROM archive_files") == 18
     return h
 
 
@@ -68,11 +79,19 @@ def erased_everywhere(h: Harness, outputs: list[str]) -> None:
     h.drain()  # the publications that take the originals out, and the sweep
     orders = archived(h, "public.orders")
     lines = archived(h, "public.order_lines")
-    assert sorted(r["id"] for r in orders) == sorted(set(range(1, 3001)) - ERASED_ORDERS)
+    extras = archived(h, "public.order_extras")
+    kept = set(range(1, 3001)) - ERASED_ORDERS
+    assert sorted(r["id"] for r in orders) == sorted(kept)
     assert len(lines) == 2 * len(orders)
     assert not [r for r in lines if r["order_id"] in ERASED_ORDERS]
+    assert sorted(r["id"] for r in extras) == sorted(kept)
     assert all(r["email"] != SECRET for r in orders)
-    for table, rows in (("public.orders", orders), ("public.order_lines", lines)):
+    tables = (
+        ("public.orders", orders),
+        ("public.order_lines", lines),
+        ("public.order_extras", extras),
+    )
+    for table, rows in tables:
         assert delta(h, table).to_pyarrow_table().num_rows == len(rows)
         verified = h.cli("verify", "--table", table)
         assert verified.returncode == 0, verified.stdout + verified.stderr
@@ -107,6 +126,7 @@ def test_erase_takes_one_customer_and_its_lines_out_of_every_file(
     assert dry.returncode == 0, dry.stderr
     assert "public.orders: 10 rows would be erased from 2 of 6 files" in dry.stdout
     assert "public.order_lines: 20 rows would be erased from 2 of 6 files" in dry.stdout
+    assert "public.order_extras: 10 rows would be erased from 2 of 6 files" in dry.stdout
     assert not h.sql("SELECT 1 FROM archive_ledger")
 
     done = h.cli(
@@ -114,16 +134,16 @@ def test_erase_takes_one_customer_and_its_lines_out_of_every_file(
         "--reason", "DSR-2026-0042",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "erased 30 rows from 4 files" in done.stdout
+    assert "erased 40 rows from 6 files" in done.stdout
     [entry] = h.sql("SELECT * FROM archive_ledger")
-    assert (entry["operation"], entry["status"], entry["rows"]) == ("erase", "done", 30)
+    assert (entry["operation"], entry["status"], entry["rows"]) == ("erase", "done", 40)
     assert '"where": "email = ?"' in entry["request"] and "DSR-2026-0042" in entry["request"]
-    assert sorted(entry["tables"]) == ["public.order_lines", "public.orders"]
+    assert sorted(entry["tables"]) == ["public.order_extras", "public.order_lines", "public.orders"]
     worker_log = tmp_path / "worker.log"
     assert start_worker(h.env, "--burst", log=worker_log).wait(120) == 0
     erased_everywhere(h, [dry.stdout, dry.stderr, done.stdout, done.stderr, worker_log.read_text()])
     # only the files holding them were rewritten
-    assert h.value("SELECT count(*) FROM archive_files WHERE path LIKE '%/rewrite-%'") == 4
+    assert h.value("SELECT count(*) FROM archive_files WHERE path LIKE '%/rewrite-%'") == 6
     # and a restore of everything (with the lines archived in the same chunks) brings
     # back every other row, none of customer 42's
     back = h.cli("restore", "--table", "orders")
@@ -131,6 +151,7 @@ def test_erase_takes_one_customer_and_its_lines_out_of_every_file(
     assert h.value("SELECT count(*) FROM orders WHERE customer_id = 42") == 0
     assert h.value("SELECT count(*) FROM orders") == 3000 - len(ERASED_ORDERS)
     assert h.value("SELECT count(*) FROM order_lines") == 2 * (3000 - len(ERASED_ORDERS))
+    assert h.value("SELECT count(*) FROM order_extras") == 3000 - len(ERASED_ORDERS)
 
 
 @pytest.mark.parametrize("point", ["erase_rewritten", "erase_before_commit", "erase_committed"])
@@ -150,7 +171,7 @@ def test_an_erase_killed_at_each_step_leaves_old_or_new_files_never_both(
     proc.wait(10)
     now = set(catalog_paths(h.url))
     if point == "erase_committed":  # the rewrites catalogued, the originals retired
-        assert len(now - before) == 4 and len(before - now) == 4
+        assert len(now - before) == 6 and len(before - now) == 6
     else:  # the originals catalogued, the rewrites nobody's
         assert now == before
         assert [r[0] for r in h.sql("SELECT status FROM archive_ledger")] == ["running"]
@@ -158,9 +179,36 @@ def test_an_erase_killed_at_each_step_leaves_old_or_new_files_never_both(
         assert set(h.blobs()) == before
         assert [r[0] for r in h.sql("SELECT status FROM archive_ledger")] == ["abandoned"]
         assert len(archived(h, "public.orders")) == 3000
+        assert len(archived(h, "public.order_extras")) == 3000
         done = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
         assert done.returncode == 0, done.stderr
     erased_everywhere(h, [log.read_text()])
+
+
+def test_a_publication_killed_after_its_delta_commit_still_forgets_the_history(
+    d: Harness, tmp_path: Path
+) -> None:
+    """The publication that removes erased files is killed between its Delta commit and
+    the log cleanup: the next run finds the commit made and still cleans the log."""
+    h = d
+    done = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
+    assert done.returncode == 0, done.stderr
+    fast = fast_env(h.env)
+    kill_at_failpoint(fast, "after_delta_commit", tmp_path / "worker.log")
+    assert any(SECRET in t for t in log_objects(h))  # committed, not yet cleaned
+    wait_until(  # the killed worker's lease (2 s) runs out: a burst worker rescues its job
+        lambda: (
+            not h.value(
+                "SELECT count(*) FROM background_jobs WHERE status = 'running' "
+                "AND heartbeat_at > now() - interval '2 seconds'"
+            )
+        ),
+        what="the killed worker's lease to expire",
+    )
+    erased_everywhere(
+        h.with_env(**{k: v for k, v in fast.items() if k.startswith("ARCHIVER_")}),
+        [done.stdout, done.stderr],
+    )
 
 
 def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> None:
@@ -172,12 +220,14 @@ def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> Non
         (f"email = '{SECRET}') UNION SELECT * FROM archived WHERE (true", "one condition"),
         ("", "--where is empty"),
     ):
-        out = h.cli("erase", "--table", "orders", "--where", where)
+        out = h.cli("erase", "--table", "orders", "--where", where, "--with-children")
         assert out.returncode == 1, out.stdout
         assert out.stderr.count("\n") == 1 and says in out.stderr, out.stderr
         assert SECRET not in out.stderr
     out = h.cli("erase", "--table", "order_lines", "--where", "sku = 1", "--with-children")
     assert out.returncode == 1 and "no table references public.order_lines" in out.stderr
+    out = h.cli("erase", "--table", "orders", "--where", "id = 1")  # parents alone
+    assert out.returncode == 1 and "give --with-children" in out.stderr
     assert set(h.blobs()) == files and not h.sql("SELECT 1 FROM archive_ledger")
 
 
@@ -211,3 +261,22 @@ def test_a_text_keyed_file_is_rewritten_with_postgres_key_order(h: Harness) -> N
             held,
         )[0]
         assert (f["min_key"], f["max_key"]) == ([ends["lo"]], [ends["hi"]])
+
+
+def test_a_numeric_keyed_file_keeps_numeric_key_order(h: Harness) -> None:
+    """An unconstrained numeric key (archived exactly, not as a double): the rewrite's
+    catalogued ends are the numbers' order (9.5 before 10), and verify agrees."""
+    h.sql("CREATE TABLE amounts (amount numeric PRIMARY KEY, at timestamptz NOT NULL)")
+    h.sql(
+        "INSERT INTO amounts SELECT g * 0.5, '2024-01-01'::timestamptz + g * interval '1 hour' "
+        "FROM generate_series(1, 300) g"
+    )
+    h.archive(
+        "--table", "amounts", "--before", "2025-01-01", "--column", "at", "--chunk-rows", "300"
+    )
+    done = h.cli("erase", "--table", "amounts", "--where", "\"at\" < '2024-01-01 02:00:00+00'")
+    assert done.returncode == 0, done.stderr
+    [f] = h.sql("SELECT min_key, max_key, row_count FROM archive_files WHERE state = 'committed'")
+    assert (f["min_key"], f["max_key"], f["row_count"]) == (["1.0"], ["150.0"], 299)
+    verified = h.cli("verify", "--table", "public.amounts")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

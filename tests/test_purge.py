@@ -187,3 +187,37 @@ def test_a_policy_retains_its_table_for_its_period(d: Harness, tmp_path: Path) -
     [entry] = ledger(h)
     assert (entry["operation"], entry["rows"]) == ("purge", 4000)
     settled(h, KEPT)
+
+
+def test_an_aggregate_is_purged_chunk_by_chunk(h: Harness) -> None:
+    """Orders archived --with-children: their lines' files go with the chunks whose
+    orders go; a chunk with one protected file stays whole."""
+    h.sql(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, created_at timestamptz NOT NULL);"
+        "CREATE TABLE order_lines (order_id bigint REFERENCES orders ON DELETE CASCADE, "
+        "line int, PRIMARY KEY (order_id, line));"
+        "INSERT INTO orders SELECT g, now() - interval '30 days' - g * interval '1 minute' "
+        "FROM generate_series(1, 6000) g;"
+        "INSERT INTO order_lines SELECT id, l FROM orders, generate_series(1, 2) l"
+    )
+    h.archive("--table", "orders", "--before", "2100-01-01", "--with-children",
+              "--chunk-rows", "1000")  # fmt: skip
+    assert h.value("SELECT count(*) FROM archive_files") == 12
+    # the lines of the oldest chunk under a legal hold, as `protect` records it
+    h.sql(
+        "UPDATE archive_files SET legal_hold = true WHERE id = (SELECT id FROM archive_files "
+        "WHERE source_table = 'public.order_lines' ORDER BY min_key[1]::bigint DESC LIMIT 1)"
+    )
+    refused = h.cli("purge", "--table", "orders", "--older-than", "31 days")
+    assert refused.returncode == 1 and "1 under a legal hold" in refused.stderr
+    done = h.cli("purge", "--table", "orders", "--older-than", "31 days", "--skip-protected")
+    assert done.returncode == 0, done.stderr
+    assert "purged 9000 rows in 6 files" in done.stdout  # 3 chunks: 3,000 orders, 6,000 lines
+    h.drain()
+    orders = {r["id"] for r in h.archived("public.orders")}
+    lines = {r["order_id"] for r in h.archived("public.order_lines")}
+    assert orders == lines == set(range(1, 2001)) | set(range(5001, 6001))
+    for table in ("public.orders", "public.order_lines"):
+        assert h.cli("verify", "--table", table).returncode == 0
+    out = h.cli("purge", "--table", "order_lines", "--older-than", "1 day")
+    assert out.returncode == 1 and "archived with its parents" in out.stderr

@@ -21,7 +21,7 @@ from archiver.archive.take import (
     take_rows,
 )
 from archiver.bulk import BulkConnection
-from archiver.errors import LockBusy
+from archiver.errors import LockBusy, StorageError
 from archiver.model import ArchivedFile, Mode, Progress
 from archiver.source.guardrails import (
     DEADLOCK_DETECTED,
@@ -58,7 +58,7 @@ def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> 
 
 
 def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progress | None:
-    part = job.catalog.next_part()
+    part = job.next_part()
     move = job.request.mode == Mode.MOVE
     try:
         with chunk_cursor(job.source) as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
@@ -89,6 +89,8 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
         state = getattr(exc, "sqlstate", None)
         if move or state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
             rollback_quietly(job.source)
+        if state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED) or isinstance(exc, RowLockWaitOver):
+            _discard_uploads(job, part)  # before the COMMIT: certainly never catalogued
         if state == LOCK_NOT_AVAILABLE:
             holders = lock_holders(job.source, job.queries.table) or "no holder left"
             raise LockBusy(
@@ -157,3 +159,14 @@ def rollback_quietly(conn: BulkConnection) -> None:
         conn.rollback()
     except Exception:  # the backend may be gone; PostgreSQL rolls back on its own then
         log.debug("rollback failed", exc_info=True)
+
+
+def _discard_uploads(job: JobContext, first: int) -> None:
+    """The files a chunk uploaded before it rolled back waiting for a lock: nobody will
+    catalogue them, and the chunk taken again names its files after them."""
+    try:
+        for part in range(first, job.named.highest + 1):
+            for table in job.tables:
+                job.storage.delete(job.object_name(part, table))
+    except StorageError as exc:  # left for `archiver verify` to name, and the next attempt
+        log.warning("job %s: a rolled-back chunk's upload stays: %s", job.job_id, exc)

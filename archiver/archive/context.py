@@ -59,6 +59,15 @@ class RowLocks:
     sparse: bool = False
 
 
+@dataclass
+class NamedParts:
+    """The highest part this attempt has named a file for: a chunk taken again after a
+    rollback numbers its files after it, so no name is ever written twice (write-once
+    storage; uploads are refused over an existing name)."""
+
+    highest: int = 0
+
+
 @dataclass(frozen=True)
 class JobContext:
     """What every chunk of one job shares."""
@@ -80,13 +89,20 @@ class JobContext:
     reader: BulkConnection | None = None
     parent: TableInfo | None = None  # a partition's job: its files are the parent's
     row_locks: RowLocks = field(default_factory=RowLocks)
+    named: NamedParts = field(default_factory=NamedParts)
     # the keys its chunks take: the request's range, its end bound to the largest key
     # older than the cutoff when the job starts (archive.job.bound_to_old_rows)
     key_range: KeyRange | None = None
 
     def object_name(self, part: int, table: str | None = None) -> str:
         table = table or self.tables[0]
+        self.named.highest = max(self.named.highest, part)
         return self.storage.object_name(names.file_name(table, self.job_id, self.attempt, part))
+
+    def next_part(self) -> int:
+        """The next chunk's first part: after the catalog's, and after every part this
+        attempt named (a rolled-back chunk's uploads keep their names)."""
+        return max(self.catalog.next_part(), self.named.highest + 1)
 
     @property
     def waits_for_row_locks(self) -> bool:

@@ -194,8 +194,11 @@ class Publisher:
             done.files += len(adds)
             done.rows += rows
             done.removed += len(removals)
-        if any(erased for _, _, erased in removals):
-            forget_history(self.storage, self.uri, self.options, self.root, self.table)
+        erased = self._rows("delta_erasures_out", number)[0][0]
+        if erased is not None:  # an erasure's removals are in the log: its history goes
+            if table is not None:
+                forget_history(self.storage, self.uri, self.options, self.root, self.table)
+            self._run("delta_history_forgotten", self.url, self.table, erased)
         version = table.version() if table is not None else None
         self._run("delta_published", self.url, self.table, number, version)
         self.conn.commit()
@@ -318,7 +321,7 @@ class Publisher:
             },
             {"txn": {"appId": APP_ID, "version": number, "lastUpdated": now}},
         ]
-        for path, size, _ in removals:
+        for path, size in removals:
             actions.append(
                 {
                     "remove": {

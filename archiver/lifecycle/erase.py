@@ -34,8 +34,7 @@ from archiver.archive.stats import in_arrow_order
 from archiver.bulk import BulkConnection
 from archiver.db import query
 from archiver.ident import quote_ident
-from archiver.lifecycle.predicate import Predicate, matches
-from archiver.lifecycle.retention import protected
+from archiver.lifecycle.predicate import FILE, Predicate, matches
 from archiver.model import CatalogFile
 from archiver.rewrite import rewrite
 from archiver.source.references import ForeignKey
@@ -92,23 +91,27 @@ def find(con: Any, storage: Storage, plan: ErasePlan) -> Found:
     erased_keys: dict[str, list[tuple[str, ForeignKey]]] = {}  # child: (relation, key)
     for n, (table, files) in enumerate(plan.files.items()):
         if table == plan.table:
-            condition = plan.predicate.text
+            where = plan.predicate
         else:
             refs = erased_keys.get(table, [])
             if not refs:
                 continue
-            condition = " OR ".join(
-                f"EXISTS (SELECT 1 FROM {rel} e WHERE "
-                + " AND ".join(
-                    f"e.{quote_ident(r)} = {quote_ident(c)}"
-                    for c, r in zip(k.columns, k.referenced, strict=True)
-                )
-                + ")"
-                for rel, k in refs
+            # both sides qualified: a child column named as its parent's (a 1:1 table's
+            # `id`) must not bind to the erased keys' own column
+            where = Predicate(
+                " OR ".join(
+                    f"EXISTS (SELECT 1 FROM {rel} e WHERE "
+                    + " AND ".join(
+                        f"e.{quote_ident(r)} = {FILE}.{quote_ident(c)}"
+                        for c, r in zip(k.columns, k.referenced, strict=True)
+                    )
+                    + ")"
+                    for rel, k in refs
+                ),
+                f"references erased rows of {plan.table}",
             )
-        where = Predicate(condition, f"references erased rows of {plan.table}")
         uris = {f.path: uri(storage, f.path) for f in files}
-        found.positions[table] = dict(matches(con, where, uris))
+        found.positions[table] = matches(con, where, uris)
         # the keys children reference, of this table's erased rows: kept in DuckDB only
         for i, key in enumerate(k for k in plan.keys if k.parent == table):
             matched = [f for f in files if f.path in found.positions[table]]
@@ -119,19 +122,10 @@ def find(con: Any, storage: Storage, plan: ErasePlan) -> Found:
             columns = ", ".join(quote_ident(r) for r in key.referenced)
             con.execute(
                 f"CREATE TEMP TABLE {rel} AS SELECT DISTINCT {columns} FROM {rel}_rows "
-                f"WHERE ({condition})"
+                f"AS {FILE} WHERE ({where.text})"
             )
             erased_keys.setdefault(key.child, []).append((rel, key))
     return found
-
-
-def refusal(plan: ErasePlan, found: Found, now: Any) -> str | None:
-    """Why the files holding erased rows may not be rewritten now, or None."""
-    holding = [
-        f for t, fs in plan.files.items() for f in fs if f.path in found.positions.get(t, {})
-    ]
-    why = protected(holding, now)
-    return f"erase refused, nothing erased: files holding matching rows: {why}" if why else None
 
 
 def erase(
@@ -202,23 +196,24 @@ def _without(
 
 
 def key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:
-    """The smallest and largest key of `kept` in PostgreSQL's order (text under the
-    table's collations where this database has the table, numeric as numbers), as
-    the catalog keeps key ends: PostgreSQL's text of each value."""
+    """The smallest and largest key of `kept` in PostgreSQL's order, as the catalog
+    keeps key ends (PostgreSQL's text of each value): each column cast to its type in
+    the table and compared under its collation there, where this database has the
+    table (a numeric archived as text compares as a number); as staged otherwise."""
     stage = "archiver_erase_keys"
-    cols = [quote_ident(k) for k in f.key_columns]
-    text = ", ".join(f"{c}::text" for c in cols)
     ends = []
     with conn.cursor() as cur:
         cur.adbc_ingest(stage, kept.select(f.key_columns), mode="create", temporary=True)
-        cur.execute(query("key_collations"), (f.source_table,))
-        collations: dict[str, str] = dict(cur.fetchall())
-        ordered = [
-            f"{c} COLLATE {collations[k]}" if k in collations else c
-            for c, k in zip(cols, f.key_columns, strict=True)
-        ]
+        cur.execute(query("key_types"), (f.source_table,))
+        typed = {name: (kind, collation) for name, kind, collation in cur.fetchall()}
+        cols = []
+        for k in f.key_columns:
+            kind, collation = typed.get(k, (None, None))
+            cast = f"({quote_ident(k)})::{kind}" if kind else quote_ident(k)
+            cols.append((cast, f"{cast} COLLATE {collation}" if collation else cast))
+        text = ", ".join(f"{cast}::text" for cast, _ in cols)
         for direction in ("ASC", "DESC"):
-            order = ", ".join(f"{c} {direction}" for c in ordered)
+            order = ", ".join(f"{ordered} {direction}" for _, ordered in cols)
             cur.execute(f"SELECT {text} FROM {stage} ORDER BY {order} LIMIT 1")
             ends.append(list(cur.fetchall()[0]))
         cur.execute(f"DROP TABLE {stage}")

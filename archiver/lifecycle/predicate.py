@@ -8,7 +8,6 @@ instead (`customer_id = ?`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,20 +102,24 @@ def _one_filter(tree: dict[str, Any], view: str) -> None:
         raise InputError("erase: --where must be one condition over the archived columns")
 
 
-def matches(
-    con: Any, predicate: Predicate, uris: dict[str, str], batch: int = 200
-) -> Iterator[tuple[str, list[int]]]:
+FILE = "archived_file"  # the relation a predicate is evaluated over, row by row
+
+
+def matches(con: Any, predicate: Predicate, uris: dict[str, str]) -> dict[str, list[int]]:
     """Each file of `uris` (path: where DuckDB reads it) with rows matching, and their
-    positions in it. The files are read `batch` at a time, by name; a file without a
-    column the predicate names has NULL there (union by name), as `archiver query`."""
-    names = list(uris)
-    for i in range(0, len(names), batch):
-        part = {uris[n]: n for n in names[i : i + batch]}
-        listed = ", ".join("'" + u.replace("'", "''") + "'" for u in part)
+    positions in it. All the files in one read, their columns by name (a file without
+    a column the predicate names has NULL there, as in `archiver query`). An error is
+    one line, the predicate's values masked."""
+    import duckdb
+
+    part = {u: n for n, u in uris.items()}
+    listed = ", ".join("'" + u.replace("'", "''") + "'" for u in part)
+    try:
         rows = con.execute(
             f"SELECT filename, list(file_row_number ORDER BY file_row_number) "
             f"FROM read_parquet([{listed}], filename = true, file_row_number = true, "
-            f"union_by_name = true) WHERE ({predicate.text}) GROUP BY filename"
+            f"union_by_name = true) AS {FILE} WHERE ({predicate.text}) GROUP BY filename"
         ).fetchall()
-        for uri, positions in rows:
-            yield part[uri], [int(p) for p in positions]
+    except duckdb.Error as exc:
+        raise InputError(f"erase: {_masked(predicate.text, first_line(exc))}") from None
+    return {part[uri]: [int(p) for p in positions] for uri, positions in rows}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from archiver import ledger
 from archiver.bulk import BulkConnection
-from archiver.lifecycle.retention import Age, Expired, protected
+from archiver.lifecycle.retention import Age, Expired
 from archiver.model import CatalogFile
 from archiver.storage.seam import Storage
 
@@ -61,9 +61,3 @@ def purge(
     for table, counts in done.detail.items():
         report(f"{table}: {counts['rows']} rows in {counts['retired']} files purged")
     return ledger_id, done.rows
-
-
-def refusal(plan: PurgePlan, now: dt.datetime) -> str | None:
-    """Why the plan's files may not all be deleted now, in one line, or None."""
-    why = protected(plan.expired.going + plan.children, now)
-    return f"purge refused, nothing purged: {why}" if why else None

@@ -83,6 +83,15 @@ async def restore(
         files += await chunk_children(settings, files)
     refuse_offline("restore", files)
     storage = open_storage(settings)
+    if moves_back:
+        from archiver.lifecycle.retention import protected
+
+        why = protected(await asyncio.to_thread(as_stored, storage, files), dt.datetime.now(dt.UTC))
+        if why:
+            raise InputError(
+                f"restore refused, nothing changed: of these files, {why}: they cannot leave "
+                "the archive (--keep-archive copies the rows back)"
+            )
     plan = RestorePlan(
         files,
         into,
@@ -148,21 +157,44 @@ def refuse_offline(verb: str, files: list[CatalogFile]) -> None:
 
 async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
     """The files of referencing tables archived in the same chunks as `files`
-    (`--with-children`): a chunk's files are consecutive parts, the root's last, and only
-    the root's has a cutoff column."""
+    (`--with-children`)."""
     chosen = {f.path for f in files}
-    children: list[CatalogFile] = []
+    groups = await chunk_groups(settings, files)
+    return [c for children in groups.values() for c in children if c.path not in chosen]
+
+
+async def chunk_groups(
+    settings: Settings, files: list[CatalogFile]
+) -> dict[str, list[CatalogFile]]:
+    """Each root file of `files` (one with a cutoff column) with the files of
+    referencing tables archived in its chunk: a chunk's files are consecutive parts,
+    the root's last, and only the root's has a cutoff column."""
+    chosen = {f.path for f in files}
+    groups: dict[str, list[CatalogFile]] = {}
     for job_id in dict.fromkeys(f.job_id for f in files):
         pending: list[CatalogFile] = []
         job_files = await FileSelection(job_id=uuid.UUID(job_id)).files(settings, "committed")
         for f in sorted(job_files, key=lambda f: f.part):
             if f.cutoff_column:  # a chunk's root file closes it
                 if f.path in chosen:
-                    children += [c for c in pending if c.path not in chosen]
+                    groups[f.path] = pending
                 pending = []
             else:
                 pending.append(f)
-    return children
+    return groups
+
+
+def as_stored(storage: Storage, files: list[CatalogFile]) -> list[CatalogFile]:
+    """`files` with the protection the storage reports for each now (a policy or hold
+    set outside archiver too), beside what the catalog recorded."""
+    found = []
+    for f in files:
+        stored = storage.stat(f.path)
+        if stored is not None and (stored.legal_hold or stored.immutable_until):
+            until = max(d for d in (f.immutable_until, stored.immutable_until) if d)
+            f = replace(f, legal_hold=f.legal_hold or stored.legal_hold, immutable_until=until)
+        found.append(f)
+    return found
 
 
 async def verify(

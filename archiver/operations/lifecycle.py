@@ -5,6 +5,7 @@ Delta tables."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, Expired, expired, protected
 from archiver.model import CatalogFile
-from archiver.operations.files import FileSelection, chunk_children
+from archiver.operations.files import FileSelection, as_stored, chunk_children, chunk_groups
 from archiver.source.references import ForeignKey
 
 Report = Callable[[str], None]
@@ -25,13 +26,16 @@ async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, l
     """`table` as the catalog names it, and its committed files; one line if none or
     if the bare name is in several schemas."""
     async with db.connection(settings.database_url) as conn:
-        found = await jobqueue.catalogued_tables(conn, table)
-    found = [t for t in found if await FileSelection(table=t).files(settings, "committed")]
+        named = await jobqueue.catalogued_tables(conn, table)
+    found = {
+        t: fs for t in named if (fs := await FileSelection(table=t).files(settings, "committed"))
+    }
     if not found:
         raise InputError(f"{verb}: no archived files of table {table!r}")
     if len(found) > 1:
         raise InputError(f"{verb}: {table!r} is ambiguous ({', '.join(found)}): name the schema")
-    return found[0], await FileSelection(table=found[0]).files(settings, "committed")
+    [(name, files)] = found.items()
+    return name, files
 
 
 @dataclass(frozen=True)
@@ -75,19 +79,23 @@ async def purge_table(
         )
     before = age.before(now)
     split = expired(rooted, before)
-    skipped = None
-    if skip_protected:
-        skipped = protected(split.going, now)
-        going = [f for f in split.going if protected([f], now) is None]
-        split = Expired(going, split.spanning)
-    plan = PurgePlan(name, age, before, split, await chunk_children(settings, split.going))
-    if not skip_protected:
-        why = protected(split.going + plan.children, now)
-        if why:
-            raise InputError(
-                f"purge refused, nothing purged: of the files older than {age}, {why} "
-                "(--skip-protected purges the others)"
-            )
+    storage = open_storage(settings)
+    groups = await chunk_groups(settings, split.going)
+    # a chunk goes whole or stays whole: kept when any of its files is protected, as
+    # the catalog recorded it or as the storage reports it now
+    chunks = [[root, *groups.get(root.path, [])] for root in split.going]
+    stored = await asyncio.to_thread(as_stored, storage, [f for c in chunks for f in c])
+    by_path = {f.path: f for f in stored}
+    held = [c for c in chunks if protected([by_path[f.path] for f in c], now)]
+    skipped = protected([by_path[f.path] for c in held for f in c], now)
+    if skipped and not skip_protected:
+        raise InputError(
+            f"purge refused, nothing purged: of the files older than {age}, {skipped} "
+            "(--skip-protected purges the others)"
+        )
+    going = [c for c in chunks if c not in held]
+    split = Expired([c[0] for c in going], split.spanning)
+    plan = PurgePlan(name, age, before, split, [f for c in going for f in c[1:]])
     files_going = split.going + plan.children
     rows = sum(f.row_count for f in files_going)
     result = Purged(None, rows, len(files_going), len(split.spanning), split.kept_until, skipped)
@@ -95,7 +103,6 @@ async def purge_table(
         for f in files_going:
             report(f"{f.path}: {f.row_count} rows, {f.min_cutoff_value} .. {f.max_cutoff_value}")
         return result
-    storage = open_storage(settings)
     ledger_id, _ = await on_source(
         settings.database_url, lambda conn: purge(conn, storage, plan, report)
     )
@@ -123,8 +130,6 @@ async def erase_rows(
 ) -> Erased:
     """Erase the archived rows of `table` matching `where` (and, with_children, the rows
     of its aggregate's tables referencing them) from every file holding them."""
-    import asyncio
-
     from archiver.lifecycle import erase as eraser
     from archiver.lifecycle.predicate import Predicate
     from archiver.query import engine
@@ -146,6 +151,11 @@ async def erase_rows(
         )
         for child in ordered[1:]:
             per_table[child] = await FileSelection(table=child).files(settings, "committed")
+    elif await chunk_children(settings, files):
+        raise InputError(
+            f"erase: {name} was archived with the rows that reference it (--with-children): "
+            "give --with-children, or those rows would stay archived without their parents"
+        )
     offline = [f for fs in per_table.values() for f in fs if f.offline]
     if offline:
         raise InputError(
@@ -166,9 +176,10 @@ async def erase_rows(
     plan, found = await asyncio.to_thread(find)
     counts = {t: (len(found.positions.get(t, {})), len(fs)) for t, fs in per_table.items()}
     rows = {t: found.rows(t) for t in per_table}
-    why = eraser.refusal(plan, found, dt.datetime.now(dt.UTC))
+    holding = [f for t, fs in per_table.items() for f in fs if f.path in found.positions[t]]
+    why = protected(await asyncio.to_thread(as_stored, storage, holding), dt.datetime.now(dt.UTC))
     if why:
-        raise InputError(why)
+        raise InputError(f"erase refused, nothing erased: files holding matching rows: {why}")
     if dry_run:
         for t in per_table:
             report(

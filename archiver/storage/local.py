@@ -132,14 +132,20 @@ class _LocalUpload:
         os.fsync(self._file.fileno())
         self._file.close()
         failpoints.reach("upload_staged")
+        exists = StorageError(
+            f"{self._name} already exists in {self._storage.location}; archiver never "
+            "overwrites a file"
+        )
         try:  # never over an existing file (os.replace would): a name is written once
             os.link(self._partial, self._target)
         except FileExistsError:
-            raise StorageError(
-                f"{self._name} already exists in {self._storage.location}; archiver never "
-                "overwrites a file"
-            ) from None
-        self._partial.unlink()
+            raise exists from None
+        except OSError:  # no hard links here (SMB, FUSE mounts): checked, then renamed
+            if self._target.exists():
+                raise exists from None
+            os.replace(self._partial, self._target)
+        else:
+            self._partial.unlink()
         stored = self._storage.stat(self._name)
         assert stored is not None
         return stored

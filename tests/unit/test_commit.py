@@ -175,3 +175,23 @@ def test_start_job_reconciles_resumes_and_sweeps(tmp_path: Path) -> None:
     assert states(catalog) == {1: FileState.COMMITTED}
     # the aborted part's upload and attempt 1's uncatalogued one are gone; the rest stay
     assert sorted(storage.objects) == sorted([done, mine])
+
+
+def test_a_chunk_taken_again_names_its_files_after_the_rolled_back_ones(tmp_path: Path) -> None:
+    """A chunk rolled back waiting for a lock after some of its files were uploaded (an
+    aggregate's children): the uploads go, and the chunk taken again numbers its files
+    after them, since storage refuses a name written before."""
+    from archiver.archive.chunk import _discard_uploads
+    from archiver.errors import StorageError
+
+    catalog, storage = MemoryDatabase(), MemoryStorage()
+    job = _job(catalog, storage, attempt=1)
+    local = tmp_path / "f.parquet"
+    local.write_bytes(b"rows")
+    first = job.next_part()
+    put_file(storage, job.object_name(first), local)  # uploaded, then the chunk rolled back
+    with pytest.raises(StorageError, match="archiver never overwrites"):
+        put_file(storage, job.object_name(first), local)
+    assert job.next_part() == first + 1
+    _discard_uploads(job, first)
+    assert storage.objects == {}

@@ -96,3 +96,15 @@ def test_a_predicate_is_one_condition_over_known_columns() -> None:
     with pytest.raises(InputError) as caught:
         Predicate.check(con, "email = 'zebediah@x' AND nosuch", "archived", "t")
     assert "zebediah" not in str(caught.value)
+
+
+def test_a_policy_retains_longer_than_it_waits_to_archive() -> None:
+    from archiver.errors import ConfigError
+    from archiver.policy import parse_policy
+
+    raw = {"name": "p", "table": "orders", "older_than": "90 days", "schedule": "0 2 * * *"}
+    assert parse_policy({**raw, "retain": "7 years"}, 1).retain == Age(7, "years")
+    with pytest.raises(ConfigError, match="retain: 30 days is not longer than older_than"):
+        parse_policy({**raw, "retain": "30d"}, 1)
+    with pytest.raises(ConfigError, match="policy 'p': retain: expected a period"):
+        parse_policy({**raw, "retain": "forever"}, 1)
