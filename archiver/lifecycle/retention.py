@@ -76,9 +76,14 @@ def expired(files: list[CatalogFile], before: dt.datetime) -> Expired:
 
 
 def _when(text: str | None) -> dt.datetime | None:
+    """A catalogued cutoff bound; None for an unbounded one, and for one Python cannot
+    hold (a year BC, past 9999): such a file is never wholly before a limit."""
     if text is None:
         return None
-    value = dt.datetime.fromisoformat(text)
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 

@@ -22,7 +22,7 @@ from archiver.limits import limit_changes
 from archiver.model import Status
 
 STATUSES = tuple(str(s) for s in Status)
-TASKS = (jobqueue.ARCHIVE_TASK, jobqueue.PUBLISH_TASK)
+TASKS = (jobqueue.ARCHIVE_TASK, jobqueue.PUBLISH_TASK, jobqueue.PURGE_TASK)
 PAGE = 50
 JOB_ACTIONS = ("cancel", "retry", "pause", "resume", "throttle")
 TABLE_ACTIONS = ("pause", "resume")

@@ -108,3 +108,9 @@ def test_a_policy_retains_longer_than_it_waits_to_archive() -> None:
         parse_policy({**raw, "retain": "30d"}, 1)
     with pytest.raises(ConfigError, match="policy 'p': retain: expected a period"):
         parse_policy({**raw, "retain": "forever"}, 1)
+
+
+def test_a_bound_python_cannot_hold_is_never_wholly_before_a_limit() -> None:
+    limit = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    bc = file("0044-03-15 00:00:00+00 BC", "0044-03-16 00:00:00+00 BC")
+    assert expired([bc], limit).going == []
