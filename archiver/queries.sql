@@ -588,6 +588,19 @@ GROUP BY 1 ORDER BY 2
 SELECT storage_url, publications, published, delta_version, published_at
 FROM delta_tables WHERE source_table = $1
 
+-- name: table_tiers
+-- One table's files by access tier: offline (Archive tier) and protected among them.
+SELECT COALESCE(tier, 'account default') AS tier, count(*) AS files,
+       count(*) FILTER (WHERE offline) AS offline,
+       count(*) FILTER (WHERE legal_hold OR immutable_until > now()) AS protected
+FROM archive_files WHERE source_table = $1 AND state = 'committed' GROUP BY 1 ORDER BY 1
+
+-- name: table_ledger
+-- The last operations that took rows of a table out of the archive (restore, purge,
+-- erase): who, when, what was asked (an erasure's predicate as its shape only).
+SELECT id, operation, status, actor, started_at, rows, request::text AS request
+FROM archive_ledger WHERE $1 = ANY (tables) ORDER BY id DESC LIMIT 10
+
 -- name: record_verification
 INSERT INTO archive_verifications (actor, scope, tables, files, problems, first_problems)
 VALUES ($1, $2, ARRAY(SELECT jsonb_array_elements_text($3::jsonb)), $4::int, $5::int,

@@ -22,6 +22,7 @@ from tests.support import (
     wait_for_text,
     wait_until,
 )
+from tests.test_console import Console
 from tests.test_delta import delta
 
 SECRET = "zebediah.quux@example.org"  # customer 42's email, on each of its orders
@@ -144,6 +145,15 @@ def test_erase_takes_one_customer_and_its_lines_out_of_every_file(
     erased_everywhere(h, [dry.stdout, dry.stderr, done.stdout, done.stderr, worker_log.read_text()])
     # only the files holding them were rewritten
     assert h.value("SELECT count(*) FROM archive_files WHERE path LIKE '%/rewrite-%'") == 6
+    # the console's page of the table shows the erasure as the ledger has it
+    console = Console(h, tmp_path)
+    try:
+        status, page = console.get("/archive/public.orders")
+    finally:
+        console.proc.terminate()
+        console.proc.wait(10)
+    assert status == 200 and "erase" in page and "email = ?" in page and "DSR-2026-0042" in page
+    assert SECRET not in page
     # and a restore of everything (with the lines archived in the same chunks) brings
     # back every other row, none of customer 42's
     back = h.cli("restore", "--table", "orders")

@@ -16,6 +16,7 @@ from azure.storage.blob import BlobServiceClient
 from archiver.testing.reference import seed_orders
 from tests.harness import Harness
 from tests.support import archiver_cmd, start_process, wait_for_text
+from tests.test_console import Console
 from tests.test_delta import delta
 
 IDS = set(range(1, 3001))
@@ -86,6 +87,14 @@ def test_files_carry_their_tier_and_tags_and_archive_tier_files_go_offline(t: Ha
 
     one_line(h.cli("restore", "--table", "orders"), "Archive tier", "archiver rehydrate")
     one_line(h.cli("verify", "--table", "public.orders"), "Archive tier", "archiver rehydrate")
+    console = Console(h, h.tmp)
+    try:
+        status, page = console.get("/archive/public.orders")
+    finally:
+        console.proc.terminate()
+        console.proc.wait(10)
+    assert status == 200 and "<td>Archive</td><td>3</td><td>3</td>" in page
+    assert "archiver rehydrate --table public.orders" in page
     skipped = h.cli("verify", "--table", "public.orders", "--skip-offline")
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
     assert h.keys() == set()
@@ -170,3 +179,13 @@ def test_a_name_is_never_written_twice(h: Harness, tmp_path: Path) -> None:
         put_file(storage, name, local)
     stored = storage.stat(name)
     assert stored is not None and stored.size == len(b"first")
+
+
+def test_a_job_or_a_policy_chooses_its_tier(h: Harness) -> None:
+    seed_orders(h.url, 100)
+    h.archive("--table", "orders", "--before", "2025-01-01", "--tier", "Cold")
+    assert tiers(h) == ["Cold"]
+    assert h.value("SELECT tier FROM archive_files") == "Cold"
+    local = h.with_env(ARCHIVER_STORAGE_URL="file:///tmp/archiver-no-tiers")
+    one_line(local.cli("enqueue", "--table", "orders", "--before", "2025-01-01", "--tier", "Cool"),
+             "access tiers need Azure storage")  # fmt: skip

@@ -221,6 +221,8 @@ async def table(
         "schemas": [dict(r) for r in await conn.fetch(query("table_schemas"), qualified)],
         "delta": dict(delta[0]) if delta else None,
         "verified": dict(verified[0]) if verified else None,
+        "tiers": [dict(r) for r in await conn.fetch(query("table_tiers"), qualified)],
+        "ledger": [dict(r) for r in await conn.fetch(query("table_ledger"), qualified)],
         "policies": [p for p in next_fires(config) if _qualified(p["table"]) == qualified],
     }
 

@@ -114,3 +114,14 @@ def test_a_bound_python_cannot_hold_is_never_wholly_before_a_limit() -> None:
     limit = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     bc = file("0044-03-15 00:00:00+00 BC", "0044-03-16 00:00:00+00 BC")
     assert expired([bc], limit).going == []
+
+
+def test_a_policy_names_the_tier_of_its_files() -> None:
+    from archiver.errors import ConfigError
+    from archiver.policy import parse_policy
+
+    raw = {"name": "p", "table": "orders", "older_than": "90 days", "schedule": "0 2 * * *"}
+    policy = parse_policy({**raw, "tier": "Cool"}, 1)
+    assert policy.request(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "public.orders").tier == "Cool"
+    with pytest.raises(ConfigError, match="policy 'p': tier: expected Hot, Cool or Cold"):
+        parse_policy({**raw, "tier": "Archive"}, 1)
