@@ -391,21 +391,31 @@ RETURNING counted.n
 SELECT path, byte_size FROM archive_files
 WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint ORDER BY id
 
+-- name: delta_removals_pending
+-- Whether files of the table's Delta log must leave it (retired, or offline): done even
+-- where publishing is off, so the table never lists a file that is gone or unreadable.
+SELECT EXISTS (
+    SELECT 1 FROM archive_files f JOIN delta_tables d USING (storage_url, source_table)
+    WHERE f.storage_url = $1 AND f.source_table = $2 AND (f.state = 'retired' OR f.offline)
+      AND f.publication IS NOT NULL AND (f.unpublication IS NULL OR f.unpublication > d.published)
+)
+
 -- name: delta_erasures_out
 -- The newest erasure of table $2 whose history can go once publication $3 is in the
 -- Delta log: it and every erasure before it not yet forgotten find every file retired
 -- by then (by it or an earlier operation, whose rows it may also have held) out of the
 -- log. NULL: none.
 WITH erasures AS (
-    SELECT l.id, NOT EXISTS (
+    SELECT l.id, l.status = 'done' AND NOT EXISTS (
         SELECT 1 FROM archive_files f
         WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
           AND f.retired_by <= l.id AND f.publication IS NOT NULL
           AND (f.unpublication IS NULL OR f.unpublication > $3::bigint)
-    ) AS out
+    ) AS out  -- one still running holds the watermark below it (ids precede commits)
     FROM archive_ledger l JOIN delta_tables d ON d.storage_url = l.storage_url
     WHERE l.storage_url = $1 AND d.source_table = $2 AND $2 = ANY (l.tables)
-      AND l.operation = 'erase' AND l.status = 'done' AND l.id > d.history_forgotten_through
+      AND l.operation = 'erase' AND l.status <> 'abandoned'
+      AND l.id > d.history_forgotten_through
 )
 SELECT max(id) FROM erasures
 WHERE out AND id < COALESCE((SELECT min(id) FROM erasures WHERE NOT out), 9223372036854775807)
@@ -450,8 +460,7 @@ WHERE $2::boolean AND storage_url = $1 AND publication IS NULL AND delta
   AND state = 'committed' AND delta_refused IS NULL AND NOT offline
 UNION
 SELECT DISTINCT source_table FROM archive_files
-WHERE $2::boolean AND storage_url = $1 AND offline AND publication IS NOT NULL
-  AND unpublication IS NULL
+WHERE storage_url = $1 AND offline AND publication IS NOT NULL AND unpublication IS NULL
 UNION
 SELECT source_table FROM delta_tables
 WHERE $2::boolean AND storage_url = $1 AND publications > published

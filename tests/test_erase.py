@@ -221,6 +221,17 @@ def test_a_publication_killed_after_its_delta_commit_still_forgets_the_history(
     )
 
 
+def test_an_erasure_with_publishing_turned_off_still_leaves_the_delta_table(
+    d: Harness,
+) -> None:
+    """Published while publishing was on, erased after it was turned off: the Delta
+    table that exists still loses the originals (and gains their rewrites)."""
+    h = d.with_env(ARCHIVER_DELTA="false")
+    done = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
+    assert done.returncode == 0, done.stderr
+    erased_everywhere(h, [done.stdout, done.stderr])
+
+
 def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> None:
     h = d
     files = set(h.blobs())
@@ -238,6 +249,12 @@ def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> Non
     assert out.returncode == 1 and "no table references public.order_lines" in out.stderr
     out = h.cli("erase", "--table", "orders", "--where", "id = 1")  # parents alone
     assert out.returncode == 1 and "give --with-children" in out.stderr
+    # an archive job of the table running (claimed by a worker, as the queue shows it)
+    [job] = h.enqueue("--table", "orders", "--before", "2025-06-01", "--with-children")
+    h.sql("UPDATE background_jobs SET status = 'running', locked_by = 'w', "
+          "heartbeat_at = now() WHERE id = $1::uuid", job)  # fmt: skip
+    out = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
+    assert out.returncode == 1 and f"job {job} is archiving public.orders now" in out.stderr
     assert set(h.blobs()) == files and not h.sql("SELECT 1 FROM archive_ledger")
 
 

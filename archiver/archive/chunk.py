@@ -60,6 +60,7 @@ def archive_chunk(job: JobContext, progress: Progress, *, pair: bool = True) -> 
 def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progress | None:
     part = job.next_part()
     move = job.request.mode == Mode.MOVE
+    committing = False
     try:
         with chunk_cursor(job.source) as cur, tempfile.TemporaryDirectory(dir=job.workdir) as tmp:
             # 1. take the chunk's rows (locked, or from the snapshot); 2.-4. for each
@@ -83,14 +84,16 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
             if move and job.request.cdc_marker:
                 emit_cdc_marker(cur, cdc_content(job.job_id, files, job.partition))
             # 5. record the files and the job's progress; 6. COMMIT
+            committing = True  # from here a file may be catalogued: never discarded
             job.commit.commit_chunk(files, new_progress)
             failpoints.reach("after_commit")
     except BaseException as exc:
         state = getattr(exc, "sqlstate", None)
         if move or state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED):
             rollback_quietly(job.source)
-        if state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED) or isinstance(exc, RowLockWaitOver):
-            _discard_uploads(job, part)  # before the COMMIT: certainly never catalogued
+        lock = state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED) or isinstance(exc, RowLockWaitOver)
+        if lock and not committing:  # taking the rows: nothing of the chunk catalogued
+            _discard_uploads(job, part)
         if state == LOCK_NOT_AVAILABLE:
             holders = lock_holders(job.source, job.queries.table) or "no holder left"
             raise LockBusy(

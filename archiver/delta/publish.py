@@ -91,12 +91,13 @@ class Publisher:
 
     def run(self, *, rebuild: bool = False, sweep_only: bool = False) -> Published:
         """Publish until no committed file of the table is left out of its Delta log.
-        `sweep_only` (publishing is off here): only what ledger.sweep does."""
+        `sweep_only` (publishing is off): ledger.sweep, and publications only to take
+        retired or offline files out of a Delta log that exists (rewrites join it)."""
         done = Published(self.table)
         self._rows("delta_lock")
         self.conn.commit()
         try:
-            if sweep_only:
+            if sweep_only and not self._rows("delta_removals_pending")[0][0]:
                 ledger.sweep(self.conn, self.storage, self.table)
                 return done
             if rebuild or self._rows("delta_rebuilding")[0][0]:  # asked, or cut short

@@ -191,7 +191,7 @@ def as_stored(storage: Storage, files: list[CatalogFile]) -> list[CatalogFile]:
     for f in files:
         stored = storage.stat(f.path)
         if stored is not None and (stored.legal_hold or stored.immutable_until):
-            until = max(d for d in (f.immutable_until, stored.immutable_until) if d)
+            until = max((d for d in (f.immutable_until, stored.immutable_until) if d), default=None)
             f = replace(f, legal_hold=f.legal_hold or stored.legal_hold, immutable_until=until)
         found.append(f)
     return found

@@ -20,6 +20,12 @@ from archiver.operations.files import FileSelection, as_stored, chunk_children, 
 from archiver.source.references import ForeignKey
 
 Report = Callable[[str], None]
+# An archive job of the table running now (its rows would reach the archive after an
+# erasure read it).
+RUNNING_ARCHIVE = """
+SELECT id FROM background_jobs
+WHERE status = 'running' AND task_name = 'archive' AND payload->>'table' = $1 LIMIT 1
+"""
 
 
 async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, list[CatalogFile]]:
@@ -155,6 +161,14 @@ async def erase_rows(
         raise InputError(
             f"erase: {name} was archived with the rows that reference it (--with-children): "
             "give --with-children, or those rows would stay archived without their parents"
+        )
+    async with db.connection(settings.database_url) as conn:
+        running = await conn.fetchval(RUNNING_ARCHIVE, name)
+    if running:
+        raise InputError(
+            f"erase: job {running} is archiving {name} now, and rows it moves after the "
+            "erasure read the archive would escape it: wait for it to finish (or "
+            f"`archiver pause --table {name}`), then erase"
         )
     offline = [f for fs in per_table.values() for f in fs if f.offline]
     if offline:

@@ -16,8 +16,11 @@ if TYPE_CHECKING:
 CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"
 
 
-async def publish_table(settings: Settings, table: str, *, rebuild: bool = False) -> Published:
-    """Publish `table` (schema.table, or a name the catalog holds under one schema)."""
+async def publish_table(
+    settings: Settings, table: str, *, rebuild: bool = False, sweep_only: bool = False
+) -> Published:
+    """Publish `table` (schema.table, or a name the catalog holds under one schema).
+    `sweep_only`: only take out what left the archive or went offline."""
     from archiver.delta.location import storage_options
     from archiver.delta.publish import publish
     from archiver.storage import open_storage
@@ -36,5 +39,7 @@ async def publish_table(settings: Settings, table: str, *, rebuild: bool = False
     options = storage_options(settings, storage.location)
     return await on_source(
         settings.database_url,
-        lambda conn: publish(conn, storage, options, found[0], rebuild=rebuild),
+        lambda conn: publish(
+            conn, storage, options, found[0], rebuild=rebuild, sweep_only=sweep_only
+        ),
     )

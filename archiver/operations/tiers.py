@@ -79,8 +79,7 @@ async def set_tier(
         storage = open_storage(settings)
         if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
             await conn.execute(db.query("files_going_offline"), [f.id for f in todo])
-            if settings.delta:
-                await _publish_now(settings, name, {f.source_table for f in todo}, report)
+            await _publish_now(settings, {f.source_table for f in todo}, report)
     moved = await asyncio.to_thread(_move, storage, todo, tier, report)
     async with db.connection(settings.database_url) as conn:
         await conn.execute(db.query("files_tier"), [f.id for f in todo], tier)
@@ -97,13 +96,15 @@ def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report)
     return len(files)
 
 
-async def _publish_now(settings: Settings, name: str, tables: set[str], report: Report) -> None:
-    """Publish each table now, so its offline files are out of its Delta log."""
+async def _publish_now(settings: Settings, tables: set[str], report: Report) -> None:
+    """Publish each table now, so its offline files are out of its Delta log (with
+    publishing off too: a Delta table that exists must not list an unreadable file)."""
     from archiver.operations.publish import publish_table
 
     for table in sorted(tables):
-        done = await publish_table(settings, table)
-        report(f"{table}: Delta version {done.version}, the files going offline removed")
+        done = await publish_table(settings, table, sweep_only=not settings.delta)
+        if done.version is not None:
+            report(f"{table}: Delta version {done.version}, the files going offline removed")
 
 
 @dataclass(frozen=True)

@@ -125,3 +125,17 @@ def test_a_policy_names_the_tier_of_its_files() -> None:
     assert policy.request(dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "public.orders").tier == "Cool"
     with pytest.raises(ConfigError, match="policy 'p': tier: expected Hot, Cool or Cold"):
         parse_policy({**raw, "tier": "Archive"}, 1)
+
+
+def test_protection_the_storage_reports_counts_a_hold_without_a_date(tmp_path: object) -> None:
+    from archiver.operations.files import as_stored
+    from archiver.testing.memory import MemoryStorage
+
+    storage = MemoryStorage()
+    held, free = file("a", "b"), file("c", "d")
+    for f in (held, free):
+        storage.objects[f.path] = b"x"
+    storage.protect(held.path, None, True)  # a legal hold set in the portal, say
+    found = as_stored(storage, [held, free])
+    assert [f.legal_hold for f in found] == [True, False]
+    assert protected(found, NOW) == "1 under a legal hold"
