@@ -221,3 +221,15 @@ def test_an_aggregate_is_purged_chunk_by_chunk(h: Harness) -> None:
         assert h.cli("verify", "--table", table).returncode == 0
     out = h.cli("purge", "--table", "order_lines", "--older-than", "1 day")
     assert out.returncode == 1 and "archived with its parents" in out.stderr
+
+
+def test_files_on_another_storage_are_left_to_a_run_there(h: Harness) -> None:
+    recent_orders(h)
+    h.sql(
+        "UPDATE archive_files SET storage_url = 'az://old/archive' WHERE id = "
+        "(SELECT max(id) FROM archive_files)"
+    )
+    done = h.cli("purge", "--table", "orders", "--older-than", "31 days")
+    assert done.returncode == 0, done.stderr
+    assert "purged 3000 rows in 3 files" in done.stdout
+    assert "1 file of public.orders on az://old/archive, not" in done.stderr

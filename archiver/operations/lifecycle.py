@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,9 @@ from archiver.lifecycle.retention import Age, Expired, expired, protected
 from archiver.model import CatalogFile
 from archiver.operations.files import FileSelection, as_stored, chunk_children, chunk_groups
 from archiver.source.references import ForeignKey
+from archiver.text import counted
 
+log = logging.getLogger(__name__)
 Report = Callable[[str], None]
 # An archive job of the table running now (its rows would reach the archive after an
 # erasure read it).
@@ -41,6 +44,18 @@ async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, l
     if len(found) > 1:
         raise InputError(f"{verb}: {table!r} is ambiguous ({', '.join(found)}): name the schema")
     [(name, files)] = found.items()
+    here = str(settings.storage_location())
+    elsewhere = sorted({f.storage_url for f in files if f.storage_url != here})
+    if elsewhere:  # written before ARCHIVER_STORAGE_URL changed: acted on where they are
+        log.warning(
+            "%s: %s of %s on %s, not %s: run it with ARCHIVER_STORAGE_URL set to each "
+            "storage in turn",
+            verb, counted(sum(f.storage_url != here for f in files), "file"), name,
+            ", ".join(elsewhere), here,
+        )  # fmt: skip
+        files = [f for f in files if f.storage_url == here]
+        if not files:
+            raise InputError(f"{verb}: no archived files of table {name} on {here}")
     return name, files
 
 
@@ -155,8 +170,10 @@ async def erase_rows(
             settings.effective_source_url,
             lambda conn: parents_first_today(conn, [name, *children]),
         )
+        here = str(settings.storage_location())
         for child in ordered[1:]:
-            per_table[child] = await FileSelection(table=child).files(settings, "committed")
+            stored = await FileSelection(table=child).files(settings, "committed")
+            per_table[child] = [f for f in stored if f.storage_url == here]
     elif await chunk_children(settings, files):
         raise InputError(
             f"erase: {name} was archived with the rows that reference it (--with-children): "
