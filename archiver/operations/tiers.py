@@ -25,7 +25,6 @@ from archiver.operations.lifecycle import table_files
 from archiver.storage.seam import ARCHIVE_TIER, Storage
 
 Report = Callable[[str], None]
-ONLINE_TIERS = ("Hot", "Cool", "Cold")
 
 
 async def _selected(

@@ -42,7 +42,6 @@ class StoredObject:
 # doctor's lines about a container: (what it does, what that means for purge and erase)
 Features = list[tuple[str, str]]
 ARCHIVE_TIER = "Archive"
-TIERS = ("Hot", "Cool", "Cold", ARCHIVE_TIER)
 
 
 class Storage(Protocol):
