@@ -43,8 +43,11 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # The whole suite: lint, the docs, then pytest against a real PostgreSQL and Azurite.
+# Two pytest processes (pytest-xdist): each test makes its own database and container,
+# each process its own template database and Azurite. TEST_WORKERS=0 runs them in one.
+TEST_WORKERS ?= 2
 test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM)
-	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest
+	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS)
 
 # The fast tier alone: no PostgreSQL, no Azurite.
 unit: $(STAMP)
