@@ -247,6 +247,10 @@ def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> Non
         assert SECRET not in out.stderr
     out = h.cli("erase", "--table", "order_lines", "--where", "sku = 1", "--with-children")
     assert out.returncode == 1 and "no table references public.order_lines" in out.stderr
+    nobody = h.cli("erase", "--table", "orders", "--where", "customer_id = 0", "--with-children")
+    assert nobody.returncode == 0, nobody.stderr
+    assert "erased 0 rows from 0 files" in nobody.stdout  # and the ledger says it looked
+    assert h.value("SELECT rows FROM archive_ledger WHERE operation = 'erase'") == 0
     out = h.cli("erase", "--table", "orders", "--where", "id = 1")  # parents alone
     assert out.returncode == 1 and "give --with-children" in out.stderr
     # an archive job of the table running (claimed by a worker, as the queue shows it)
@@ -255,7 +259,8 @@ def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> Non
           "heartbeat_at = now() WHERE id = $1::uuid", job)  # fmt: skip
     out = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
     assert out.returncode == 1 and f"job {job} is archiving public.orders now" in out.stderr
-    assert set(h.blobs()) == files and not h.sql("SELECT 1 FROM archive_ledger")
+    assert set(h.blobs()) == files
+    assert h.value("SELECT count(*) FROM archive_ledger") == 1  # the search that found nobody
 
 
 def test_a_text_keyed_file_is_rewritten_with_postgres_key_order(h: Harness) -> None:

@@ -90,11 +90,12 @@ def find(con: Any, storage: Storage, plan: ErasePlan) -> Found:
     found = Found()
     erased_keys: dict[str, list[tuple[str, ForeignKey]]] = {}  # child: (relation, key)
     for n, (table, files) in enumerate(plan.files.items()):
+        found.positions[table] = {}
         if table == plan.table:
             where = plan.predicate
         else:
             refs = erased_keys.get(table, [])
-            if not refs:
+            if not refs or not files:  # no erased row it could reference
                 continue
             # both sides qualified: a child column named as its parent's (a 1:1 table's
             # `id`) must not bind to the erased keys' own column
