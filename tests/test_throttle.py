@@ -146,9 +146,12 @@ def test_wal_per_second(h: Harness) -> None:
     wal = h.value(position) - wal_before
     seconds = (job["finished_at"] - job["started_at"]).total_seconds()
     files = h.value("SELECT count(*) FROM archive_files")
-    # every chunk but the last waited for its own WAL at 64 kB/s: a lower bound that the
-    # cluster's other WAL (the queue's own writes) only makes longer
-    assert files == 4 and seconds >= (wal / files) * (files - 1) / (64 * 1024) * 0.5
+    # every chunk but the last waited for its own WAL at 64 kB/s. Its own is at least
+    # 16 kB (the DELETE of 500 rows and their index entries): a lower bound no other
+    # process's WAL can raise (the cluster-wide figure can: the suite runs two test
+    # processes side by side); unpaced, the job takes ~0.4 s.
+    assert files == 4 and wal >= files * 16 * 1024
+    assert seconds >= (files - 1) * 16 * 1024 / (64 * 1024)
 
 
 def _window(opens_in: float, closes_in: float) -> str:
