@@ -80,3 +80,23 @@ def assert_exactly_once(
     assert not extra, f"{len(extra)} rows archived that should not be, e.g. {sorted(extra)[:5]}"
     for row in archived:
         assert row == expected[row["id"]], f"values differ for id {row['id']}"
+
+
+def icu_rewrites(
+    url: str, connection_string: str, container: str
+) -> list[tuple[Any, list[str], Any]]:
+    """Each rewritten file of `codes`: its catalog row, its codes, and their smallest and
+    largest under the ICU collation (what its catalogued key ends must be)."""
+    found = []
+    for f in sql(
+        url, "SELECT path, min_key, max_key FROM archive_files WHERE path LIKE '%/rewrite-%'"
+    ):
+        codes = [r["code"] for r in rows_in_blobs(connection_string, container, [f["path"]])]
+        ends = sql(
+            url,
+            'SELECT min(c COLLATE "und-x-icu") AS lo, max(c COLLATE "und-x-icu") AS hi '
+            "FROM unnest($1::text[]) c",
+            codes,
+        )[0]
+        found.append((f, codes, ends))
+    return found

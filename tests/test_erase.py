@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.archive_check import catalog_paths, rows_in_blobs
+from tests.archive_check import catalog_paths, icu_rewrites, rows_in_blobs
 from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
@@ -281,17 +281,7 @@ def test_a_text_keyed_file_is_rewritten_with_postgres_key_order(h: Harness) -> N
     assert len(codes) == 297 and not codes & {"a0001", "B0300", "a0149"}
     verified = h.cli("verify", "--table", "public.codes")
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    for f in h.sql(
-        "SELECT path, min_key, max_key FROM archive_files WHERE path LIKE '%/rewrite-%'"
-    ):
-        held = [
-            r["code"] for r in rows_in_blobs(h.azurite.connection_string, h.container, [f["path"]])
-        ]
-        ends = h.sql(
-            'SELECT min(c COLLATE "und-x-icu") AS lo, max(c COLLATE "und-x-icu") AS hi '
-            "FROM unnest($1::text[]) c",
-            held,
-        )[0]
+    for f, _, ends in icu_rewrites(h.url, h.azurite.connection_string, h.container):
         assert (f["min_key"], f["max_key"]) == ([ends["lo"]], [ends["hi"]])
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from archiver.testing.reference import seed_orders
-from tests.archive_check import rows_in_blobs
+from tests.archive_check import icu_rewrites
 from tests.harness import Harness
 from tests.support import archiver_cmd, start_process, wait_for_text
 from tests.test_delta import catalogued, delta, duck, uri
@@ -177,17 +177,7 @@ def test_a_text_keyed_table_is_rewritten_with_postgres_key_order(h: Harness) -> 
     verified = h.cli("verify", "--table", "codes")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     mixed = 0
-    for f in h.sql(
-        "SELECT path, min_key, max_key FROM archive_files WHERE path LIKE '%/rewrite-%'"
-    ):
-        codes = [
-            r["code"] for r in rows_in_blobs(h.azurite.connection_string, h.container, [f["path"]])
-        ]
-        ends = h.sql(
-            'SELECT min(c COLLATE "und-x-icu") AS lo, max(c COLLATE "und-x-icu") AS hi '
-            "FROM unnest($1::text[]) c",
-            codes,
-        )[0]
+    for f, codes, ends in icu_rewrites(h.url, h.azurite.connection_string, h.container):
         assert (f["min_key"], f["max_key"]) == ([ends["lo"]], [ends["hi"]])
         mixed += min(codes) != ends["lo"]  # bytes would have said otherwise
     assert mixed, "no rewritten file whose ends differ between the two orders"

@@ -17,7 +17,13 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, Expired, expired, protected
 from archiver.model import CatalogFile
-from archiver.operations.files import FileSelection, as_stored, chunk_children, chunk_groups
+from archiver.operations.files import (
+    FileSelection,
+    as_stored,
+    chunk_children,
+    chunk_groups,
+    refuse_offline,
+)
 from archiver.source.references import ForeignKey
 from archiver.text import counted
 
@@ -187,13 +193,7 @@ async def erase_rows(
             "erasure read the archive would escape it: wait for it to finish (or "
             f"`archiver pause --table {name}`), then erase"
         )
-    offline = [f for fs in per_table.values() for f in fs if f.offline]
-    if offline:
-        raise InputError(
-            f"erase: {len(offline)} files of {offline[0].source_table} are in the Archive tier "
-            f"and cannot be read: `archiver rehydrate --table {offline[0].source_table}` "
-            "first (up to 15 hours); nothing erased"
-        )
+    refuse_offline("erase", [f for fs in per_table.values() for f in fs])
     storage = open_storage(settings)
     location = settings.storage_location()
 
