@@ -128,7 +128,8 @@ async def purge_table(
     result = Purged(None, rows, len(files_going), len(split.spanning), split.kept_until, skipped)
     if dry_run or not files_going:
         for f in files_going:
-            report(f"{f.path}: {f.row_count} rows, {f.min_cutoff_value} .. {f.max_cutoff_value}")
+            span = f"{f.min_cutoff_value} .. {f.max_cutoff_value}" if f.cutoff_column else ""
+            report(f"{f.path}: {f.row_count} rows, {span or 'with its chunk of ' + name}")
         return result
     ledger_id, _ = await on_source(
         settings.database_url, lambda conn: purge(conn, storage, plan, report)
