@@ -104,13 +104,15 @@ class Databases:
         self.tag = f"archiver_bench_{os.getpid()}"
         self.made: list[str] = []
 
-    def template(self, rows: int) -> str:
-        name = f"{self.tag}_tpl_{rows}"
+    def template(self, rows: int, *, migrated: bool = True) -> str:
+        """The reference rows; `migrated`: with archiver's schema (this checkout's)."""
+        name = f"{self.tag}_tpl_{rows}{'' if migrated else '_bare'}"
         if name not in self.made:
             sql(self.admin, f'CREATE DATABASE "{name}"')
             self.made.append(name)
             url = with_database(self.admin, name)
-            asyncio.run(db.migrate(url))
+            if migrated:
+                asyncio.run(db.migrate(url))
             seed_orders(url, rows)
             sql(url, "VACUUM (ANALYZE) orders")  # hint bits and visibility: reads stay reads
         return name
@@ -143,8 +145,12 @@ class Databases:
                 sql(url, statement)
         return name
 
-    def copy(self, rows: int, partitioned: bool = False) -> str:
-        template = self.partitioned_template(rows) if partitioned else self.template(rows)
+    def copy(self, rows: int, partitioned: bool = False, *, migrated: bool = True) -> str:
+        template = (
+            self.partitioned_template(rows)
+            if partitioned
+            else self.template(rows, migrated=migrated)
+        )
         name = f"{self.tag}_{uuid.uuid4().hex[:8]}"
         sql(self.admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
         self.made.append(name)
@@ -173,17 +179,18 @@ def archiver_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "archiver", *args]
 
 
-def enqueue_orders(env: dict[str, str], mode: str, *extra: str) -> None:
+def enqueue_orders(env: dict[str, str], mode: str, *extra: str, root: Path = ROOT) -> None:
+    """`archiver enqueue` of the reference rows, by the archiver at `root` (a checkout)."""
     subprocess.run(
         archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF, "--mode", mode, *extra),
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
-        cwd=ROOT,
+        cwd=root,
     )
 
 
-def run_workers(env: dict[str, str], count: int, *args: str) -> list[int]:
+def run_workers(env: dict[str, str], count: int, *args: str, root: Path = ROOT) -> list[int]:
     """Run `count` burst workers to the end; their peak RSS in bytes.
 
     A child's ru_maxrss starts at its parent's peak: Linux carries the old address space's
@@ -194,7 +201,7 @@ def run_workers(env: dict[str, str], count: int, *args: str) -> list[int]:
     its VmHWM, not its ru_maxrss, which starts at *its* parent's peak (pytest's, in the
     suite: 387 MB)."""
     procs = [
-        subprocess.Popen(archiver_cmd("worker", "--burst", *args), env=env, cwd=ROOT)
+        subprocess.Popen(archiver_cmd("worker", "--burst", *args), env=env, cwd=root)
         for _ in range(count)
     ]
     peaks = []

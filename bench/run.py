@@ -2,6 +2,7 @@
 
     make bench                                      # 1M rows; 3M for memory and scale
     make bench BENCH_ARGS="--rows 200000 --repeat 1"
+    make bench BENCH_ARGS="--against 7257763 --skip scale"   # a regression as a ratio
     python -m bench.run --rows 2000 --quick         # what the test suite runs
 
 Each figure is a ratio to a baseline taken in the same run (these machines are noisy),
@@ -19,10 +20,12 @@ import sys
 
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
-from bench import catalog, console, data, jobs, lifecycle, partitions, scale
+from bench import against, catalog, console, data, jobs, lifecycle, partitions, restore, scale
 from bench.core import Bench
 
-SECTIONS = ("queue", "data", "memory", "partitions", "scale", "catalog", "console", "erase")
+SECTIONS = (
+    "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase"
+)  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,6 +42,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--erase-rows", type=int, default=10_000_000, help="archive size of the erase (default 10M)"
+    )
+    p.add_argument(
+        "--against",
+        metavar="COMMIT",
+        help="also time the data path against this commit, interleaved (a ratio per figure)",
     )
     p.add_argument(
         "--adbc-driver",
@@ -81,10 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         # 1.5 GB file (docs/performance.md).
         if "queue" not in args.skip:
             jobs.queue(bench)
+        if args.against:
+            against.against(bench, args.against)
         if "data" not in args.skip:
             data.data_path(bench)
             if "memory" not in args.skip:
                 data.memory(bench)
+        if "restore" not in args.skip:
+            restore.restore_at_scale(bench)
         if "partitions" not in args.skip:
             partitions.partitions(bench)
         if "scale" not in args.skip:

@@ -25,10 +25,12 @@ def test_tiny_bench_prints_the_whole_table() -> None:
             ADMIN_URL,
             "--adbc-driver",  # the wheel's own library, by path
             str(WHEEL_LIBRARY),
+            "--against",  # the last commit: the interleaved comparison runs
+            "HEAD",
         ],
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=400,
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-5000:]
@@ -73,6 +75,12 @@ def test_tiny_bench_prints_the_whole_table() -> None:
         "move mode -> Azurite, --adbc-driver",
         "erase one customer (1 row) from a 20,000-row archive",
         "files that erase rewrote, of",
+        "restore a day (1,440 rows) out of files of 2,000 rows",
+        "restore every row (2,000) back",
+        "restore's peak RSS, every row (2,000)",
+        "copy mode -> file://, the job's own time, against",
+        "enqueue && worker --burst, copy -> file://, end to end, against",
+        "move mode -> Azurite, the job's own time, against",
     ):
         assert any(expected in f for f in figures), (expected, figures)
     assert all(len(r.split(" | ")) == 6 for r in rows)

@@ -211,3 +211,22 @@ def test_the_delta_table_loses_the_restored_rows_in_one_commit(h: Harness) -> No
     one_place(d, ids, live=back)
     verified = d.cli("verify", "--table", "orders")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_rows_a_trigger_skips_stay_archived_in_a_whole_restore(h: Harness) -> None:
+    """A whole-table move back counts what went in; where a BEFORE INSERT trigger skipped
+    rows (RETURN NULL), fewer did, and exactly those stay archived, in rewrites."""
+    ids = archive_orders(h, 3000)
+    h.sql(
+        "CREATE FUNCTION skip_odd() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN IF NEW.id % 2 = 1 THEN RETURN NULL; END IF; RETURN NEW; END$$;"
+        "CREATE TRIGGER skip_odd BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION skip_odd()"
+    )
+    done = h.cli("restore", "--table", "orders")
+    assert done.returncode == 0, done.stderr
+    even = {i for i in ids if i % 2 == 0}
+    assert f"restored {len(even)} rows" in done.stdout
+    one_place(h, ids, live=even)
+    assert h.value("SELECT sum(row_count) FROM archive_files") == len(ids) - len(even)
+    verified = h.cli("verify", "--table", "orders")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

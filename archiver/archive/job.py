@@ -38,6 +38,9 @@ from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 
+# fewer rows estimated old: the job's bounds are read from the old rows alone
+WALK_MIN = 1_000
+
 SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # e.g. 00000003-0000001B-1
 
 Interrupt = Callable[[], BaseException | None]
@@ -102,25 +105,37 @@ def open_job(
     )
 
 
-def bound_to_old_rows(job: JobContext) -> JobContext | None:
+def bound_to_old_rows(job: JobContext, estimated: int) -> JobContext | None:
     """The job with its key range narrowed to the keys of rows older than the cutoff,
     from the smallest to the largest, so that no chunk, and no last look for more, walks
     the keys of newer rows: unbounded, a day's job on a table of years read every key
     before or after the old ones (8,960,332 tuples for 5,760 rows archived of 10M,
-    measured here). Finding the bounds reads the old rows once, by the cutoff column's
-    index where there is one. None: no row is older than the cutoff. A row that turns
-    old outside the bounds while the job runs (one inserted dated in the past) is left
-    for the next archive. A copy job reads them on its snapshot, which it keeps open; a
-    partition taken whole needs none."""
+    measured here). Where at least WALK_MIN rows are `estimated` old, each end is first
+    looked for among as many keys from its end of the key's index: where most rows are
+    old (a first archive, a backlog), both are found at once. Else, or when an end is
+    not found so, the old rows are read once, by the cutoff column's index where there
+    is one: the bounds cost at most twice the old rows. None: no row is older than the cutoff. A row
+    that turns old outside the bounds while the job runs (one inserted dated in the
+    past) is left for the next archive. A copy job reads them on its snapshot, which it
+    keeps open; a partition taken whole needs none."""
     if job.partition is not None:
         return job
-    statement, params = job.queries.old_key_bounds(job.request.cutoff, job.key_range)
-    if job.request.mode == Mode.COPY:
-        with job.source.cursor() as cur:
-            cur.execute(statement, params)
-            first, last = cur.fetchall()[0]
-    else:
-        first, last = fetch_all(job.source, statement, params)[0]
+
+    def ends(walk: int | None) -> tuple[Any, Any]:
+        statement, params = job.queries.old_key_bounds(job.request.cutoff, job.key_range, walk=walk)
+        if job.request.mode == Mode.COPY:
+            with job.source.cursor() as cur:
+                cur.execute(statement, params)
+                first, last = cur.fetchall()[0]
+        else:
+            first, last = fetch_all(job.source, statement, params)[0]
+        return first, last
+
+    first = last = None
+    if estimated >= WALK_MIN:
+        first, last = ends(estimated)
+    if first is None or last is None:
+        first, last = ends(None)
     if last is None:
         return None
     bounds = dataclasses.replace(
@@ -282,7 +297,7 @@ def run_job(
     busy = 0  # lock timeouts in a row
     last: Last | None = None
     try:
-        bounded = bound_to_old_rows(job)
+        bounded = bound_to_old_rows(job, progress.rows_estimated - progress.rows)
         if bounded is None:
             return _finished(job, progress)
         job = bounded

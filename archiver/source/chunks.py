@@ -173,31 +173,48 @@ class ChunkQueries:
         return pgtypes.select_list(self.plans)
 
     def old_key_bounds(
-        self, cutoff: str, key_range: KeyRange | None
+        self, cutoff: str, key_range: KeyRange | None, *, walk: int | None = None
     ) -> tuple[str, tuple[str, ...]]:
         """The statement and parameters of the first key column's smallest and largest
-        value among rows older than the cutoff (in the job's key range), as text; NULLs
-        when no row is old. The cutoff is a parameter, not a setting, so that the
-        planner sees it: where few rows are old it reads them by the cutoff column's
-        index, where most are it scans the table; either way it reads about the rows
-        the job archives, once. Materialized, so that it reads them once for both ends,
-        and not as a walk of the key's index from either end through every newer row
-        until it meets an old one. Ordered by `old.k`: a bare `k` would be the select
-        list's text."""
+        value among rows older than the cutoff (in the job's key range), as text.
+
+        With `walk`, each end is looked for among the first `walk` keys from that end of
+        the key's index (an index scan that stops at the first old row): where most rows
+        are old, the ends are found at once, and at most `walk` newer rows are read on
+        the way. A NULL end: none within `walk` keys (or none old), so ask again
+        without. Reading every old row instead cost a copy of 1M old reference rows
+        0.45 s of its ~2.9 s (2026-11-26).
+
+        Without `walk`, the old rows are read once for both ends (materialized), by the
+        cutoff column's index where few are old (the cutoff is a parameter the planner
+        sees): never a walk through every newer row until an old one, which cost a day's
+        job on a 10M-row table 8,960,332 tuples. NULLs when no row is old. Ordered by
+        the key column (`old.k`, `w.k`): a bare `k` would be the select list's text."""
         t, key = self.table, self.table.key[0]
-        column = quote_ident(self.cutoff_column.name)
-        where = f"{column} < $1::text::{self.cutoff_column.base_type}"
+        name, column = quote_ident(key.name), quote_ident(self.cutoff_column.name)
+        old = f"{column} < $1::text::{self.cutoff_column.base_type}"
         params = [cutoff]
+        in_range = []
         for op, bound in ((">", key_range.after), ("<=", key_range.through)) if key_range else ():
             if bound is not None:
                 params.append(bound)
-                value = f"${len(params)}::text::{key.cast_type}"
-                where += f" AND {quote_ident(key.name)} {key.op(op)} {value}"
-        old = f"SELECT {quote_ident(key.name)} AS k FROM {t.quoted} WHERE {where}"
+                in_range.append(f"{name} {key.op(op)} ${len(params)}::text::{key.cast_type}")
+        if walk is not None:
+            params.append(str(walk))
+            where = f" WHERE {' AND '.join(in_range)}" if in_range else ""
+            ends = ", ".join(
+                f"(SELECT w.k::text FROM (SELECT {name} AS k, {old} "
+                f"AS old FROM {t.quoted}{where} ORDER BY {name}{d} "
+                f"LIMIT ${len(params)}::text::bigint) w WHERE w.old ORDER BY w.k{d} LIMIT 1)"
+                for d in ("", " DESC")
+            )
+            return f"SELECT {ends}", tuple(params)
+        where = " AND ".join([old, *in_range])
+        rows = f"SELECT {name} AS k FROM {t.quoted} WHERE {where}"
         ends = ", ".join(
             f"(SELECT k::text FROM old ORDER BY old.k{d} LIMIT 1)" for d in ("", " DESC")
         )
-        return f"WITH old AS MATERIALIZED ({old}) SELECT {ends}", tuple(params)
+        return f"WITH old AS MATERIALIZED ({rows}) SELECT {ends}", tuple(params)
 
     def chunk_end(self, *, after_key: bool, key_range: KeyRange | None = None) -> str:
         """Where a key-range chunk (`take(by_key_range=True)`) would end, if it should be
