@@ -137,6 +137,32 @@ def run(
     return text
 
 
+def refuse_writes(sql: str) -> None:
+    """Refuse, before anything runs, whatever is not one SELECT: `archiver query` reads.
+    DuckDB's own parser says what each statement is, so a COPY … TO, an ATTACH, an
+    INSTALL or a CREATE never reaches the engine (nor a second statement after a
+    SELECT; EXPLAIN ANALYZE would run what it explains: --explain is the way)."""
+    import duckdb
+
+    from archiver.errors import InputError, first_line
+
+    try:
+        statements = duckdb.connect().extract_statements(sql)
+    except duckdb.Error as exc:
+        raise InputError(f"query: {first_line(exc)}") from None
+    if len(statements) != 1:
+        raise InputError(
+            f"query: {len(statements)} statements given; archiver query runs one SELECT, "
+            "nothing ran"
+        )
+    if statements[0].type != duckdb.StatementType.SELECT:
+        words = statements[0].query.split()
+        kind = words[0].upper() if words else statements[0].type.name
+        raise InputError(
+            f"query: {kind} refused: archiver query only reads (one SELECT); nothing ran"
+        )
+
+
 def _json_line(row: dict[str, Any]) -> str:
     import json
 

@@ -19,6 +19,7 @@ async def query(
 ) -> str | None:
     from archiver import query as engine
 
+    engine.refuse_writes(sql)  # before anything runs
     location = str(settings.storage_location())
     async with db.connection(settings.database_url) as conn:
         tables = [r[0] for r in await conn.fetch(PUBLISHED, location)]
