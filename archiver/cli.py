@@ -38,7 +38,7 @@ from archiver.commands import (
     cmd_verify,
     cmd_worker,
 )
-from archiver.commands_lifecycle import add_lifecycle_parsers
+from archiver.commands_lifecycle import add_lifecycle_parsers, add_no_wait
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line, redact
 from archiver.logs import setup_logging
@@ -311,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="say which files, rows and column differences; change nothing",
     )
+    add_no_wait(p)
     p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser(

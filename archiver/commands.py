@@ -287,6 +287,7 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
         skip_conflicts=args.on_conflict == "skip",
         dry_run=args.dry_run,
         ignore_dropped_columns=args.ignore_dropped_columns,
+        no_wait=args.no_wait,
         report=lambda line: print(line, file=out, flush=True),
     )
     target = args.into or ", ".join(sorted({f.source_table for f in files}))

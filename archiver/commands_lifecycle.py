@@ -33,6 +33,7 @@ async def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
         age,
         dry_run=args.dry_run,
         skip_protected=args.skip_protected,
+        no_wait=args.no_wait,
         report=print if args.dry_run else _say,
     )
     verb = "would purge" if args.dry_run else "purged"
@@ -59,6 +60,7 @@ async def cmd_erase(args: argparse.Namespace, settings: Settings) -> int:
         with_children=args.with_children,
         dry_run=args.dry_run,
         reason=args.reason or "",
+        no_wait=args.no_wait,
         report=print if args.dry_run else _say,
     )
     if done.ledger is not None:
@@ -84,7 +86,9 @@ async def cmd_tier(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_rehydrate(args: argparse.Namespace, settings: Settings) -> int:
-    await tiers.rehydrate(settings, args.table, args.tier, args.priority, report=print)
+    await tiers.rehydrate(
+        settings, args.table, args.tier, args.priority, no_wait=args.no_wait, report=print
+    )
     return 0
 
 
@@ -103,6 +107,16 @@ async def cmd_protect(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def add_no_wait(p: Any) -> None:
+    """--no-wait, of every command that changes the archive (docs/delta.md)."""
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the change is committed and leave its Delta publication and the "
+        "deletion of what it retired to the workers (default: readers see it on return)",
+    )
+
+
 def add_lifecycle_parsers(sub: Any) -> None:
     """purge, erase, tier, rehydrate, protect (docs/lifecycle.md)."""
     p = sub.add_parser(
@@ -116,6 +130,7 @@ def add_lifecycle_parsers(sub: Any) -> None:
         action="store_true",
         help="purge the others when some files are under an immutability policy or hold",
     )
+    add_no_wait(p)
     p.set_defaults(func=cmd_purge)
 
     p = sub.add_parser("erase", help="erase archived rows matching a predicate, for good")
@@ -130,6 +145,7 @@ def add_lifecycle_parsers(sub: Any) -> None:
     )
     p.add_argument("--reason", help="the request it answers (a ticket), for the ledger")
     p.add_argument("--dry-run", action="store_true", help="count rows and files; change nothing")
+    add_no_wait(p)
     p.set_defaults(func=cmd_erase)
 
     p = sub.add_parser("tier", help="move a table's archived files to an access tier")
@@ -143,6 +159,7 @@ def add_lifecycle_parsers(sub: Any) -> None:
     p.add_argument("--table", required=True, help="schema.table or table")
     p.add_argument("--tier", choices=("Hot", "Cool", "Cold"), default="Hot")
     p.add_argument("--priority", choices=("Standard", "High"), default="Standard")
+    add_no_wait(p)
     p.set_defaults(func=cmd_rehydrate)
 
     p = sub.add_parser("protect", help="set an immutability policy or legal hold on archived files")

@@ -234,6 +234,12 @@ class Settings:
         _flag,
         shown="true",
     )
+    publish_wait: float = _setting(
+        120.0,
+        "ARCHIVER_PUBLISH_WAIT",
+        "seconds a command that changed the archive (restore, erase, purge, rehydrate) waits for a table's publisher lock while a worker publishes it, before it leaves its publication to the workers and says so (see [Delta Lake](delta.md))",
+        _number(float, 0.0),
+    )
     access_tier: str | None = _setting(
         None,
         "ARCHIVER_ACCESS_TIER",

@@ -17,6 +17,15 @@ class InputError(ArchiverError):
     """A command's argument does not fit the database (unknown table, bad date, ...)."""
 
 
+class PublisherBusy(Exception):
+    """A table's publisher lock was not obtained within the wait given (a worker is
+    publishing it): the publication is left to the workers."""
+
+    def __init__(self, table: str, seconds: float) -> None:
+        super().__init__(f"{table}: publisher lock held for over {seconds:g} s")
+        self.table, self.seconds = table, seconds
+
+
 class DatabaseUnavailable(ArchiverError):
     """PostgreSQL could not be reached."""
 

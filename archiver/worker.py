@@ -416,14 +416,16 @@ class Worker:
     def _publish(self, run: JobRun) -> Progress:
         """A publish job: the table's catalogued files into its Delta table."""
         from archiver.delta.location import storage_options
-        from archiver.delta.publish import publish
+        from archiver.delta.publish import Publisher
 
         table, url = run.job.payload["table"], run.job.payload["storage_url"]
         if url != str(self.storage.location):
             raise ArchiverError(f"publish: files on {url}, this worker writes to another storage")
         options = storage_options(self.settings, self.storage.location)
         with self.bulk.connection(self.settings.database_url) as conn:
-            done = publish(conn, self.storage, options, table, sweep_only=not self.settings.delta)
+            done = Publisher(conn, self.storage, options, table).run(
+                sweep_only=not self.settings.delta
+            )
         # not rows/files: those count what a table's jobs archived (archiver status
         # summed them, and counted every published row twice)
         return Progress(

@@ -201,7 +201,7 @@ def test_a_publication_killed_after_its_delta_commit_still_forgets_the_history(
     """The publication that removes erased files is killed between its Delta commit and
     the log cleanup: the next run finds the commit made and still cleans the log."""
     h = d
-    done = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
+    done = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children", "--no-wait")
     assert done.returncode == 0, done.stderr
     fast = fast_env(h.env)
     kill_at_failpoint(fast, "after_delta_commit", tmp_path / "worker.log")
@@ -219,6 +219,26 @@ def test_a_publication_killed_after_its_delta_commit_still_forgets_the_history(
         h.with_env(**{k: v for k, v in fast.items() if k.startswith("ARCHIVER_")}),
         [done.stdout, done.stderr],
     )
+
+
+def test_an_erase_killed_in_its_own_publication_is_finished_by_a_worker(
+    d: Harness, tmp_path: Path
+) -> None:
+    """erase publishes its change itself before it returns: killed between that Delta
+    commit and the log's cleanup, it leaves what a killed worker would (the erasure
+    committed, the history not yet forgotten), and the workers finish it."""
+    h = d
+    log = tmp_path / "erase.log"
+    proc = start_process(
+        archiver_cmd("erase", "--table", "orders", "--where", WHERE, "--with-children"),
+        {**fast_env(h.env), "ARCHIVER_FAILPOINTS": "after_delta_commit=pause"},
+        log,
+    )
+    wait_for_text(log, "failpoint after_delta_commit reached")
+    proc.kill()
+    proc.wait(10)
+    assert any(SECRET in t for t in log_objects(h))  # committed, not yet cleaned
+    erased_everywhere(h, [log.read_text()])
 
 
 def test_an_erasure_with_publishing_turned_off_still_leaves_the_delta_table(

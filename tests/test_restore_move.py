@@ -194,7 +194,7 @@ def test_the_delta_table_loses_the_restored_rows_in_one_commit(h: Harness) -> No
     version = delta(d).version()
     back = in_range(d)
 
-    done = d.cli("restore", "--table", "orders", "--from", LO, "--to", HI)
+    done = d.cli("restore", "--table", "orders", "--from", LO, "--to", HI, "--no-wait")
     assert done.returncode == 0, done.stderr
     # committed, not published yet: the retired files are still in the Delta table
     assert d.value("SELECT count(*) FROM archive_files WHERE state = 'retired'") == 3

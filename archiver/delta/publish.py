@@ -36,6 +36,7 @@ from archiver import failpoints, ledger
 from archiver.bulk import BulkConnection, Row
 from archiver.config import StorageLocation
 from archiver.db import query
+from archiver.delta import lock
 from archiver.delta.check import LOG_DIR
 from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
@@ -89,13 +90,16 @@ class Publisher:
         with self.conn.cursor() as cur:
             cur.execute(query(name), params)
 
-    def run(self, *, rebuild: bool = False, sweep_only: bool = False) -> Published:
+    def run(
+        self, *, rebuild: bool = False, sweep_only: bool = False, lock_wait: float | None = None
+    ) -> Published:
         """Publish until no committed file of the table is left out of its Delta log.
         `sweep_only` (publishing is off): ledger.sweep, and publications only to take
-        retired or offline files out of a Delta log that exists (rewrites join it)."""
+        retired or offline files out of a Delta log that exists (rewrites join it).
+        `lock_wait`: seconds to wait for the table's publisher lock (None: as long as it
+        takes), else PublisherBusy."""
         done = Published(self.table)
-        self._rows("delta_lock")
-        self.conn.commit()
+        lock.take(self.conn, self.url, self.table, lock_wait)
         try:
             if sweep_only and not self._rows("delta_removals_pending")[0][0]:
                 ledger.sweep(self.conn, self.storage, self.table)
@@ -108,18 +112,14 @@ class Publisher:
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
-            self.conn.rollback()
-            self._rows("delta_unlock")
-            self.conn.commit()
+            lock.release(self.conn, self.url, self.table)
         return done
 
     def _still_locked(self) -> None:
         """Raise unless this session still holds the table's publisher lock: a session
         that died (and took the lock with it) must not commit a publication another
         publisher may be redoing. (A death between this check and the commit remains.)"""
-        held = self._rows("delta_locked")[0][0]
-        self.conn.commit()
-        if not held:
+        if not lock.held(self.conn, self.url, self.table):
             raise RuntimeError(f"{self.table}: the publisher lock was lost; not committing")
 
     def _forget(self) -> None:
@@ -385,16 +385,3 @@ class Publisher:
         name = f"{self.root}/{LOG_DIR}/{version:020d}.json"
         if not self.storage.create(name, body.encode()):
             raise RuntimeError(f"{self.table}: Delta version {version} was written meanwhile")
-
-
-def publish(
-    conn: BulkConnection,
-    storage: Storage,
-    options: dict[str, str],
-    table: str,
-    *,
-    rebuild: bool = False,
-    sweep_only: bool = False,
-) -> Published:
-    """Publish `table`'s (schema.table) catalogued files to its Delta table."""
-    return Publisher(conn, storage, options, table).run(rebuild=rebuild, sweep_only=sweep_only)

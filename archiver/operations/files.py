@@ -60,6 +60,7 @@ async def restore(
     dry_run: bool,
     ignore_dropped_columns: bool,
     report: Callable[[str], None],
+    no_wait: bool = False,
 ) -> tuple[Restored, list[CatalogFile]]:
     """Restore the selected committed files in one transaction: what it did, and the
     files. Into the archived table (not --into, not --keep-archive) the rows move back:
@@ -124,11 +125,12 @@ async def restore(
         finally:
             ledger.end(conn, operation)
         failpoints.reach("restore_committed")
-        try:  # files never published go now; the others after their removal from the
-            for table in tables:  # Delta log (the publish jobs queued below)
-                ledger.reap_now(conn, storage, table)
-        except Exception as exc:  # the rows have moved back: what is left, a sweep does
-            log.warning("restore committed; retired files left for the sweep: %s", exc)
+        if no_wait:  # files never published go now; the others after their removal
+            try:  # from the Delta log (the publications queued below)
+                for table in tables:
+                    ledger.reap_now(conn, storage, table)
+            except Exception as exc:  # the rows have moved back: the rest, a sweep does
+                log.warning("restore committed; retired files left for the sweep: %s", exc)
         return done
 
     try:
@@ -137,8 +139,9 @@ async def restore(
         await mark_offline(settings, [exc.name])
         raise InputError(f"restore refused, nothing changed: {exc}") from None
     if moves_back and not dry_run and done.retired:
-        async with db.connection(settings.database_url) as conn:
-            await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+        from archiver.operations.publish import make_visible
+
+        await make_visible(settings, tables, no_wait=no_wait, report=report)
     return done, files
 
 

@@ -24,6 +24,7 @@ from archiver.operations.files import (
     chunk_groups,
     refuse_offline,
 )
+from archiver.operations.publish import make_visible
 from archiver.source.references import ForeignKey
 from archiver.text import counted
 
@@ -85,6 +86,7 @@ async def purge_table(
     report: Report,
     now: dt.datetime | None = None,
     missing_ok: bool = False,
+    no_wait: bool = False,
 ) -> Purged:
     """Purge `table`'s archived files wholly older than `age` (with the files archived
     with them): retired, out of the Delta table, deleted."""
@@ -134,8 +136,8 @@ async def purge_table(
     ledger_id, _ = await on_source(
         settings.database_url, lambda conn: purge(conn, storage, plan, report)
     )
-    async with db.connection(settings.database_url) as conn:
-        await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+    tables = {f.source_table for f in files_going}
+    await make_visible(settings, tables, no_wait=no_wait, report=report)
     return Purged(ledger_id, rows, len(files_going), result.spanning, result.kept_until, skipped)
 
 
@@ -155,6 +157,7 @@ async def erase_rows(
     dry_run: bool,
     reason: str,
     report: Report,
+    no_wait: bool = False,
 ) -> Erased:
     """Erase the archived rows of `table` matching `where` (and, with_children, the rows
     of its aggregate's tables referencing them) from every file holding them."""
@@ -222,6 +225,6 @@ async def erase_rows(
         settings.database_url, lambda conn: eraser.erase(conn, storage, plan, found, report)
     )
     if found.total:
-        async with db.connection(settings.database_url) as conn:
-            await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+        tables = [t for t in per_table if found.positions.get(t)]
+        await make_visible(settings, tables, no_wait=no_wait, report=report)
     return Erased(ledger_id, rows, counts)

@@ -3,26 +3,38 @@ after every job), or the Delta log dropped and rebuilt from the catalog."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from archiver import db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
-from archiver.errors import InputError
+from archiver.errors import InputError, PublisherBusy
 
 if TYPE_CHECKING:
     from archiver.delta.publish import Published
 
 CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"
+RETIRED_LEFT = (
+    "SELECT path FROM archive_files WHERE storage_url = $1 AND source_table = $2 "
+    "AND state = 'retired' ORDER BY id"
+)
 
 
 async def publish_table(
-    settings: Settings, table: str, *, rebuild: bool = False, sweep_only: bool = False
+    settings: Settings,
+    table: str,
+    *,
+    rebuild: bool = False,
+    sweep_only: bool = False,
+    lock_wait: float | None = None,
 ) -> Published:
     """Publish `table` (schema.table, or a name the catalog holds under one schema).
-    `sweep_only`: only take out what left the archive or went offline."""
+    `sweep_only`: only take out what left the archive or went offline. `lock_wait`:
+    seconds to wait for a worker publishing it (None: as long as it takes), else
+    PublisherBusy."""
     from archiver.delta.location import storage_options
-    from archiver.delta.publish import publish
+    from archiver.delta.publish import Publisher
     from archiver.storage import open_storage
 
     async with db.connection(settings.database_url) as conn:
@@ -39,7 +51,59 @@ async def publish_table(
     options = storage_options(settings, storage.location)
     return await on_source(
         settings.database_url,
-        lambda conn: publish(
-            conn, storage, options, found[0], rebuild=rebuild, sweep_only=sweep_only
+        lambda conn: Publisher(conn, storage, options, found[0]).run(
+            rebuild=rebuild, sweep_only=sweep_only, lock_wait=lock_wait
         ),
     )
+
+
+async def make_visible(
+    settings: Settings, tables: Iterable[str], *, no_wait: bool, report: Callable[[str], None]
+) -> None:
+    """After a command changed the archive (restore's move back, erase, purge,
+    rehydrate): publish each table's change to its Delta table now and delete the files
+    it retired, so that readers see the change when the command returns; say what had
+    to stay, and what finishes it. With publishing off, only what left the archive is
+    taken out of a Delta table that exists. `no_wait`: queue the publications for the
+    workers instead (as before ARCHIVER_PUBLISH_WAIT)."""
+    here = str(settings.storage_location())
+    names = sorted(set(tables))
+    if not names:
+        return
+    if no_wait:
+        async with db.connection(settings.database_url) as conn:
+            await jobqueue.enqueue_publications(conn, here, delta=settings.delta)
+        report(
+            f"{', '.join(names)}: left to the workers (--no-wait): Delta readers see the "
+            "change after their next publication"
+        )
+        return
+    busy = False
+    for table in names:
+        try:
+            done = await publish_table(
+                settings, table, sweep_only=not settings.delta, lock_wait=settings.publish_wait
+            )
+        except PublisherBusy as exc:
+            busy = True
+            report(
+                f"{table}: not published yet: a worker held its publisher lock for over "
+                f"{exc.seconds:g} s (ARCHIVER_PUBLISH_WAIT); the workers' next publication "
+                f"finishes it, or `archiver publish --table {table}`"
+            )
+            continue
+        async with db.connection(settings.database_url) as conn:
+            left = [r[0] for r in await conn.fetch(RETIRED_LEFT, here, table)]
+        version = "" if done.version is None else f", Delta version {done.version}"
+        if left:
+            report(
+                f"{table}: published{version}; {len(left)} retired files are still in "
+                f"storage, which refused to delete them ({', '.join(left[:3])}"
+                f"{', …' if len(left) > 3 else ''}; a hold or policy set outside archiver?): "
+                "every worker's sweep tries again"
+            )
+        else:
+            report(f"{table}: readers see it now{version}, the retired files deleted")
+    if busy:
+        async with db.connection(settings.database_url) as conn:
+            await jobqueue.enqueue_publications(conn, here, delta=settings.delta)

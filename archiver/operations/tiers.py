@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from archiver import db, failpoints, jobqueue
+from archiver import db, failpoints
 from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, expired
@@ -114,7 +114,7 @@ class Rehydrated:
 
 
 async def rehydrate(
-    settings: Settings, table: str, tier: str, priority: str, report: Report
+    settings: Settings, table: str, tier: str, priority: str, report: Report, no_wait: bool = False
 ) -> Rehydrated:
     """Start rehydrating the table's Archive-tier files to `tier`; those the service
     says are online again are marked so in the catalog (run it again to follow)."""
@@ -139,7 +139,10 @@ async def rehydrate(
                 await conn.execute(db.query("delta_lock"), here, t)
                 await conn.fetch(db.query("files_back_online"), ids, tier)
                 await conn.execute(db.query("delta_unlock"), here, t)
-        await jobqueue.enqueue_publications(conn, str(storage.location), delta=settings.delta)
+    if back:  # they rejoin their Delta tables
+        from archiver.operations.publish import make_visible
+
+        await make_visible(settings, {f.source_table for f in back}, no_wait=no_wait, report=report)
     result = Rehydrated(states.count("started"), states.count("pending"), len(back))
     report(
         f"{name}: {result.started} files rehydrating now, {result.pending} still "
