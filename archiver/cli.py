@@ -331,11 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table")
     p.add_argument("--output", metavar="FILE", help="write the result here instead of stdout")
-    p.add_argument(
-        "--explain",
-        action="store_true",
-        help="print DuckDB's EXPLAIN ANALYZE (files read of each table's files) instead",
-    )
+    for flag, said in (
+        ("--explain", "print DuckDB's EXPLAIN ANALYZE (files read of each table's files) instead"),
+        ("--with-live", "each archived table is its live rows and its archived rows, at one "
+         "snapshot (_archiver_source says which)"),
+    ):  # fmt: skip
+        p.add_argument(flag, action="store_true", help=said)
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("verify", help="check archived files against the catalog")

@@ -345,7 +345,14 @@ async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     from archiver.operations.query import query
 
-    out = await query(settings, args.sql, args.format, args.output, explain=args.explain)
+    out = await query(
+        settings,
+        args.sql,
+        args.format,
+        args.output,
+        explain=args.explain,
+        with_live=args.with_live,
+    )
     if out is not None:
         sys.stdout.write(out if out.endswith("\n") else out + "\n")
     return 0

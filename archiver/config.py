@@ -48,6 +48,12 @@ class StorageLocation:
             return f"az://{self.container}/{self.prefix}".rstrip("/")
         return f"file://{self.container}"
 
+    def reader_uri(self, name: str) -> str:
+        """Where DuckDB reads stored object `name` (a catalogued file's path)."""
+        if self.scheme == "az":
+            return f"az://{self.container}/{name}"
+        return f"{self.container.rstrip('/')}/{name}"
+
 
 @dataclass(frozen=True)
 class Spec:

@@ -33,6 +33,11 @@ def _extension(name: str) -> str:
     )
 
 
+def load_extension(con: Any, name: str) -> None:
+    """Load DuckDB extension `name` from its wheel."""
+    con.execute(f"LOAD '{_extension(name)}'")
+
+
 @contextmanager
 def engine(settings: Settings, location: StorageLocation, tables: list[str]) -> Iterator[Any]:
     """A DuckDB connection with a view per table of `tables` (schema.table)."""
@@ -43,7 +48,7 @@ def engine(settings: Settings, location: StorageLocation, tables: list[str]) -> 
     )
     try:
         for name in EXTENSIONS:
-            con.execute(f"LOAD '{_extension(name)}'")
+            load_extension(con, name)
         if location.scheme == "az":
             _azure_secret(con, settings)
         names = [t.split(".", 1) for t in tables]
@@ -93,30 +98,49 @@ def run(
     *,
     explain: bool = False,
 ) -> str | None:
-    """Run `sql`; the text to print (a table, CSV or JSON lines), or None when written
-    to `output`. `explain`: DuckDB's EXPLAIN ANALYZE instead, which counts the files
-    each Delta scan read of the table's files."""
-    import duckdb
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
+    """Run `sql` over the published tables' Delta tables: the text to print (a table,
+    CSV or JSON lines), or None when written to `output`. `explain`: DuckDB's EXPLAIN
+    ANALYZE instead, which counts the files each Delta scan read of the table's files."""
+    check_format(fmt, output)
+    with engine(settings, settings.storage_location(), tables) as con:
+        result = execute(con, sql, fmt, output, explain=explain)
+    return write(result, fmt, output)
 
-    from archiver.errors import InputError, first_line
+
+def check_format(fmt: str, output: str | None) -> None:
+    from archiver.errors import InputError
 
     if fmt == "parquet" and output is None:
         raise InputError("query: --format parquet needs --output FILE")
-    with engine(settings, settings.storage_location(), tables) as con:
-        try:
-            if explain:
-                return str(con.sql(f"EXPLAIN ANALYZE {sql}").fetchall()[0][1])
-            relation = con.sql(sql)
-            if relation is None:
-                raise InputError("query: the statement returns no rows (give a SELECT)")
-            if fmt == "table" and output is None:
-                return str(relation)
-            result = relation.arrow()
-        except duckdb.Error as exc:
-            raise InputError(f"query: {first_line(exc)}") from None
-    result = result.read_all() if hasattr(result, "read_all") else result
+
+
+def execute(con: Any, sql: str, fmt: str, output: str | None, *, explain: bool) -> Any:
+    """Run `sql` on `con`: the text of a table or of EXPLAIN ANALYZE, or an Arrow table."""
+    import duckdb
+
+    from archiver.errors import InputError, first_line
+
+    try:
+        if explain:
+            return str(con.sql(f"EXPLAIN ANALYZE {sql}").fetchall()[0][1])
+        relation = con.sql(sql)
+        if relation is None:
+            raise InputError("query: the statement returns no rows (give a SELECT)")
+        if fmt == "table" and output is None:
+            return str(relation)
+        result = relation.arrow()
+        return result.read_all() if hasattr(result, "read_all") else result
+    except duckdb.Error as exc:
+        raise InputError(f"query: {first_line(exc)}") from None
+
+
+def write(result: Any, fmt: str, output: str | None) -> str | None:
+    """`execute`'s result as text in `fmt`, or written to `output` (None)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if isinstance(result, str):
+        return result
     if fmt == "parquet":
         pq.write_table(result, output)
         return None

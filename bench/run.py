@@ -20,11 +20,23 @@ import sys
 
 from archiver.config import check_adbc_driver
 from archiver.errors import ConfigError
-from bench import against, catalog, console, data, jobs, lifecycle, partitions, restore, scale
+from bench import (
+    against,
+    catalog,
+    console,
+    data,
+    jobs,
+    lifecycle,
+    live,
+    partitions,
+    restore,
+    scale,
+)
 from bench.core import Bench
 
 SECTIONS = (
-    "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase"
+    "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase",
+    "live",
 )  # fmt: skip
 
 
@@ -108,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             console.console_at_scale(bench)
         if "erase" not in args.skip:
             lifecycle.erase_at_scale(bench)
+        if "live" not in args.skip:
+            live.live_at_scale(bench)
     print(bench.table())
     return 0
 

@@ -81,6 +81,9 @@ def test_tiny_bench_prints_the_whole_table() -> None:
         "copy mode -> file://, the job's own time, against",
         "enqueue && worker --burst, copy -> file://, end to end, against",
         "move mode -> Azurite, the job's own time, against",
+        "query --with-live, count(*), half of 2,000 rows archived",
+        "query --with-live, key lookup (an archived id, 1,500)",
+        "query --with-live, one day's rows (archived), count and sum",
     ):
         assert any(expected in f for f in figures), (expected, figures)
     assert all(len(r.split(" | ")) == 6 for r in rows)

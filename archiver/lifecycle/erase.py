@@ -69,10 +69,7 @@ class Found:
 
 def uri(storage: Storage, name: str) -> str:
     """Where DuckDB reads a stored file."""
-    location = storage.location
-    if location.scheme == "az":
-        return f"az://{location.container}/{name}"
-    return str(Path(location.container) / name)
+    return storage.location.reader_uri(name)
 
 
 def open_view(con: Any, storage: Storage, files: list[CatalogFile], view: str = VIEW) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from archiver import db
+from archiver.bulk import on_source
 from archiver.config import Settings
 
 PUBLISHED = (
@@ -15,11 +16,30 @@ PUBLISHED = (
 
 
 async def query(
-    settings: Settings, sql: str, fmt: str, output: str | None, *, explain: bool
+    settings: Settings,
+    sql: str,
+    fmt: str,
+    output: str | None,
+    *,
+    explain: bool,
+    with_live: bool = False,
 ) -> str | None:
     from archiver import query as engine
 
     engine.refuse_writes(sql)  # before anything runs
+    if with_live:
+        from archiver import live
+
+        engine.check_format(fmt, output)
+        result = await on_source(
+            settings.database_url,
+            lambda conn: live.query(
+                conn,
+                settings,
+                lambda con: engine.execute(con, sql, fmt, output, explain=explain),
+            ),
+        )
+        return engine.write(result, fmt, output)
     location = str(settings.storage_location())
     async with db.connection(settings.database_url) as conn:
         tables = [r[0] for r in await conn.fetch(PUBLISHED, location)]

@@ -1,0 +1,66 @@
+"""`archiver query --with-live` against PostgreSQL over an untouched copy of the same
+rows: the reference table with half its rows (the oldest) moved to file://, queried as
+live + archived rows at one snapshot, and the same SQL through psql over a copy of the
+whole table with the same indexes, each a whole command (process start-up included,
+DuckDB's ~0.6 s among it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import time
+
+from bench.common import ROOT, archiver_cmd, env_for, psql_seconds, run_workers, sql
+from bench.core import Bench
+
+
+def queries(rows: int) -> dict[str, str]:
+    """The figures' SQL, for a table of `rows` reference rows (row g: g minutes before
+    2025-01-01; the oldest half archived)."""
+    old = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) - dt.timedelta(minutes=rows * 3 // 4)
+    day = (old.date().isoformat(), (old.date() + dt.timedelta(days=1)).isoformat())
+    return {
+        "count(*)": "SELECT count(*) FROM orders",
+        f"key lookup (an archived id, {rows * 3 // 4:,})": (
+            f"SELECT id, total FROM orders WHERE id = {rows * 3 // 4}"
+        ),
+        "one day's rows (archived), count and sum": (
+            f"SELECT count(*), sum(total) FROM orders WHERE created_at >= '{day[0]}' "
+            f"AND created_at < '{day[1]}'"
+        ),
+        "revenue per month": (
+            "SELECT date_trunc('month', created_at) AS m, sum(total) FROM orders "
+            "GROUP BY 1 ORDER BY 1"
+        ),
+    }
+
+
+def live_at_scale(bench: Bench) -> None:
+    n, repeat = bench.args.rows, bench.args.repeat
+    url = bench.dbs.copy(n)
+    try:
+        sql(url, "CREATE TABLE untouched (LIKE orders INCLUDING ALL)")
+        sql(url, "INSERT INTO untouched SELECT * FROM orders")
+        sql(url, "VACUUM (ANALYZE) untouched")
+        half = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) - dt.timedelta(minutes=n // 2)
+        env = env_for(url, bench.storage("file"), None, ARCHIVER_DELTA="false")
+        subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", half.isoformat()),
+                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        run_workers(env, 1)
+        for label, statement in queries(n).items():
+            mine = min(_seconds(env, statement) for _ in range(repeat))
+            theirs = min(
+                psql_seconds(url, statement.replace("FROM orders", "FROM untouched"))
+                for _ in range(repeat)
+            )
+            bench.add(f"query --with-live, {label}, half of {n:,} rows archived", mine, theirs,
+                      "s", "(reported: psql over an untouched copy)", None)  # fmt: skip
+    finally:
+        bench.dbs.drop(url)
+
+
+def _seconds(env: dict[str, str], statement: str) -> float:
+    started = time.monotonic()
+    subprocess.run(archiver_cmd("query", "--with-live", statement), env=env, check=True,
+                   stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    return time.monotonic() - started
