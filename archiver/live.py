@@ -159,13 +159,8 @@ def create_views(con: Any, location: StorageLocation, snapshot: Snapshot) -> lis
         schema, name = table.split(".", 1)
         kept = [f for f in files if f.path not in copies]
         if snapshot.offline.get(table):
-            body = (
-                f"SELECT error('query --with-live: {snapshot.offline[table]} files of {table} "
-                f"are in the Archive tier and cannot be read: archiver rehydrate --table "
-                f"{table}')"
-            )
-        else:
-            body = _union(con, schema, name, [(storage_uri(f.path), f) for f in kept])
+            continue  # a query naming it was refused (query)
+        body = _union(con, schema, name, [(storage_uri(f.path), f) for f in kept])
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
         con.execute(f"CREATE OR REPLACE VIEW {quote_ident(schema)}.{quote_ident(name)} AS {body}")
         if name in unique and schema != "main":
@@ -266,13 +261,15 @@ def attached(con: Any, settings: Settings) -> Iterator[None]:
             con.execute("ROLLBACK")
 
 
-def query(conn: BulkConnection, settings: Settings, run: Any) -> Any:
+def query(conn: BulkConnection, settings: Settings, sql: str, run: Any) -> Any:
     """Steps 1-3 on the catalog connection `conn`, then `run(con)` on the DuckDB
     connection holding the views: its result. Run again at a new snapshot when a file
-    of the catalog's snapshot was deleted before it was read (up to RETRIES times)."""
+    of the catalog's snapshot was deleted before it was read (up to RETRIES times).
+    `sql` naming a table with Archive-tier files is refused in one line: their rows
+    cannot be read."""
     import duckdb
 
-    from archiver.query import engine
+    from archiver.query import engine, refuse_tables
 
     if settings.source_url and settings.source_url != settings.database_url:
         raise InputError(
@@ -283,6 +280,11 @@ def query(conn: BulkConnection, settings: Settings, run: Any) -> Any:
     location = settings.storage_location()
     for attempt in range(1, RETRIES + 1):
         snapshot = read_catalog(conn, str(location))
+        refuse_tables(sql, {
+            table: f"query --with-live: {n} files of {table} are in the Archive tier and "
+            f"cannot be read: `archiver rehydrate --table {table}`; nothing returned"
+            for table, n in snapshot.offline.items()
+        })  # fmt: skip
         failpoints.reach("live_catalog_read")
         try:
             with engine(settings, location, []) as con, attached(con, settings):

@@ -97,11 +97,14 @@ def run(
     output: str | None = None,
     *,
     explain: bool = False,
+    refused: dict[str, str] | None = None,
 ) -> str | None:
     """Run `sql` over the published tables' Delta tables: the text to print (a table,
     CSV or JSON lines), or None when written to `output`. `explain`: DuckDB's EXPLAIN
-    ANALYZE instead, which counts the files each Delta scan read of the table's files."""
+    ANALYZE instead, which counts the files each Delta scan read of the table's files.
+    `refused`: tables a query must not read (engine)."""
     check_format(fmt, output)
+    refuse_tables(sql, refused or {})
     with engine(settings, settings.storage_location(), tables) as con:
         result = execute(con, sql, fmt, output, explain=explain)
     return write(result, fmt, output)
@@ -185,6 +188,49 @@ def refuse_writes(sql: str) -> None:
         raise InputError(
             f"query: {kind} refused: archiver query only reads (one SELECT); nothing ran"
         )
+
+
+def named_tables(sql: str) -> set[str]:
+    """The tables a SELECT names, as written (`orders`, `public.orders`), from DuckDB's
+    own parse of it."""
+    import json
+
+    import duckdb
+
+    serialized = duckdb.connect().execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    tree = json.loads(serialized[0]) if serialized else {}
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE":
+                schema = node.get("schema_name") or ""
+                found.add(f"{schema}.{node['table_name']}" if schema else node["table_name"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(tree)
+    return found
+
+
+def refuse_tables(sql: str, refused: dict[str, str]) -> None:
+    """One line, before anything runs, when `sql` names a table of `refused` (schema.
+    table: why), by its full name or by its bare one where one schema has it."""
+    if not refused:
+        return
+    from archiver.errors import InputError
+
+    named = named_tables(sql)
+    bare: dict[str, list[str]] = {}
+    for table in refused:
+        bare.setdefault(table.split(".", 1)[1], []).append(table)
+    for table, why in sorted(refused.items()):
+        short = table.split(".", 1)[1]
+        if table in named or (short in named and len(bare[short]) == 1):
+            raise InputError(why)
 
 
 def _json_line(row: dict[str, Any]) -> str:

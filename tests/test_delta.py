@@ -227,6 +227,17 @@ def test_schema_drift_is_published_and_a_change_delta_cannot_hold_is_refused(
         again.stderr.splitlines()[-1] == "archiver: error: publish: 1 file left out (listed above)"
     )
     assert len(delta(d, "public.events").to_pyarrow_table()) == 287
+    # a query never answers silently over less than the archive: over the Delta table it
+    # refuses, naming why; --with-live reads every catalogued file, the left-out one too
+    left_out = d.cli("query", "SELECT count(*) FROM events")
+    assert left_out.returncode == 1 and left_out.stderr.count("\n") == 1, left_out.stderr
+    assert "1 archived files of public.events are not in its Delta table" in left_out.stderr
+    every = d.cli(
+        "query", "--with-live", "--format", "csv",
+        "SELECT count(*) AS n FROM events WHERE _archiver_source = 'archive'",
+    )  # fmt: skip
+    assert every.returncode == 0, every.stderr
+    assert every.stdout.split()[-1] == str(287 + 48)
     restored = d.cli("restore", "--job", job, "--into", "events_back")
     assert restored.returncode == 0, restored.stderr
     assert d.value("SELECT count(*) FROM events_back") == 48

@@ -13,6 +13,16 @@ PUBLISHED = (
     "SELECT source_table FROM delta_tables WHERE storage_url = $1 AND published > 0 "
     "ORDER BY source_table"
 )
+# committed files the publisher left out of their Delta table (a type Delta cannot hold,
+# written by an older release): a query over the Delta table would miss their rows
+LEFT_OUT = """
+SELECT source_table, count(*) FILTER (WHERE delta_refused IS NOT NULL AND NOT offline),
+       min(delta_refused), count(*) FILTER (WHERE offline)
+FROM archive_files
+WHERE storage_url = $1 AND state = 'committed' AND delta
+  AND (delta_refused IS NOT NULL OR offline)
+GROUP BY 1
+"""
 
 
 async def query(
@@ -36,6 +46,7 @@ async def query(
             lambda conn: live.query(
                 conn,
                 settings,
+                sql,
                 lambda con: engine.execute(con, sql, fmt, output, explain=explain),
             ),
         )
@@ -43,4 +54,17 @@ async def query(
     location = str(settings.storage_location())
     async with db.connection(settings.database_url) as conn:
         tables = [r[0] for r in await conn.fetch(PUBLISHED, location)]
-    return await asyncio.to_thread(engine.run, settings, tables, sql, fmt, output, explain=explain)
+        missing = {
+            table: (
+                f"query: {offline} archived files of {table} are in the Archive tier and "
+                f"cannot be read: `archiver rehydrate --table {table}`; nothing returned"
+                if offline
+                else f"query: {n} archived files of {table} are not in its Delta table "
+                f"({why}): its rows there would be missing; --with-live reads every "
+                "catalogued file"
+            )
+            for table, n, why, offline in await conn.fetch(LEFT_OUT, location)
+        }
+    return await asyncio.to_thread(
+        engine.run, settings, tables, sql, fmt, output, explain=explain, refused=missing
+    )
