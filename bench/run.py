@@ -31,12 +31,13 @@ from bench import (
     partitions,
     restore,
     scale,
+    tpch,
 )
 from bench.core import Bench
 
 SECTIONS = (
     "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase",
-    "live",
+    "live", "tpch",
 )  # fmt: skip
 
 
@@ -55,6 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--erase-rows", type=int, default=10_000_000, help="archive size of the erase (default 10M)"
     )
+    p.add_argument("--tpch-scale", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
     p.add_argument(
         "--against",
         metavar="COMMIT",
@@ -87,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repeat, args.latency_jobs, args.noop_jobs, args.one_row_tables = 1, 5, 200, 3
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
         args.erase_rows = 20_000
+        args.tpch_scale = 0.01
     return args
 
 
@@ -122,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             lifecycle.erase_at_scale(bench)
         if "live" not in args.skip:
             live.live_at_scale(bench)
+        if "tpch" not in args.skip:
+            tpch.tpch_with_live(bench)
     print(bench.table())
     return 0
 

@@ -84,6 +84,9 @@ def test_tiny_bench_prints_the_whole_table() -> None:
         "query --with-live, count(*), half of 2,000 rows archived",
         "query --with-live, key lookup (an archived id, 1,500)",
         "query --with-live, one day's rows (archived), count and sum",
+        "TPC-H Q1 (SF 0.01), query --with-live",
+        "TPC-H Q3 (SF 0.01), query --with-live",
+        "TPC-H Q6 (SF 0.01), query --with-live",
     ):
         assert any(expected in f for f in figures), (expected, figures)
     assert all(len(r.split(" | ")) == 6 for r in rows)
