@@ -59,6 +59,49 @@ def live_at_scale(bench: Bench) -> None:
         bench.dbs.drop(url)
 
 
+def files_read(bench: Bench) -> None:
+    """A key lookup and a one-day range over --live-rows archived rows on Azurite in 20
+    files: the files each read (READ_PARQUET operators DuckDB ran, from --explain) of
+    all, and its time as a whole command."""
+    n = bench.args.live_rows
+    url = bench.dbs.copy(n)
+    try:
+        env = env_for(url, bench.storage("az"), bench.azurite, ARCHIVER_DELTA="false")
+        subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", "2025-01-01",
+                                    "--chunk-rows", str(max(1, n // 20))),
+                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        run_workers(env, 1)
+        total = sql(url, "SELECT count(*) FROM archive_files")[0][0]
+        middle = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) - dt.timedelta(minutes=n // 2)
+        day = (middle.date().isoformat(), (middle.date() + dt.timedelta(days=1)).isoformat())
+        overlapping = (  # what the catalog says each can match
+            "SELECT count(*) FROM archive_files WHERE min_key[1]::bigint <= $1 "
+            "AND max_key[1]::bigint >= $1",
+            "SELECT count(*) FROM archive_files WHERE min_cutoff_value < $2::timestamptz "
+            "AND max_cutoff_value >= $1::timestamptz",
+        )
+        for (label, statement), (matching, args) in zip(
+            (
+                (f"key lookup (id = {n // 2:,})", f"SELECT * FROM orders WHERE id = {n // 2}"),
+                ("one day's count", f"SELECT count(*) FROM orders WHERE created_at >= "
+                                    f"'{day[0]}' AND created_at < '{day[1]}'"),
+            ),
+            ((overlapping[0], (n // 2,)), (overlapping[1], (dt.date.fromisoformat(day[0]),
+                                                           dt.date.fromisoformat(day[1])))),
+            strict=True,
+        ):  # fmt: skip
+            can = sql(url, matching, *args)[0][0]
+            plan = subprocess.run(archiver_cmd("query", "--with-live", "--explain", statement),
+                                  env=env, check=True, capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+            read = plan.stdout.count("READ_PARQUET")
+            bench.add(f"query --with-live over {n:,} archived rows (Azurite), {label}: files read",
+                      read, total, "files", f"the {can} whose range matches", read == can)  # fmt: skip
+            seconds = min(_seconds(env, statement) for _ in range(bench.args.repeat))
+            bench.add(f"the same, {label}: a whole command", seconds, None, "s", "", None)
+    finally:
+        bench.dbs.drop(url)
+
+
 def _seconds(env: dict[str, str], statement: str) -> float:
     started = time.monotonic()
     subprocess.run(archiver_cmd("query", "--with-live", statement), env=env, check=True,

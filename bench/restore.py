@@ -70,13 +70,36 @@ def restore_at_scale(bench: Bench) -> None:
               "flat: <= 1.10x", peak <= 1.10 * big[1])  # fmt: skip
 
 
-def archived(bench: Bench, rows: int, file_rows: int) -> tuple[str, dict[str, str]]:
-    """A fresh copy of the reference rows, moved to file:// in files of `file_rows`."""
+def archived(
+    bench: Bench, rows: int, file_rows: int, *, azure: bool = False
+) -> tuple[str, dict[str, str]]:
+    """A fresh copy of the reference rows, moved to file:// in files of `file_rows`
+    (Delta publishing off), or to Azurite and published (`azure`)."""
     url = bench.dbs.copy(rows)
-    env = env_for(url, bench.storage("file"), None, ARCHIVER_DELTA="false")
+    if azure:
+        env = env_for(url, bench.storage("az"), bench.azurite, ARCHIVER_DELTA="true")
+    else:
+        env = env_for(url, bench.storage("file"), None, ARCHIVER_DELTA="false")
     enqueue_orders(env, "move", "--chunk-rows", str(file_rows))
-    run_workers(env, 1)
+    run_workers(env, 1)  # the move, then (azure) its publication
     return url, env
+
+
+def restore_published(bench: Bench) -> None:
+    """A day out of files of --rows rows on Azurite, the restore publishing its change
+    to the Delta table before it returns, against the same with --no-wait."""
+    n, (lo, hi) = bench.args.rows, a_day(bench.args.rows)
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(bench.args.repeat):
+        for wait in (True, False):
+            url, env = archived(bench, n, n, azure=True)
+            try:
+                extra = () if wait else ("--no-wait",)
+                runs[wait].append(restore(env, "--from", lo, "--to", hi, *extra)[0])
+            finally:
+                bench.dbs.drop(url)
+    bench.add(f"restore a day out of files of {n:,} rows (Azurite), with its Delta publication",
+              min(runs[True]), min(runs[False]), "s", "(reported: against --no-wait)", None)  # fmt: skip
 
 
 def restore(env: dict[str, str], *args: str) -> tuple[float, int]:

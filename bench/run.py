@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repeat, args.latency_jobs, args.noop_jobs, args.one_row_tables = 1, 5, 200, 3
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
         args.erase_rows = 20_000
-        args.tpch_scale = 0.01
+        args.tpch_scale, args.live_rows = 0.01, 20_000
     return args
 
 
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 data.memory(bench)
         if "restore" not in args.skip:
             restore.restore_at_scale(bench)
+            restore.restore_published(bench)
         if "partitions" not in args.skip:
             partitions.partitions(bench)
         if "scale" not in args.skip:
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             lifecycle.erase_at_scale(bench)
         if "live" not in args.skip:
             live.live_at_scale(bench)
+            live.files_read(bench)
         if "tpch" not in args.skip:
             tpch.tpch_with_live(bench)
     print(bench.table())
