@@ -190,6 +190,24 @@ def test_a_range_or_key_filter_reads_only_the_files_it_can_match(h: Harness) -> 
     assert live(h, "SELECT id FROM orders WHERE id = 4321") == [{"id": 4321}]
 
 
+def test_copies_stay_out_and_moves_without_delta_stay_in_once_their_jobs_are_gone(
+    h: Harness,
+) -> None:
+    """A copy job's files hold rows that are still live: never in the union. A move run
+    with --no-delta is out of the Delta table too, but its rows left the table: in it.
+    With their jobs pruned, each file's own metadata tells them apart."""
+    seed_orders(h.url, ROWS)
+    h.archive("--table", "orders", "--before", "2024-12-29", "--mode", "copy")
+    h.archive("--table", "orders", "--before", "2024-12-28", "--no-delta")
+    moved = ROWS - h.value("SELECT count(*) FROM orders")
+    assert moved > 0 and h.value("SELECT count(*) FROM archive_files WHERE delta") == 0
+    h.sql("DELETE FROM background_jobs")  # as the pruner does, in time
+    rows = live(
+        h, "SELECT _archiver_source AS side, count(*) AS n FROM orders GROUP BY 1 ORDER BY 1"
+    )
+    assert rows == [{"side": "archive", "n": moved}, {"side": "live", "n": ROWS - moved}]
+
+
 def test_a_separate_catalog_database_is_refused_in_one_line(h: Harness) -> None:
     done = h.with_env(ARCHIVER_SOURCE_URL=h.url + "?application_name=elsewhere").cli(
         "query", "--with-live", "SELECT 1"
