@@ -58,6 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--tpch-scale", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
     p.add_argument(
+        "--live-rows",
+        type=int,
+        default=10_000_000,
+        help="archived rows of the --with-live files-read figures (default 10M)",
+    )
+    p.add_argument(
         "--against",
         metavar="COMMIT",
         help="also time the data path against this commit, interleaved (a ratio per figure)",
