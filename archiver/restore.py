@@ -45,7 +45,7 @@ from archiver.remap import (
     map_columns,
 )
 from archiver.restore_range import in_range_sql, maybe_in_range
-from archiver.rewrite import rewrite
+from archiver.rewrite import key_ends, rewrite
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.storage.seam import Storage
 
@@ -190,7 +190,16 @@ def _restore_file(
     if 0 < len(kept) < data.num_rows and not in_arrow_order(
         [data.schema.field(k).type for k in columns.key]
     ):
-        ordered = _key_ends(cur, data.take(kept), target, columns.key, values)
+        # each key column as restored, under its collation in the table (the archive's
+        # order); a key's value may read its PostgreSQL-only companion (key__pg_text)
+        collations = dict(execute(cur, query("key_collations"), (target,)))
+        used = [
+            n
+            for n in data.column_names
+            if any(n == k or n.startswith(k + "__") for k in columns.key)
+        ]
+        ends = [(values[k], collations.get(k)) for k in columns.key]
+        ordered = key_ends(cur, data.take(kept).select(used), ends, STAGE)
     return FileRestore(len(inserted), mapped, kept.to_pylist(), ordered)
 
 
@@ -220,41 +229,6 @@ def _insert(
     )
     positions: pa.Array = cur.fetch_arrow_table().column(0).combine_chunks()
     return positions
-
-
-def _key_ends(
-    cur: BulkCursor,
-    kept: pa.Table,
-    target: str,
-    key: list[str],
-    values: dict[str, str],
-) -> tuple[list[Any], list[Any]]:
-    """The smallest and largest key among the `kept` rows (of the file as read), in
-    PostgreSQL's order: each column as restored, compared under its collation in the
-    table (the archive's order). Their key columns staged alone, then a top-1 sort
-    each way: linear in the rows."""
-    collations = dict(execute(cur, query("key_collations"), (target,)))
-    ordered = [
-        f"({values[k]}) COLLATE {collations[k]}" if k in collations else f"({values[k]})"
-        for k in key
-    ]
-    text = ", ".join(f"({values[k]})::text" for k in key)
-    # a key's value may read its PostgreSQL-only companion (key__pg_text) too
-    used = [n for n in kept.column_names if any(n == k or n.startswith(k + "__") for k in key)]
-    cur.adbc_ingest(STAGE, staging_table(kept.select(used)), mode="create", temporary=True)
-    ends = []
-    for direction in ("ASC", "DESC"):
-        order = ", ".join(f"{k} {direction}" for k in ordered)
-        ends.append(
-            list(
-                execute(
-                    cur,
-                    f"SELECT {text} FROM {quote_ident(STAGE)} s ORDER BY {order} LIMIT 1",
-                )[0]
-            )
-        )
-    execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
-    return ends[0], ends[1]
 
 
 def restore(

@@ -15,8 +15,10 @@ import pyarrow.parquet as pq
 from archiver.archive.stats import ChunkStats, in_arrow_order, key_text
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
+from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
 from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata
+from archiver.pgtypes.arrow import staging_table
 from archiver.storage.seam import (
     ARCHIVE_TIER,
     Storage,
@@ -25,6 +27,26 @@ from archiver.storage.seam import (
     file_tags,
     put_file,
 )
+
+
+def key_ends(
+    cur: Any, kept: pa.Table, columns: list[tuple[str, str | None]], stage: str
+) -> tuple[list[Any], list[Any]]:
+    """The smallest and largest key of the `kept` rows in PostgreSQL's order, as the
+    catalog keeps key ends (PostgreSQL's text of each value), for keys Arrow orders
+    otherwise (text, numeric). `kept` is staged as temporary table `stage` (alias `s`);
+    `columns` gives each key column's value over a staged row `s` in SQL and its
+    collation (or None). A top-1 sort each way: linear in the rows."""
+    cur.adbc_ingest(stage, staging_table(kept), mode="create", temporary=True)
+    ordered = [f"({value}) COLLATE {c}" if c else f"({value})" for value, c in columns]
+    text = ", ".join(f"({value})::text" for value, _ in columns)
+    ends = []
+    for direction in ("ASC", "DESC"):
+        order = ", ".join(f"{o} {direction}" for o in ordered)
+        cur.execute(f"SELECT {text} FROM {quote_ident(stage)} s ORDER BY {order} LIMIT 1")
+        ends.append(list(cur.fetchall()[0]))
+    cur.execute(f"DROP TABLE {quote_ident(stage)}")
+    return ends[0], ends[1]
 
 
 def rewrite(

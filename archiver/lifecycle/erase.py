@@ -36,7 +36,7 @@ from archiver.db import query
 from archiver.ident import quote_ident
 from archiver.lifecycle.predicate import FILE, Predicate, matches
 from archiver.model import CatalogFile
-from archiver.rewrite import rewrite
+from archiver.rewrite import key_ends, rewrite
 from archiver.source.references import ForeignKey
 from archiver.storage.seam import Storage
 
@@ -188,31 +188,21 @@ def _without(
     keep = [i for i in range(data.num_rows) if i not in drop]
     ordered = None
     if not in_arrow_order([data.schema.field(k).type for k in f.key_columns]):
-        ordered = key_ends(conn, data.take(pa.array(keep, pa.int64())), f)
+        ordered = _key_ends(conn, data.take(pa.array(keep, pa.int64())), f)
     name = names.rewritten_name(f.path, operation)
     return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered)
 
 
-def key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:
-    """The smallest and largest key of `kept` in PostgreSQL's order, as the catalog
-    keeps key ends (PostgreSQL's text of each value): each column cast to its type in
-    the table and compared under its collation there, where this database has the
-    table (a numeric archived as text compares as a number); as staged otherwise."""
-    stage = "archiver_erase_keys"
-    ends = []
+def _key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:
+    """rewrite.key_ends of `kept`'s key columns, each cast to its type in the table and
+    compared under its collation there, where this database has the table (a numeric
+    archived as text compares as a number); as staged otherwise."""
     with conn.cursor() as cur:
-        cur.adbc_ingest(stage, kept.select(f.key_columns), mode="create", temporary=True)
         cur.execute(query("key_types"), (f.source_table,))
         typed = {name: (kind, collation) for name, kind, collation in cur.fetchall()}
-        cols = []
+        columns = []
         for k in f.key_columns:
             kind, collation = typed.get(k, (None, None))
-            cast = f"({quote_ident(k)})::{kind}" if kind else quote_ident(k)
-            cols.append((cast, f"{cast} COLLATE {collation}" if collation else cast))
-        text = ", ".join(f"{cast}::text" for cast, _ in cols)
-        for direction in ("ASC", "DESC"):
-            order = ", ".join(f"{ordered} {direction}" for _, ordered in cols)
-            cur.execute(f"SELECT {text} FROM {stage} ORDER BY {order} LIMIT 1")
-            ends.append(list(cur.fetchall()[0]))
-        cur.execute(f"DROP TABLE {stage}")
-    return ends[0], ends[1]
+            value = f"s.{quote_ident(k)}"
+            columns.append((f"({value})::{kind}" if kind else value, collation))
+        return key_ends(cur, kept.select(f.key_columns), columns, "archiver_erase_keys")
