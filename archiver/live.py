@@ -67,6 +67,22 @@ class Snapshot:
     current: str  # pg_current_snapshot(), to check the import
     files: dict[str, list[File]] = field(default_factory=dict)
     offline: dict[str, int] = field(default_factory=dict)
+    delta_exact: set[str] = field(default_factory=set)  # Delta table == committed files
+
+
+# Tables whose Delta table holds exactly their committed files at the snapshot: every
+# committed file in a publication already in the log, every retired or offline one
+# taken out by one (the other tables' archive is read from their files: exact, slower).
+DELTA_EXACT = """
+SELECT d.source_table FROM delta_tables d
+WHERE d.storage_url = $1 AND d.published > 0 AND NOT EXISTS (
+    SELECT 1 FROM archive_files f
+    WHERE f.storage_url = d.storage_url AND f.source_table = d.source_table AND (
+        (f.state = 'committed' AND f.delta AND NOT f.offline
+         AND (f.publication IS NULL OR f.publication > d.published))
+        OR ((f.state = 'retired' OR f.offline) AND f.publication <= d.published
+            AND (f.unpublication IS NULL OR f.unpublication > d.published))))
+"""
 
 
 def read_catalog(conn: BulkConnection, location: str) -> Snapshot:
@@ -91,7 +107,10 @@ def read_catalog(conn: BulkConnection, location: str) -> Snapshot:
             "SELECT DISTINCT payload->>'table' FROM background_jobs WHERE task_name = 'archive'"
         )
         queued = [r[0] for r in cur.fetchall() if r[0]]
-    snapshot = Snapshot(str(exported), str(current), {t: [] for t in queued})
+        cur.execute(DELTA_EXACT, (location,))
+        exact = {r[0] for r in cur.fetchall()}
+    snapshot = Snapshot(str(exported), str(current), {t: [] for t in sorted({*queued, *exact})})
+    snapshot.delta_exact = exact
     for table, path, offline, delta, mode, key, low, high, cutoff, first, last in rows:
         snapshot.files.setdefault(table, [])
         if mode == "copy":
@@ -143,35 +162,66 @@ def archived_copies(con: Any, uris: dict[str, str]) -> set[str]:
     return {by_uri[f] for f, mode in rows if mode == "copy" and f in by_uri}
 
 
-def create_views(con: Any, location: StorageLocation, snapshot: Snapshot) -> list[str]:
+def create_views(
+    con: Any, location: StorageLocation, snapshot: Snapshot, *, live: bool = True
+) -> list[str]:
     """Step 3: a view per archived table (schema.table, and the bare name where one
-    schema has it) over its live rows and its files. The tables, as named."""
+    schema has it) over its live rows and its files; `live` False: over its archive
+    alone, its Delta table where that is exact at the snapshot, else its files. The
+    tables, as named."""
+    from archiver.query import delta_scan
+
     storage_uri = location.reader_uri
     unsure = {
         f.path: storage_uri(f.path) for files in snapshot.files.values() for f in files if f.unsure
     }
     copies = archived_copies(con, unsure)
     con.execute("SET parquet_metadata_cache = true")  # each footer read once
-    names = [t.split(".", 1) for t in snapshot.files]
-    unique = {n for _, n in names if sum(1 for _, m in names if m == n) == 1}
-    made = []
+    bodies = {}
     for table, files in snapshot.files.items():
         schema, name = table.split(".", 1)
-        kept = [f for f in files if f.path not in copies]
+        kept = [(storage_uri(f.path), f) for f in files if f.path not in copies]
         if snapshot.offline.get(table):
             continue  # a query naming it was refused (query)
-        body = _union(con, schema, name, [(storage_uri(f.path), f) for f in kept])
+        if live:
+            bodies[table] = _union(con, schema, name, kept)
+        elif table in snapshot.delta_exact:
+            bodies[table] = delta_scan(location, table)
+        elif kept:
+            bodies[table] = _archived(con, kept)
+    names = [t.split(".", 1) for t in bodies]
+    unique = {n for _, n in names if sum(1 for _, m in names if m == n) == 1}
+    for table, body in bodies.items():
+        schema, name = table.split(".", 1)
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
         con.execute(f"CREATE OR REPLACE VIEW {quote_ident(schema)}.{quote_ident(name)} AS {body}")
         if name in unique and schema != "main":
             con.execute(f"CREATE OR REPLACE VIEW main.{quote_ident(name)} AS {body}")
-        made.append(table)
-    # every other table of the source, live only, by the same names, at the same snapshot
-    mine = sorted({t.split(".", 1)[0] for t in made})
-    schemas = sorted({"public", *mine})
-    path = ["main", *map(quote_ident, mine), *(f"{LIVE_DB}.{quote_ident(s)}" for s in schemas)]
-    con.execute(f"SET search_path = '{','.join(path).replace(chr(39), chr(39) * 2)}'")
+    made = list(bodies)
+    if live:  # every other table of the source, live only, by the same names and snapshot
+        mine = sorted({t.split(".", 1)[0] for t in made})
+        schemas = sorted({"public", *mine})
+        path = ["main", *map(quote_ident, mine), *(f"{LIVE_DB}.{quote_ident(s)}" for s in schemas)]
+        con.execute(f"SET search_path = '{','.join(path).replace(chr(39), chr(39) * 2)}'")
     return made
+
+
+def _archived(con: Any, files: list[tuple[str, File]]) -> str:
+    """A table's archive read from its files, as its Delta table presents it: the
+    columns of every file (PostgreSQL-only companions left out), a column's types
+    unified by DuckDB where files differ (a file Delta refused for its type is read
+    too), each file a branch bounded by its catalogued ranges, as in _union."""
+    parts = []
+    for uri, file in files:
+        scan = "read_parquet('" + uri.replace("'", "''") + "')"
+        columns = [c for c in _describe(con, f"SELECT * FROM {scan}")]
+        kinds = {c.name: c.kind for c in columns if not c.name.endswith(PG_TEXT_SUFFIX)}
+        ranges = _ranges(file, kinds)
+        parts.append(
+            f"SELECT * FROM (SELECT {', '.join(map(quote_ident, kinds))} FROM {scan})"
+            + (f" WHERE {ranges}" if ranges else "")
+        )
+    return " UNION ALL BY NAME ".join(parts)
 
 
 def _union(con: Any, schema: str, name: str, files: list[tuple[str, File]]) -> str:
@@ -261,17 +311,18 @@ def attached(con: Any, settings: Settings) -> Iterator[None]:
             con.execute("ROLLBACK")
 
 
-def query(conn: BulkConnection, settings: Settings, sql: str, run: Any) -> Any:
-    """Steps 1-3 on the catalog connection `conn`, then `run(con)` on the DuckDB
-    connection holding the views: its result. Run again at a new snapshot when a file
-    of the catalog's snapshot was deleted before it was read (up to RETRIES times).
-    `sql` naming a table with Archive-tier files is refused in one line: their rows
-    cannot be read."""
+def query(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live: bool) -> Any:
+    """Steps 1-3 on the catalog connection `conn` (`live` False: step 1, then views over
+    each table's archive alone), then `run(con)` on the DuckDB connection holding the
+    views: its result. Run again at a new snapshot when a file of the catalog's snapshot
+    was deleted before it was read (up to RETRIES times). `sql` naming a table with
+    Archive-tier files is refused in one line: their rows cannot be read."""
     import duckdb
 
     from archiver.query import engine, refuse_tables
 
-    if settings.source_url and settings.source_url != settings.database_url:
+    command = "query --with-live" if live else "query"
+    if live and settings.source_url and settings.source_url != settings.database_url:
         raise InputError(
             "query --with-live: the catalog is in another database than the source "
             "(ARCHIVER_SOURCE_URL), so no one snapshot sees both the live rows and the "
@@ -281,15 +332,16 @@ def query(conn: BulkConnection, settings: Settings, sql: str, run: Any) -> Any:
     for attempt in range(1, RETRIES + 1):
         snapshot = read_catalog(conn, str(location))
         refuse_tables(sql, {
-            table: f"query --with-live: {n} files of {table} are in the Archive tier and "
+            table: f"{command}: {n} archived files of {table} are in the Archive tier and "
             f"cannot be read: `archiver rehydrate --table {table}`; nothing returned"
             for table, n in snapshot.offline.items()
         })  # fmt: skip
         failpoints.reach("live_catalog_read")
         try:
-            with engine(settings, location, []) as con, attached(con, settings):
-                import_snapshot(con, snapshot)
-                create_views(con, location, snapshot)
+            with engine(settings, location) as con, _source(con, settings, live):
+                if live:
+                    import_snapshot(con, snapshot)
+                create_views(con, location, snapshot, live=live)
                 return run(con)
         except duckdb.IOException as exc:
             if attempt == RETRIES or not _a_file_went(exc, snapshot, location):
@@ -297,6 +349,10 @@ def query(conn: BulkConnection, settings: Settings, sql: str, run: Any) -> Any:
         finally:
             conn.rollback()
     raise AssertionError("unreachable")
+
+
+def _source(con: Any, settings: Settings, live: bool) -> contextlib.AbstractContextManager[None]:
+    return attached(con, settings) if live else contextlib.nullcontext()
 
 
 def _a_file_went(exc: Exception, snapshot: Snapshot, location: StorageLocation) -> bool:

@@ -1,8 +1,7 @@
 """`archiver query`: SQL over the archived tables in place, with an embedded DuckDB and its
 delta and azure extensions, loaded from their PyPI wheels (nothing is downloaded at run
-time). Each published table is a view named as in PostgreSQL (`public.orders`, and
-`orders` where one schema has that name) over its Delta table, so DuckDB reads only the
-files whose statistics can match the query."""
+time), and the parts of a query every mode shares: its refusals, its run and its
+output. The views (each archived table named as in PostgreSQL) are archiver.live's."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from urllib.parse import urlsplit
 from archiver.config import Settings, StorageLocation
 from archiver.delta.location import connection_string_parts, table_uri
 from archiver.errors import ConfigError
-from archiver.ident import quote_ident
 
 EXTENSIONS = ("delta", "azure")
 
@@ -39,8 +37,9 @@ def load_extension(con: Any, name: str) -> None:
 
 
 @contextmanager
-def engine(settings: Settings, location: StorageLocation, tables: list[str]) -> Iterator[Any]:
-    """A DuckDB connection with a view per table of `tables` (schema.table)."""
+def engine(settings: Settings, location: StorageLocation) -> Iterator[Any]:
+    """A DuckDB connection with the delta and azure extensions loaded and a secret for
+    the storage at `location` (the views are the caller's: archiver.live)."""
     import duckdb
 
     con = duckdb.connect(
@@ -51,18 +50,15 @@ def engine(settings: Settings, location: StorageLocation, tables: list[str]) -> 
             load_extension(con, name)
         if location.scheme == "az":
             _azure_secret(con, settings)
-        names = [t.split(".", 1) for t in tables]
-        unique = {n for _, n in names if sum(1 for _, m in names if m == n) == 1}
-        for schema, name in names:
-            uri = table_uri(location, f"{schema}.{name}").replace("'", "''")
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
-            scan = f"SELECT * FROM delta_scan('{uri}')"
-            con.execute(f"CREATE VIEW {quote_ident(schema)}.{quote_ident(name)} AS {scan}")
-            if name in unique and schema != "main":
-                con.execute(f"CREATE VIEW main.{quote_ident(name)} AS {scan}")
         yield con
     finally:
         con.close()
+
+
+def delta_scan(location: StorageLocation, table: str) -> str:
+    """SQL: the Delta table of `table` (schema.table), every column."""
+    uri = table_uri(location, table).replace("'", "''")
+    return f"SELECT * FROM delta_scan('{uri}')"
 
 
 def _azure_secret(con: Any, settings: Settings) -> None:
@@ -87,27 +83,6 @@ def _azure_secret(con: Any, settings: Settings) -> None:
 
 
 FORMATS = ("table", "csv", "json", "parquet")
-
-
-def run(
-    settings: Settings,
-    tables: list[str],
-    sql: str,
-    fmt: str = "table",
-    output: str | None = None,
-    *,
-    explain: bool = False,
-    refused: dict[str, str] | None = None,
-) -> str | None:
-    """Run `sql` over the published tables' Delta tables: the text to print (a table,
-    CSV or JSON lines), or None when written to `output`. `explain`: DuckDB's EXPLAIN
-    ANALYZE instead, which counts the files each Delta scan read of the table's files.
-    `refused`: tables a query must not read (engine)."""
-    check_format(fmt, output)
-    refuse_tables(sql, refused or {})
-    with engine(settings, settings.storage_location(), tables) as con:
-        result = execute(con, sql, fmt, output, explain=explain)
-    return write(result, fmt, output)
 
 
 def check_format(fmt: str, output: str | None) -> None:

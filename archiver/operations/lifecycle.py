@@ -202,7 +202,7 @@ async def erase_rows(
     location = settings.storage_location()
 
     def find() -> tuple[eraser.ErasePlan, eraser.Found]:
-        with engine(settings, location, []) as con:
+        with engine(settings, location) as con:
             eraser.open_view(con, storage, files)
             predicate = Predicate.check(con, where, eraser.VIEW, name)
             plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
