@@ -436,6 +436,17 @@ UPDATE archive_files SET delta_schema = $2, delta_stats = $3 WHERE id = $1::bigi
 -- name: delta_refuse
 UPDATE archive_files SET publication = NULL, delta_refused = $2 WHERE id = $1::bigint
 
+-- name: delta_unnumber
+-- A file leaving its publication before the Delta log ever held it (delta.convert).
+UPDATE archive_files SET publication = NULL WHERE id = $1::bigint
+
+-- name: catalog_file
+SELECT id, job_id::text AS job_id, part, source_table, storage_url, path, row_count, byte_size,
+       md5, key_columns, min_key, max_key, cutoff_column, state, delta, delta_schema,
+       min_cutoff_value::text AS min_cutoff_value, max_cutoff_value::text AS max_cutoff_value,
+       tier, offline, immutable_until, legal_hold
+FROM archive_files WHERE id = $1::bigint
+
 -- name: delta_published
 UPDATE delta_tables SET published = $3::bigint, delta_version = $4::bigint, published_at = now()
 WHERE storage_url = $1 AND source_table = $2

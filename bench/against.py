@@ -1,9 +1,8 @@
 """This checkout against an earlier commit, interleaved in one run, so that a regression
 of the data path shows as a ratio the day it lands (`--against <commit>`).
 
-The commit is exported with `git archive` into the bench's own folder and run from there
-(`python -m archiver` with that folder as its working directory imports its code, with
-this checkout's installed dependencies). Each side migrates its own copy of a database
+The commit is exported into the bench's own folder and run from there, as the release it
+was (archiver.testing.releases). Each side migrates its own copy of a database
 holding only the reference rows, so neither runs against the other's schema. Rounds
 alternate the two sides (A B, B A, ...), so a machine that slows down over the run
 weighs on both alike; each figure is the best of its rounds."""
@@ -11,11 +10,10 @@ weighs on both alike; each figure is the best of its rounds."""
 from __future__ import annotations
 
 import subprocess
-import tarfile
 import time
-from io import BytesIO
 from pathlib import Path
 
+from archiver.testing.releases import export_commit
 from bench.common import (
     ROOT,
     archiver_cmd,
@@ -25,21 +23,6 @@ from bench.common import (
     run_workers,
 )
 from bench.core import Bench
-
-
-def export_commit(commit: str, into: Path) -> str:
-    """`commit`'s tree in `into`; its short hash."""
-    short = subprocess.run(
-        ["git", "rev-parse", "--short=9", f"{commit}^{{commit}}"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", short], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-    into.mkdir(parents=True)
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return short
 
 
 def against(bench: Bench, commit: str) -> None:

@@ -17,7 +17,15 @@ from deltalake import DeltaTable
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import AZURITE_KEY
 from tests.harness import Harness
-from tests.support import fast_env, kill_at_failpoint, start_worker, wait_until
+from tests.support import (
+    archiver_cmd,
+    fast_env,
+    kill_at_failpoint,
+    start_process,
+    start_worker,
+    wait_for_text,
+    wait_until,
+)
 
 CUTOFF = "2024-12-28"  # of 8,000 seeded orders: 3,680 older
 
@@ -176,6 +184,41 @@ CREATE INDEX ON events (at);
 INSERT INTO events SELECT g, timestamptz '2020-01-01' + g * interval '1 hour', g, 'b' || g
 FROM generate_series(1, 400) g;
 """
+
+
+def test_a_publisher_that_lost_its_lock_commits_nothing(d: Harness, tmp_path: Any) -> None:
+    """Publisher A numbers a publication (a restore's: a file out, its rewrite in) and
+    stops just before its Delta commit; its session dies, its lock with it. B publishes
+    the same publication, then a second restore takes the rewrite out again (its removal
+    published, its blob deleted). When A wakes, its commit must not land: the Delta
+    table would list the rewrite again, a file that is gone."""
+    seed_orders(d.url, 8_000)
+    d.archive("--table", "orders", "--before", CUTOFF)
+    day = ("2024-12-27 00:00", "2024-12-27 06:00")
+    out = d.cli("restore", "--table", "orders", "--from", *day[:1], "--to", day[1], "--no-wait")
+    assert out.returncode == 0, out.stderr
+    log = tmp_path / "a.log"
+    a = start_process(
+        archiver_cmd("publish", "--table", "orders"),
+        {**d.env, "ARCHIVER_FAILPOINTS": "before_delta_commit=sleep:8"},
+        log,
+    )
+    wait_for_text(log, "failpoint before_delta_commit reached")
+    ended = d.value(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
+        "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+    )
+    assert ended == 1  # A's session, and its publisher lock
+    b = d.cli("publish", "--table", "orders")
+    assert b.returncode == 0, b.stderr
+    rest = d.cli("restore", "--table", "orders", "--from", "2000-01-01", "--to", CUTOFF)
+    assert rest.returncode == 0, rest.stderr
+    assert a.wait(60) != 0  # its session is gone: it cannot record a publication
+    table = delta(d)
+    assert table.get_add_actions(flatten=True).column("path").to_pylist() == []
+    assert table.to_pyarrow_table().num_rows == 0
+    assert d.value("SELECT count(*) FROM archive_files") == 0
+    assert "was committed meanwhile" in log.read_text(), log.read_text()
 
 
 def test_schema_drift_is_published_and_a_change_delta_cannot_hold_is_refused(

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ from archiver.config import StorageLocation
 from archiver.db import query
 from archiver.delta import lock
 from archiver.delta.check import LOG_DIR
+from archiver.delta.commits import APP_ID, LogWriter
+from archiver.delta.convert import convert
 from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.history import forget_history
@@ -47,9 +48,7 @@ from archiver.text import counted
 
 log = logging.getLogger(__name__)
 
-APP_ID = "archiver"  # the Delta app transaction every publication carries
 BATCH_FILES = 10_000  # files one publication adds at most
-CHECKPOINT_EVERY = 100  # Delta versions between checkpoints (delta.checkpointInterval)
 
 
 @dataclass
@@ -79,6 +78,7 @@ class Publisher:
         self.url = str(self.location)
         self.uri = table_uri(self.location, table)
         self.root = storage.object_name(table)  # object names start with root + "/"
+        self.writer = LogWriter(storage, self.root, self.uri, options)
 
     def _rows(self, name: str, *params: Any) -> list[Row]:
         """Run named query `name` for this table (its first two parameters); its rows."""
@@ -149,7 +149,7 @@ class Publisher:
 
     def _publish(self, number: int, done: Published) -> None:
         from deltalake import DeltaTable
-        from deltalake.transaction import AddAction, CommitProperties, Transaction
+        from deltalake.transaction import AddAction
 
         files = self._files(number, done)
         removals = self._rows("delta_removals", number)
@@ -178,23 +178,30 @@ class Publisher:
             assert table is not None
             self._still_locked()
             failpoints.reach("before_delta_commit")
+            # at the version after the one read above, put-if-absent, never rebased:
+            # a publisher that lost its lock while it waited here must not land a
+            # publication another has redone (and later ones may have undone)
             if removals:
-                self._replace(table, number, adds, removals)
+                landed = self.writer.replace(table, number, adds, removals)
             else:
-                table.create_write_transaction(
-                    adds,
-                    mode="append",
-                    schema=table.schema(),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(APP_ID, number)],
-                        custom_metadata={"archiver.publication": str(number)},
-                    ),
-                )
+                landed = self.writer.append(table, number, adds)
             failpoints.reach("after_delta_commit")
             table = DeltaTable(self.uri, storage_options=self.options)
-            done.files += len(adds)
-            done.rows += rows
-            done.removed += len(removals)
+            if not landed:
+                if (table.transaction_version(APP_ID) or 0) < number:
+                    raise RuntimeError(
+                        f"{self.table}: Delta version {table.version()} was written by "
+                        f"another writer while publication {number} was being committed"
+                    )
+                log.warning(
+                    "%s: publication %d was committed meanwhile by another publisher",
+                    self.table,
+                    number,
+                )
+            else:
+                done.files += len(adds)
+                done.rows += rows
+                done.removed += len(removals)
         erased = self._rows("delta_erasures_out", number)[0][0]
         if erased is not None:  # an erasure's removals are in the log: its history goes
             if table is not None:
@@ -224,7 +231,10 @@ class Publisher:
                 try:
                     schema, stats, mode = self._read_facts(path)
                 except NotDeltaType as exc:
-                    self._refuse(id_, f"{path}: {exc}", done)
+                    # an older release's types: rewritten with Delta's, the rewrite
+                    # catalogued for the next publication; else left out, named
+                    if convert(self.conn, self.storage, id_) is None:
+                        self._refuse(id_, f"{path}: {exc}", done)
                     continue
                 if mode != "move":  # a copy whose job was pruned before 008 could tell
                     self._run("delta_not_mine", id_)
@@ -254,6 +264,8 @@ class Publisher:
             self.storage.download(path, local)
             meta = pq.read_metadata(local).metadata or {}
             mode = meta.get(b"archiver.mode", b"move").decode()
+            if mode != "move":
+                return "", "", mode
             return (*file_facts(local), mode)
 
     def _refuse(self, file_id: int, why: str, done: Published) -> None:
@@ -292,96 +304,7 @@ class Publisher:
         if changes.added:
             table.alter.add_columns([Field.from_json(json.dumps(f)) for f in changes.added])
         if changes.widened:
-            self._write_schema(table, schema)
+            self.writer.write_schema(table, schema, self.table)
             for name, old, new in changes.widened:
                 log.info("%s: column %s widened from %s to %s", self.table, name, old, new)
         return DeltaTable(self.uri, storage_options=self.options)
-
-    def _replace(
-        self, table: Any, number: int, adds: list[Any], removals: list[tuple[Any, ...]]
-    ) -> None:
-        """One Delta commit that removes the retired files and adds the new ones (their
-        rewrites among them), with txn(archiver, number). Written as the protocol says
-        (put-if-absent of the next version's file), as _write_schema does: delta-rs's
-        write transactions take add actions only."""
-        from deltalake import DeltaTable
-
-        table.update_incremental()
-        version = table.version() + 1
-        now = int(time.time() * 1000)
-        actions: list[dict[str, Any]] = [
-            {
-                "commitInfo": {
-                    "timestamp": now,
-                    "operation": "DELETE",
-                    "operationParameters": {"predicate": "rows taken out of the archive"},
-                    "isBlindAppend": False,
-                    "engineInfo": "archiver",
-                    "archiver.publication": str(number),
-                }
-            },
-            {"txn": {"appId": APP_ID, "version": number, "lastUpdated": now}},
-        ]
-        for path, size in removals:
-            actions.append(
-                {
-                    "remove": {
-                        "path": str(path)[len(self.root) + 1 :],
-                        "deletionTimestamp": now,
-                        "dataChange": True,
-                        "extendedFileMetadata": True,
-                        "partitionValues": {},
-                        "size": int(size),
-                    }
-                }
-            )
-        for add in adds:
-            actions.append(
-                {
-                    "add": {
-                        "path": add.path,
-                        "partitionValues": {},
-                        "size": add.size,
-                        "modificationTime": add.modification_time,
-                        "dataChange": True,
-                        "stats": add.stats,
-                    }
-                }
-            )
-        body = "\n".join(json.dumps(a) for a in actions) + "\n"
-        if not self.storage.create(f"{self.root}/{LOG_DIR}/{version:020d}.json", body.encode()):
-            raise RuntimeError(f"{self.table}: Delta version {version} was written meanwhile")
-        if version % CHECKPOINT_EVERY == 0:  # as delta-rs's own commits do
-            DeltaTable(self.uri, storage_options=self.options).create_checkpoint()
-
-    def _write_schema(self, table: Any, schema: str) -> None:
-        """A metaData action with the widened schema, committed as Delta's protocol
-        commits (put-if-absent of the next version's file): delta-rs has no way to
-        change a column's type."""
-        table.update_incremental()
-        meta = table.metadata()
-        version = table.version() + 1
-        action = {
-            "metaData": {
-                "id": meta.id,
-                "name": meta.name,
-                "description": meta.description,
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": schema,
-                "partitionColumns": list(meta.partition_columns),
-                "configuration": dict(meta.configuration),
-                "createdTime": meta.created_time,
-            }
-        }
-        info = {
-            "commitInfo": {
-                "timestamp": int(time.time() * 1000),
-                "operation": "CHANGE COLUMN",
-                "operationParameters": {},
-                "engineInfo": "archiver",
-            }
-        }
-        body = "\n".join(json.dumps(a) for a in (info, action)) + "\n"
-        name = f"{self.root}/{LOG_DIR}/{version:020d}.json"
-        if not self.storage.create(name, body.encode()):
-            raise RuntimeError(f"{self.table}: Delta version {version} was written meanwhile")

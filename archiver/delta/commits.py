@@ -1,0 +1,140 @@
+"""The Delta commits archiver writes, each at the version after the one its publisher
+read (archiver.delta.publish): put-if-absent, never retried at a later version, so a
+publisher that lost its lock cannot land a publication another has redone. delta-rs
+writes the appends; a commit that also removes files, and a schema change delta-rs has
+no way to make (a widened type), are written as Delta's protocol commits."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from archiver.delta.check import LOG_DIR
+from archiver.storage.seam import Storage
+
+APP_ID = "archiver"  # the Delta app transaction every publication carries
+CHECKPOINT_EVERY = 100  # Delta versions between checkpoints (delta.checkpointInterval)
+
+
+@dataclass(frozen=True)
+class LogWriter:
+    """Commits to the Delta log of one table, whose objects start with `root` + "/"."""
+
+    storage: Storage
+    root: str
+    uri: str
+    options: dict[str, str]
+
+    def replace(
+        self, table: Any, number: int, adds: list[Any], removals: list[tuple[Any, ...]]
+    ) -> bool:
+        """One Delta commit that removes the retired files and adds the new ones (their
+        rewrites among them), with txn(archiver, number). Written as the protocol says
+        (put-if-absent of the next version's file), as _write_schema does: delta-rs's
+        write transactions take add actions only."""
+        from deltalake import DeltaTable
+
+        version = table.version() + 1
+        now = int(time.time() * 1000)
+        actions: list[dict[str, Any]] = [
+            {
+                "commitInfo": {
+                    "timestamp": now,
+                    "operation": "DELETE",
+                    "operationParameters": {"predicate": "rows taken out of the archive"},
+                    "isBlindAppend": False,
+                    "engineInfo": "archiver",
+                    "archiver.publication": str(number),
+                }
+            },
+            {"txn": {"appId": APP_ID, "version": number, "lastUpdated": now}},
+        ]
+        for path, size in removals:
+            actions.append(
+                {
+                    "remove": {
+                        "path": str(path)[len(self.root) + 1 :],
+                        "deletionTimestamp": now,
+                        "dataChange": True,
+                        "extendedFileMetadata": True,
+                        "partitionValues": {},
+                        "size": int(size),
+                    }
+                }
+            )
+        for add in adds:
+            actions.append(
+                {
+                    "add": {
+                        "path": add.path,
+                        "partitionValues": {},
+                        "size": add.size,
+                        "modificationTime": add.modification_time,
+                        "dataChange": True,
+                        "stats": add.stats,
+                    }
+                }
+            )
+        if not self._put(version, actions):
+            return False
+        if version % CHECKPOINT_EVERY == 0:  # as delta-rs's own commits do
+            DeltaTable(self.uri, storage_options=self.options).create_checkpoint()
+        return True
+
+    def append(self, table: Any, number: int, adds: list[Any]) -> bool:
+        """delta-rs's commit of `adds` with txn(archiver, number) at the version after
+        `table`'s: False when that version was written meanwhile (no retry, no rebase)."""
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import CommitProperties, Transaction
+
+        try:
+            table.create_write_transaction(
+                adds,
+                mode="append",
+                schema=table.schema(),
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(APP_ID, number)],
+                    custom_metadata={"archiver.publication": str(number)},
+                    max_commit_retries=0,
+                ),
+            )
+        except CommitFailedError:
+            return False
+        return True
+
+    def write_schema(self, table: Any, schema: str, table_name: str) -> None:
+        """A metaData action with the widened schema, committed as Delta's protocol
+        commits (put-if-absent of the next version's file): delta-rs has no way to
+        change a column's type."""
+        table.update_incremental()
+        meta = table.metadata()
+        version = table.version() + 1
+        action = {
+            "metaData": {
+                "id": meta.id,
+                "name": meta.name,
+                "description": meta.description,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema,
+                "partitionColumns": list(meta.partition_columns),
+                "configuration": dict(meta.configuration),
+                "createdTime": meta.created_time,
+            }
+        }
+        info = {
+            "commitInfo": {
+                "timestamp": int(time.time() * 1000),
+                "operation": "CHANGE COLUMN",
+                "operationParameters": {},
+                "engineInfo": "archiver",
+            }
+        }
+        if not self._put(version, [info, action]):
+            raise RuntimeError(f"{table_name}: Delta version {version} was written meanwhile")
+
+    def _put(self, version: int, actions: list[dict[str, Any]]) -> bool:
+        """Commit `actions` as version `version`, if no one has: whether this did."""
+        body = "\n".join(json.dumps(a) for a in actions) + "\n"
+        return self.storage.create(f"{self.root}/{LOG_DIR}/{version:020d}.json", body.encode())
