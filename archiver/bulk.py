@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import adbc_driver_manager
 
-from archiver.db import APPLICATION_NAME
+from archiver.db import application_name
 from archiver.errors import DatabaseUnavailable, first_line, redact
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def _open_bulk(url: str) -> BulkConnection:
     try:
         with conn.cursor() as cur:
             cur.execute("SET TIME ZONE 'UTC'")
-            cur.execute(f"SET application_name = '{APPLICATION_NAME}'")
+            cur.execute("SELECT set_config('application_name', $1, false)", (application_name(),))
         conn.commit()
     except BaseException:
         _close_quietly(conn)

@@ -41,6 +41,7 @@ from archiver.commands import (
 from archiver.commands_lifecycle import add_lifecycle_parsers, add_no_wait
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line, redact
+from archiver.interrupt import stops_on_signal
 from archiver.logs import setup_logging
 from archiver.model import Mode, Status
 
@@ -349,11 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Arrow's buffers from the C library's allocator unless the operator chose a pool: with
-# pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB on 1M reference
-# rows and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the same CPU
-# (8 MB driver batches; docs/performance.md, "Memory"). pyarrow reads it once, as it loads; no
-# command has loaded it yet here, and pa.set_memory_pool() later would leave the Parquet
-# writer's buffers behind. Empty counts as unset (Arrow would take its default).
+# pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB on 1M reference rows
+# and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the same CPU (8 MB driver
+# batches; docs/performance.md, "Memory"). pyarrow reads it once, as it loads (not yet,
+# here: pa.set_memory_pool() later would leave the Parquet writer's buffers behind). Empty
+# counts as unset (Arrow would take its default).
 ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 
@@ -371,11 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         failpoints.configure(settings.failpoints)
         bulk.use_driver(settings.adbc_driver)
         command: Command = args.func
-        return asyncio.run(command(args, settings))
+        with stops_on_signal(args.command, settings):
+            return asyncio.run(command(args, settings))
     except BrokenPipeError:
-        # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools
-        # do, with the status a shell reports for them (128 + SIGPIPE). Not a database
-        # error: asyncpg and the Azure SDK raise their own for a broken socket.
+        # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools do,
+        # status 128 + SIGPIPE (asyncpg and Azure raise their own for a broken socket)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit flush
         return 141
     except ArchiverError as exc:

@@ -49,14 +49,24 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-APPLICATION_NAME = "archiver"  # shows in pg_stat_activity
+_application_name = "archiver"  # shows in pg_stat_activity (one-shot commands: interrupt)
+
+
+def application_name() -> str:
+    """The name this process's connections show in pg_stat_activity."""
+    return _application_name
+
+
+def set_application_name(name: str) -> None:
+    global _application_name
+    _application_name = name
 
 
 async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
     """One asyncpg connection; an unreachable server is a DatabaseUnavailable naming it."""
     try:
         return await asyncpg.connect(
-            url, timeout=timeout, server_settings={"application_name": APPLICATION_NAME}
+            url, timeout=timeout, server_settings={"application_name": _application_name}
         )
     except (
         *CONNECTION_ERRORS,
@@ -84,7 +94,7 @@ async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.
             max_size=size,
             timeout=timeout,
             command_timeout=300,
-            server_settings={"application_name": APPLICATION_NAME},
+            server_settings={"application_name": _application_name},
         )
     except (
         *CONNECTION_ERRORS,

@@ -302,13 +302,27 @@ def attached(con: Any, settings: Settings) -> Iterator[None]:
     from archiver.query import load_extension
 
     load_extension(con, "postgres_scanner")
-    url = settings.effective_source_url.replace("'", "''")
+    url = _named(settings.effective_source_url).replace("'", "''")
     con.execute(f"ATTACH '{url}' AS {LIVE_DB} (TYPE postgres, READ_ONLY)")
     try:
         yield
     finally:
         with contextlib.suppress(Exception):
             con.execute("ROLLBACK")
+
+
+def _named(url: str) -> str:
+    """`url` with this process's application_name (archiver.interrupt ends its sessions
+    by it), unless it names one."""
+    from urllib.parse import quote
+
+    from archiver.db import application_name
+
+    if "application_name=" in url:
+        return url
+    if url.startswith(("postgres://", "postgresql://")):
+        return f"{url}{'&' if '?' in url else '?'}application_name={quote(application_name())}"
+    return f"{url} application_name='{application_name()}'"
 
 
 def query(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live: bool) -> Any:

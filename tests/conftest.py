@@ -90,6 +90,10 @@ def pytest_runtest_makereport(
     report = outcome.get_result()
     funcargs = getattr(item, "funcargs", {})
     if report.when == "call" and report.failed and "tmp_path" in funcargs:
-        for log in sorted(Path(funcargs["tmp_path"]).glob("**/*.log")):
+        try:  # a process still running may be removing its temporary folders meanwhile
+            logs = sorted(Path(funcargs["tmp_path"]).glob("**/*.log"))
+        except OSError:
+            logs = sorted(Path(funcargs["tmp_path"]).glob("*.log"))
+        for log in logs:
             text = log.read_text(errors="replace")
             report.sections.append((f"process log {log.name}", text[-20000:]))
