@@ -29,6 +29,7 @@ NAMES = (
     "before_commit",
     "source_committed",
     "after_commit",
+    "copy_snapshot_open",  # a copy job's snapshot taken, its first chunk not yet read
     "before_delta_commit",  # a publication (archiver.delta.publish)
     "after_delta_commit",
     "restore_before_commit",  # a move back (archiver.restore): its rewrites uploaded

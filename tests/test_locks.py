@@ -334,3 +334,61 @@ def test_old_rows_sparse_in_key_order_turn_a_move_to_choosing_its_rows(h: Harnes
         paths = catalog_paths(h.url, f"public.{table}")
         archived = rows_in_blobs(h.azurite.connection_string, h.container, paths)
         assert sorted(r["id"] for r in archived) == sorted(old[table])
+
+
+def test_a_copy_keeps_its_one_snapshot_while_an_application_takes_locks(h: Harness) -> None:
+    """A copy job reads every chunk at the one snapshot it took when it started. Just
+    after it took it, an application asks for an ACCESS EXCLUSIVE lock on a child table
+    (giving up after 2 s, as a migration with a lock_timeout does); later, orders are
+    deleted between two of its chunks. The copy must be the tables as they were at the
+    job's start, the deleted orders and their lines included. Before the copy locked
+    every table it reads with its snapshot, the application got its lock, the copy's
+    first read of the child timed out, its rollback ended the snapshot, and the chunks
+    after it read newer rows: the deleted orders were missing."""
+    seed_orders(h.url, 8_000)
+    h.sql(
+        "CREATE TABLE lines (id bigint PRIMARY KEY, "
+        "order_id bigint NOT NULL REFERENCES orders ON DELETE CASCADE, qty int); "
+        "INSERT INTO lines SELECT 2 * id + k, id, k FROM orders, generate_series(0, 1) k; "
+        "CREATE INDEX ON lines (order_id)"
+    )
+    cutoff = "2024-12-28"
+    old = f"SELECT id FROM orders WHERE created_at < '{cutoff}'"
+    orders = {r[0] for r in h.sql(old)}
+    lines = {r[0] for r in h.sql(f"SELECT id FROM lines WHERE order_id IN ({old})")}
+    (job,) = h.enqueue(
+        "--table", "orders", "--before", cutoff, "--mode", "copy", "--with-children",
+        "--chunk-rows", "400",
+    )  # fmt: skip
+    log = h.tmp / "worker.log"
+    env = {
+        **h.env,
+        "ARCHIVER_LOCK_TIMEOUT": "0.3",
+        # time for the application once the job holds its snapshot, and between chunks
+        "ARCHIVER_FAILPOINTS": "copy_snapshot_open=sleep:1,after_commit=sleep:1",
+    }
+    worker = start_worker(env, "--burst", log=log)
+    wait_for_text(log, "failpoint copy_snapshot_open reached")
+
+    async def migration() -> None:
+        conn = await asyncpg.connect(h.url, server_settings={"application_name": "billing-app"})
+        try:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL lock_timeout = '2s'")
+                await conn.execute("LOCK TABLE lines IN ACCESS EXCLUSIVE MODE")
+                await asyncio.sleep(2)
+        except asyncpg.LockNotAvailableError:
+            pass  # the copy holds its lock: the migration tries again later
+        finally:
+            await conn.close()
+
+    app = threading.Thread(target=asyncio.run, args=(migration(),))
+    app.start()
+    wait_for_text(log, "failpoint after_commit reached", timeout=60)  # a chunk is in
+    h.sql(f"DELETE FROM orders WHERE created_at < '{cutoff}' AND id > 7600")  # a later chunk's
+    app.join(30)
+    assert worker.wait(120) == 0
+    h.wait_for(job, "completed")
+    copied = h.archived()
+    assert {r["id"] for r in copied if "order_id" not in r} == orders
+    assert {r["id"] for r in copied if "order_id" in r} == lines

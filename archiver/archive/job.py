@@ -8,12 +8,12 @@ import contextlib
 import dataclasses
 import logging
 import random
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from archiver import failpoints
 from archiver.archive import names
 from archiver.archive.chunk import archive_chunk, rollback_quietly
 from archiver.archive.commit import (
@@ -25,9 +25,10 @@ from archiver.archive.commit import (
 )
 from archiver.archive.context import ChunkLimits, JobContext
 from archiver.archive.plan import plan_archive
+from archiver.archive.snapshot import open_snapshot
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import PgCatalog
-from archiver.errors import ArchiverError, LockBusy, OutsideWindow
+from archiver.errors import LockBusy, OutsideWindow
 from archiver.limits import WINDOW, window_opens
 from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 # fewer rows estimated old: the job's bounds are read from the old rows alone
 WALK_MIN = 1_000
 
-SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # e.g. 00000003-0000001B-1
 
 Interrupt = Callable[[], BaseException | None]
 ChunkDone = Callable[[int, int, float], None]
@@ -183,6 +183,23 @@ def sweep_stale_uploads(job: JobContext) -> None:
                 job.storage.delete(stored.name)
 
 
+def _back_off(job: JobContext, busy: int, what: str, interrupt: Interrupt) -> None:
+    """After the `busy`-th lock timeout in a row: wait, exponentially longer each time
+    (the attempt is not spent), or raise once ARCHIVER_LOCK_RETRIES are used up."""
+    if busy > job.limits.lock_retries:
+        raise LockBusy(what)
+    delay = min(30.0, 2.0 ** (busy - 1)) * random.uniform(0.5, 1.0)
+    log.warning(
+        "job %s: %s; retrying in %.1fs (%d of %d, the attempt is not spent)",
+        job.job_id,
+        what,
+        delay,
+        busy,
+        job.limits.lock_retries,
+    )
+    _sleep(delay, interrupt)
+
+
 def _sleep(seconds: float, interrupt: Interrupt) -> None:
     """Wait, but let a stop, a cancel or a lost lease end the wait early."""
     deadline = time.monotonic() + seconds
@@ -292,11 +309,19 @@ def run_job(
     _check_window(job, job.catalog.limits())
     progress = start_job(job, saved)
     copy = job.request.mode == Mode.COPY
-    if copy:  # every chunk of this job reads the same consistent snapshot
-        _open_snapshot(job)
     busy = 0  # lock timeouts in a row
     last: Last | None = None
     try:
+        while copy:  # every chunk of this job reads the same consistent snapshot
+            try:
+                open_snapshot(job)
+            except LockBusy as exc:
+                busy += 1
+                _back_off(job, busy, f"snapshot not taken: {exc}", interrupt)
+                continue
+            busy = 0
+            failpoints.reach("copy_snapshot_open")
+            break
         bounded = bound_to_old_rows(job, progress.rows_estimated - progress.rows)
         if bounded is None:
             return _finished(job, progress)
@@ -315,20 +340,10 @@ def run_job(
             try:
                 advanced = archive_chunk(job, chunk, pair=allowed is None)
             except LockBusy as exc:
-                busy += 1
-                if busy > job.limits.lock_retries:
+                if copy:  # its rollback ended the snapshot (a table not locked at the start)
                     raise
-                delay = min(30.0, 2.0 ** (busy - 1)) * random.uniform(0.5, 1.0)
-                log.warning(
-                    "job %s: chunk rolled back: %s; retrying in %.1fs (%d of %d, the "
-                    "attempt is not spent)",
-                    job.job_id,
-                    exc,
-                    delay,
-                    busy,
-                    job.limits.lock_retries,
-                )
-                _sleep(delay, interrupt)
+                busy += 1
+                _back_off(job, busy, f"chunk rolled back: {exc}", interrupt)
                 continue
             busy = 0
             if advanced is None:
@@ -348,21 +363,3 @@ def run_job(
             rollback_quietly(job.source)
             if job.reader is not None:
                 rollback_quietly(job.reader)
-
-
-def _open_snapshot(job: JobContext) -> None:
-    """Copy mode: a REPEATABLE READ transaction every chunk reads, shared with the job's
-    reader through pg_export_snapshot (as pg_dump --jobs shares its snapshot). An
-    aggregate's chunks collect into temporary tables: not READ ONLY then."""
-    access = "" if job.aggregate else ", READ ONLY"
-    with job.source.cursor() as cur:
-        cur.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}")
-        if job.reader is None:
-            return
-        cur.execute("SELECT pg_export_snapshot()")
-        snapshot = str(cur.fetchall()[0][0])
-    if not SNAPSHOT_ID.fullmatch(snapshot):  # it is spliced into SET TRANSACTION SNAPSHOT
-        raise ArchiverError(f"unexpected snapshot id from pg_export_snapshot: {snapshot!r}")
-    with job.reader.cursor() as cur:
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
