@@ -66,9 +66,6 @@ def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> 
         "ARCHIVER_STORAGE_URL": f"az://{container}/archive",
         "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
         "ARCHIVER_POLL_INTERVAL": "0.5",
-        # Publishing adds a publish job after every archive job: the tests of the queue
-        # count jobs, so Delta Lake is on in tests/test_delta.py (and the demo) only.
-        "ARCHIVER_DELTA": "false",
         "TMPDIR": str(tmp_path),
     }
 

@@ -265,7 +265,7 @@ def test_an_aggregates_progress_counts_every_table(h: Harness) -> None:
     b = start_worker(fast, log=h.tmp / "b.log")  # takes it over once its lease is out
     h.wait_for(job_id, "completed")
     stop(b)
-    (done,) = h.sql("SELECT progress::text FROM background_jobs")
+    (done,) = h.sql("SELECT progress::text FROM background_jobs WHERE task_name = 'archive'")
     progress = json.loads(done["progress"])
     assert (progress["rows"], progress["rows_estimated"]) == (total, total)
     check_exactly_once(h.url, h.azurite, h.container, before, expected)

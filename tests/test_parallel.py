@@ -160,6 +160,9 @@ def test_burst_worker_runs_jobs_held_back_by_their_tables_running_job(
     log = tmp_path / "worker.log"
     worker = start_worker(env, "--burst", "--concurrency", "4", log=log)
     assert worker.wait(timeout=120) == 0, log.read_text()
-    statuses = sql(database_url, "SELECT status FROM background_jobs")
+    statuses = sql(database_url, "SELECT status FROM background_jobs WHERE task_name = 'archive'")
     assert [r["status"] for r in statuses] == ["completed"] * 3, log.read_text()
+    assert not sql_value(
+        database_url, "SELECT count(*) FROM background_jobs WHERE status <> 'completed'"
+    )
     assert sql_value(database_url, "SELECT count(*) FROM t") == 0
