@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from archiver import failpoints
-from archiver.archive import names
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
 from archiver.db import query
 from archiver.errors import InputError, StorageError
+from archiver.files import names
 from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
 

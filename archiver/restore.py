@@ -28,11 +28,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from archiver import failpoints, ledger
-from archiver.archive import names
-from archiver.archive.stats import in_arrow_order
 from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip, fetch_all
 from archiver.db import query
 from archiver.errors import InputError, RestoreFailed, first_line
+from archiver.files import names
+from archiver.files.rewrite import key_ends, rewrite
+from archiver.files.stats import in_arrow_order
 from archiver.ident import TableName, quote_ident
 from archiver.model import ArchivedFile, CatalogFile
 from archiver.pgtypes.arrow import staging_table
@@ -45,7 +46,6 @@ from archiver.remap import (
     map_columns,
 )
 from archiver.restore_range import in_range_sql, maybe_in_range
-from archiver.rewrite import key_ends, rewrite
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.storage.seam import Storage
 

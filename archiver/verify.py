@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver.archive.stats import in_arrow_order, key_range, key_text
+from archiver.files.stats import in_arrow_order, key_range, key_text
 from archiver.model import CatalogFile
 from archiver.storage.seam import Storage, file_md5
 

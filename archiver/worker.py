@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -18,7 +17,6 @@ import tempfile
 import uuid
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,20 +25,19 @@ import asyncpg
 import pyarrow as pa
 
 from archiver import db, failpoints, jobqueue, metrics
-from archiver.archive.context import ChunkLimits
-from archiver.archive.job import open_job, run_job
 from archiver.bulk import BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
+from archiver.kinds import KINDS, JobRun, kind_of
 from archiver.maintenance import Maintenance
-from archiver.model import ArchiveRequest, Job, Progress, Status
+from archiver.model import Job, Status
 from archiver.storage.seam import Storage
-from archiver.text import counted
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
+BATCH_KINDS = frozenset(k.name for k in KINDS.values() if k.batch)  # no work: completed in batches
 # Failures that need no traceback in the log: operator-facing and connection errors.
 EXPECTED_ERRORS = (ArchiverError, adbc_driver_manager.OperationalError, *db.CONNECTION_ERRORS)
 
@@ -55,16 +52,6 @@ class PauseRequested(StopRequested):
 
 class CancelRequested(ArchiverError):
     """An operator cancelled the job; it stops at the chunk boundary."""
-
-
-@dataclass
-class JobRun:
-    """A job in progress: what the loop and the job's thread share."""
-
-    job: Job
-    interrupt: BaseException | None = None  # read by the thread between chunks
-    source_pids: list[int] = field(default_factory=list)  # its source backends
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 def worker_name() -> str:
@@ -151,13 +138,13 @@ class Worker:
                             await failpoints.areach("claim_found_nothing")
                             break
                         claimed = True
-                        noops = [j.id for j in jobs if j.task_name == jobqueue.NOOP_TASK]
+                        batch = [j.id for j in jobs if j.task_name in BATCH_KINDS]
                         for job in jobs:
-                            if job.task_name != jobqueue.NOOP_TASK:
+                            if job.task_name not in BATCH_KINDS:
                                 self._start(job)
-                        if noops:
-                            await jobqueue.complete_many(self.pool, noops, self.name)
-                            log.debug("completed %d no-op jobs", len(noops))
+                        if batch:
+                            await jobqueue.complete_many(self.pool, batch, self.name)
+                            log.debug("completed %d jobs of no work", len(batch))
                         if len(jobs) < free:
                             break
                     # NOTIFY fires when a retry is queued, not when its backoff ends.
@@ -219,6 +206,11 @@ class Worker:
                 await conn.execute("SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids)
         except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
             log.error("could not roll back chunks in progress: %s", error_line(exc))
+
+    @property
+    def queue(self) -> asyncpg.Pool:
+        """The queue's pool (kinds.Resources)."""
+        return self._pool()
 
     def _pool(self) -> asyncpg.Pool:
         assert self.pool is not None
@@ -290,11 +282,12 @@ class Worker:
         try:
             if job.cancel_requested_at is not None:
                 raise CancelRequested("cancelled by an operator")
-            if job.task_name == jobqueue.PURGE_TASK:
-                progress = await self._purge(run)
-            else:
+            kind = kind_of(job)
+            if kind.threaded:
                 loop = asyncio.get_running_loop()
-                progress = await loop.run_in_executor(self.executor, self._archive, run)
+                progress = await loop.run_in_executor(self.executor, kind.run, self, run)
+            else:
+                progress = await kind.run(self, run)
         except StopRequested as stop:
             await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
             paused = isinstance(stop, PauseRequested)
@@ -343,22 +336,13 @@ class Worker:
             if await self._finish_quietly(
                 jobqueue.complete(pool, job.id, self.name, progress.to_json())
             ):
-                done = progress.extra if job.task_name == jobqueue.PUBLISH_TASK else None
-                log.info(
-                    "job %s: completed, %s in %s%s",
-                    job.id,
-                    counted(done["published_rows"] if done else progress.rows, "row"),
-                    counted(done["published_files"] if done else progress.files, "file"),
-                    " published" if done else "",
-                )
+                log.info("job %s: completed, %s", job.id, kind.done(progress))
                 metrics.job_finished("completed")
         finally:
             beat.cancel()
-            if job.task_name == jobqueue.ARCHIVE_TASK and self.settings.delta:
-                # what the job committed joins its Delta tables (before the run ends, so a
-                # burst worker takes the publish job before it exits)
-                location = str(self.storage.location)
-                await self._finish_quietly(jobqueue.enqueue_publications(pool, location))
+            after = KINDS[job.task_name].after if job.task_name in KINDS else None
+            if after is not None:
+                await self._finish_quietly(after(self, job))
             self.runs.pop(job.id, None)
             self.wake.set()
 
@@ -389,91 +373,3 @@ class Worker:
                 run.interrupt = CancelRequested("cancelled by an operator")
             elif held.paused:
                 run.interrupt = PauseRequested("paused by an operator")
-
-    async def _purge(self, run: JobRun) -> Progress:
-        """A policy's retention: its table's files older than `retain` purged (those
-        under an immutability policy or legal hold kept, and said)."""
-        from archiver.lifecycle.retention import Age
-        from archiver.operations.lifecycle import purge_table
-
-        table = run.job.payload["table"]
-        done = await purge_table(
-            self.settings,
-            table,
-            Age.parse(run.job.payload["retain"], "retain"),
-            skip_protected=True,
-            missing_ok=True,
-            report=lambda line: log.info("job %s: %s", run.job.id, line),
-        )
-        if done.skipped:
-            log.warning(
-                "job %s: %s: kept, for their protection: %s", run.job.id, table, done.skipped
-            )
-        return Progress(
-            extra={"purged_rows": done.rows, "purged_files": done.files, "ledger": done.ledger}
-        )
-
-    def _publish(self, run: JobRun) -> Progress:
-        """A publish job: the table's catalogued files into its Delta table."""
-        from archiver.delta.location import storage_options
-        from archiver.delta.publish import Publisher
-
-        table, url = run.job.payload["table"], run.job.payload["storage_url"]
-        if url != str(self.storage.location):
-            raise ArchiverError(f"publish: files on {url}, this worker writes to another storage")
-        options = storage_options(self.settings, self.storage.location)
-        with self.bulk.connection(self.settings.database_url) as conn:
-            done = Publisher(conn, self.storage, options, table).run(
-                sweep_only=not self.settings.delta
-            )
-        # not rows/files: those count what a table's jobs archived (archiver status
-        # summed them, and counted every published row twice)
-        return Progress(
-            extra={
-                "published_rows": done.rows,
-                "published_files": done.files,
-                "delta_version": done.version,
-                "refused": done.refused,
-            }
-        )
-
-    def _archive(self, run: JobRun) -> Progress:
-        """The job's bulk work, in a thread, on its own connections."""
-        if run.job.task_name == jobqueue.PUBLISH_TASK:
-            return self._publish(run)
-        job, settings = run.job, self.settings
-        request = ArchiveRequest.from_payload(job.payload)
-        with contextlib.ExitStack() as connections:
-            src = connections.enter_context(self.bulk.connection(settings.effective_source_url))
-            catalog_conn = connections.enter_context(self.bulk.connection(settings.database_url))
-            reader = None
-            if request.reads_in_pairs and settings.copy_connections == 2:
-                reader = connections.enter_context(
-                    self.bulk.connection(settings.effective_source_url)
-                )
-            run.source_pids = [self.bulk.backend_pid(c) for c in (src, reader) if c is not None]
-            context = open_job(
-                src,
-                catalog_conn,
-                job_id=str(job.id),
-                worker=self.name,
-                attempt=job.claims,
-                request=request,
-                storage=self.storage,
-                same_database=settings.same_database,
-                workdir=self.workdir,
-                limits=ChunkLimits(
-                    settings.lock_timeout,
-                    settings.statement_timeout,
-                    settings.lock_retries,
-                    settings.row_lock_wait,
-                ),
-                reader=reader,
-            )
-            return run_job(
-                context,
-                Progress.from_json(job.progress),
-                lambda: run.interrupt,
-                functools.partial(metrics.chunk_done, request.table),
-                metrics.throttled,
-            )

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver.archive import names
 from archiver.archive.commit import CommitStrategy
 from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
+from archiver.files import names
 from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import ChunkQueries

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from archiver import failpoints
-from archiver.archive import names
 from archiver.archive.chunk import archive_chunk, rollback_quietly
 from archiver.archive.commit import (
     CommitStrategy,
@@ -29,6 +28,7 @@ from archiver.archive.snapshot import open_snapshot
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import PgCatalog
 from archiver.errors import LockBusy, OutsideWindow
+from archiver.files import names
 from archiver.limits import WINDOW, window_opens
 from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
@@ -168,7 +168,7 @@ def sweep_stale_uploads(job: JobContext) -> None:
     their uploads left unfinished.
 
     An earlier attempt's upload can never be catalogued, since recording a file requires
-    holding the job (see archive.names on fencing), so it is garbage. One uploaded after
+    holding the job (see files.names on fencing), so it is garbage. One uploaded after
     this sweep stays until `archiver verify` reports it."""
     catalogued = job.catalog.catalogued_paths()
     for table in job.tables:

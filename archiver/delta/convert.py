@@ -21,13 +21,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from archiver import ledger
-from archiver.archive import names
 from archiver.bulk import BulkConnection
 from archiver.db import query
 from archiver.delta.facts import NotDeltaType, delta_type, table_fields
+from archiver.files import names
+from archiver.files.rewrite import rewrite
 from archiver.model import CatalogFile
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.rewrite import rewrite
 from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)

@@ -308,3 +308,14 @@ class Publisher:
             for name, old, new in changes.widened:
                 log.info("%s: column %s widened from %s to %s", self.table, name, old, new)
         return DeltaTable(self.uri, storage_options=self.options)
+
+
+def publish_table_on(
+    conn: BulkConnection, settings: Any, storage: Storage, table: str, **run: Any
+) -> Published:
+    """Publish `table` on catalog connection `conn` with the settings' Delta storage
+    options (the publish job's and `archiver publish`'s one set-up); `run`: Publisher.run's."""
+    from archiver.delta.location import storage_options
+
+    options = storage_options(settings, storage.location)
+    return Publisher(conn, storage, options, table).run(**run)

@@ -7,7 +7,7 @@ right to be forgotten), as a ledger operation (archiver.ledger.take_out):
             tables archived with T that reference an erased row (by today's foreign
             keys, parents first, to any depth) match too;
  2 rewrite  each file holding matches is written again without them under a new name
-            (archiver.rewrite); a file left empty is only retired;
+            (archiver.files.rewrite); a file left empty is only retired;
  3 commit   one catalog transaction retires the originals, catalogues the rewrites in
             their place and closes the ledger row (rows per table, files, the
             predicate's shape: never a value of an erased row);
@@ -29,14 +29,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver import failpoints, ledger
-from archiver.archive import names
-from archiver.archive.stats import in_arrow_order
 from archiver.bulk import BulkConnection
 from archiver.db import query
+from archiver.files import names
+from archiver.files.rewrite import key_ends, rewrite
+from archiver.files.stats import in_arrow_order
 from archiver.ident import quote_ident
 from archiver.lifecycle.predicate import FILE, Predicate, matches
 from archiver.model import CatalogFile
-from archiver.rewrite import key_ends, rewrite
 from archiver.source.references import ForeignKey
 from archiver.storage.seam import Storage
 

@@ -209,7 +209,7 @@ async def verify(
     the service reports of them (size and MD5). Each file found sound is marked so
     (`archiver tier --tier Archive` takes only those)."""
     from archiver import ledger
-    from archiver.archive import names
+    from archiver.files import names
     from archiver.storage import open_storage
 
     files = await selection.files(settings)

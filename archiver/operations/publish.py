@@ -33,8 +33,7 @@ async def publish_table(
     `sweep_only`: only take out what left the archive or went offline. `lock_wait`:
     seconds to wait for a worker publishing it (None: as long as it takes), else
     PublisherBusy."""
-    from archiver.delta.location import storage_options
-    from archiver.delta.publish import Publisher
+    from archiver.delta.publish import publish_table_on
     from archiver.storage import open_storage
 
     async with db.connection(settings.database_url) as conn:
@@ -48,13 +47,13 @@ async def publish_table(
     if len(found) > 1:
         raise InputError(f"publish: {table!r} is ambiguous ({', '.join(found)}): name the schema")
     storage = open_storage(settings)
-    options = storage_options(settings, storage.location)
     return await on_source(
         settings.database_url,
-        lambda conn: Publisher(conn, storage, options, found[0]).run(
-            rebuild=rebuild, sweep_only=sweep_only, lock_wait=lock_wait
+        lambda conn: publish_table_on(
+            conn, settings, storage, found[0],
+            rebuild=rebuild, sweep_only=sweep_only, lock_wait=lock_wait,
         ),
-    )
+    )  # fmt: skip
 
 
 async def make_visible(

@@ -24,7 +24,7 @@ DATA_PATH = (
     "archiver.catalog",
     "archiver.restore",
     "archiver.remap",
-    "archiver.rewrite",
+    "archiver.files",
     "archiver.ledger",
     "archiver.verify",
     "archiver.delta",
@@ -170,6 +170,126 @@ def test_bench_and_tests_do_not_import_each_other() -> None:
             if _under(name, (mine,)):
                 wrong = {m for m in imported if _under(m, (other,))}
                 assert not wrong, f"{name} imports {sorted(wrong)}"
+
+
+# The layers docs/architecture.md draws, top first: a module imports its own layer's
+# and those below, never one above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (  # entry points
+        "archiver.__main__", "archiver.cli", "archiver.commands", "archiver.commands_lifecycle",
+        "archiver.operations", "archiver.doctor", "archiver.grants", "archiver.query",
+        "archiver.live", "archiver.interrupt", "archiver.web", "archiver.worker",
+        "archiver.scheduler", "archiver.maintenance", "archiver.metrics", "archiver.console",
+        "archiver.kinds",
+    ),
+    ("archiver.jobqueue", "archiver.policy"),  # the queue
+    ("archiver.archive",),  # the pipeline
+    (  # the data path
+        "archiver.source", "archiver.pgtypes", "archiver.parquet", "archiver.storage",
+        "archiver.bulk", "archiver.catalog", "archiver.restore", "archiver.restore_range",
+        "archiver.remap", "archiver.verify", "archiver.delta", "archiver.ledger",
+        "archiver.files", "archiver.lifecycle",
+    ),
+    (  # foundations
+        "archiver.model", "archiver.limits", "archiver.config", "archiver.errors",
+        "archiver.ident", "archiver.text", "archiver.db", "archiver.logs", "archiver.failpoints",
+    ),
+)  # fmt: skip
+
+
+def layer_of(name: str) -> int | None:
+    """The layer of an archiver module (the package itself: foundations; the testing
+    seams stand beside the house: None)."""
+    if name == "archiver":
+        return len(LAYERS) - 1
+    return next((i for i, prefixes in enumerate(LAYERS) if _under(name, prefixes)), None)
+
+
+def imports_up(edges: dict[str, frozenset[str]]) -> list[str]:
+    """Imports of a module from a layer above its own."""
+    wrong = []
+    for name, imported in edges.items():
+        mine = layer_of(name)
+        for other in imported:
+            theirs = layer_of(other)
+            if mine is not None and theirs is not None and theirs < mine:
+                wrong.append(f"{name} imports {other}, a layer up")
+    return sorted(wrong)
+
+
+def importing_test_modules(edges: dict[str, frozenset[str]]) -> list[str]:
+    """Test modules importing another test module (shared helpers live in support
+    modules: tests/support.py, harness.py, *_check.py and the like)."""
+
+    def is_test(name: str) -> bool:
+        return name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")
+
+    return sorted(
+        f"{name} imports {other}"
+        for name, imported in edges.items()
+        if is_test(name)
+        for other in imported
+        if is_test(other)
+    )
+
+
+def test_every_archiver_module_has_a_layer() -> None:
+    lost = [
+        n
+        for n in modules()
+        if _under(n, ("archiver",)) and not _under(n, ("archiver.testing",)) and layer_of(n) is None
+    ]
+    assert not lost, f"modules in no layer of LAYERS: {lost}"
+
+
+def test_no_import_goes_up_the_layers() -> None:
+    assert imports_up(graph()) == []
+    # the rule sees one: the data path reaching into the pipeline
+    up = {
+        "archiver.ledger": frozenset({"archiver.archive.names"}),
+        "archiver.archive.names": frozenset(),
+    }
+    assert imports_up(up) == ["archiver.ledger imports archiver.archive.names, a layer up"]
+
+
+def test_no_test_module_imports_another() -> None:
+    assert importing_test_modules(graph()) == []
+    both = {
+        "tests.test_erase": frozenset({"tests.test_console"}),
+        "tests.test_console": frozenset(),
+    }
+    assert importing_test_modules(both) == ["tests.test_erase imports tests.test_console"]
+
+
+KIND_NAMES = {"archive", "publish", "purge", "noop"}  # archiver.kinds.KINDS' names
+
+
+def kind_branches(source: str) -> list[str]:
+    """Where code names one job kind: a `*_TASK` constant, or a kind's name compared.
+    The worker and its maintenance ask archiver.kinds instead."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        named = (isinstance(node, ast.Attribute) and node.attr.endswith("_TASK")) or (
+            isinstance(node, ast.Name) and node.id.endswith("_TASK")
+        )
+        compared = isinstance(node, ast.Compare) and any(
+            isinstance(c, ast.Constant) and c.value in KIND_NAMES
+            for c in [node.left, *node.comparators]
+        )
+        if named or compared:
+            found.append(f"line {getattr(node, 'lineno', 0)}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_worker_never_branches_on_a_job_kind() -> None:
+    for name in ("archiver.worker", "archiver.maintenance"):
+        assert kind_branches(modules()[name].read_text()) == [], name
+    # the rule sees one: the worker's old branch
+    old = "if job.task_name == jobqueue.PURGE_TASK:\n    pass\nif kind == 'publish':\n    pass"
+    assert sorted(kind_branches(old)) == [
+        "line 1: jobqueue.PURGE_TASK",
+        "line 3: kind == 'publish'",
+    ]
 
 
 def test_modules_stay_short_unless_named() -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from archiver.archive import names
+from archiver.files import names
 
 
 def test_object_names_carry_job_attempt_and_part() -> None:

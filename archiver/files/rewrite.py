@@ -12,9 +12,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver.archive.stats import ChunkStats, in_arrow_order, key_text
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
+from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
 from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata

@@ -1,0 +1,5 @@
+"""Archived files themselves, below both the pipeline that writes them (archiver.archive)
+and the operations that read, rewrite and retire them (restore, verify, the ledger,
+erase, purge, delta): their object names (names), what a file holds and its key and
+cutoff ranges (stats), and a file written again with some of its rows (rewrite, and the
+key ends of those rows in PostgreSQL's order)."""

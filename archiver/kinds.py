@@ -1,0 +1,198 @@
+"""Job kinds: what a worker does with each `task_name` of background_jobs, declared in
+one place, as River registers a worker per job kind. The worker's claim loop, its runs
+and its maintenance never look at a kind's name: they ask this registry for the kind's
+handler, the words that say it completed, and what follows it.
+
+A kind's handler runs one claimed job and returns its Progress, in the worker's job
+thread (`threaded`: bulk work on its own ADBC connections) or on its event loop. `after`
+runs once the job has ended, whatever its outcome. A kind with no work (`batch`) is
+completed by the claim loop in batches (the bench's queue figures). To add a kind: its
+payload and handler here, a KIND entry, and whatever queues it (jobqueue.enqueue with
+its `task_name`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncpg
+
+from archiver import jobqueue, metrics
+from archiver.archive.context import ChunkLimits
+from archiver.archive.job import open_job, run_job
+from archiver.bulk import BulkPool
+from archiver.config import Settings
+from archiver.errors import ArchiverError
+from archiver.model import ArchiveRequest, Job, Progress
+from archiver.storage.seam import Storage
+from archiver.text import counted
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobRun:
+    """A job in progress: what the worker's loop and the job's thread share."""
+
+    job: Job
+    interrupt: BaseException | None = None  # read by the thread between chunks
+    source_pids: list[int] = field(default_factory=list)  # its source backends
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class Resources(Protocol):
+    """What a handler may use of the worker running it."""
+
+    settings: Settings
+    storage: Storage
+    bulk: BulkPool
+    workdir: Path
+    name: str
+
+    @property
+    def queue(self) -> asyncpg.Pool: ...
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    run: Callable[[Resources, JobRun], Any]  # a Progress; awaitable unless threaded
+    threaded: bool = True
+    done: Callable[[Progress], str] = lambda p: (
+        f"{counted(p.rows, 'row')} in {counted(p.files, 'file')}"
+    )
+    after: Callable[[Resources, Job], Awaitable[object]] | None = None
+    batch: bool = False
+
+
+# -- archive: move or copy a table's old rows (payload: model.ArchiveRequest) --------
+
+
+def _archive(w: Resources, run: JobRun) -> Progress:
+    job, settings = run.job, w.settings
+    request = ArchiveRequest.from_payload(job.payload)
+    with contextlib.ExitStack() as connections:
+        src = connections.enter_context(w.bulk.connection(settings.effective_source_url))
+        catalog_conn = connections.enter_context(w.bulk.connection(settings.database_url))
+        reader = None
+        if request.reads_in_pairs and settings.copy_connections == 2:
+            reader = connections.enter_context(w.bulk.connection(settings.effective_source_url))
+        run.source_pids = [w.bulk.backend_pid(c) for c in (src, reader) if c is not None]
+        context = open_job(
+            src,
+            catalog_conn,
+            job_id=str(job.id),
+            worker=w.name,
+            attempt=job.claims,
+            request=request,
+            storage=w.storage,
+            same_database=settings.same_database,
+            workdir=w.workdir,
+            limits=ChunkLimits(
+                settings.lock_timeout,
+                settings.statement_timeout,
+                settings.lock_retries,
+                settings.row_lock_wait,
+            ),
+            reader=reader,
+        )
+        return run_job(
+            context,
+            Progress.from_json(job.progress),
+            lambda: run.interrupt,
+            functools.partial(metrics.chunk_done, request.table),
+            metrics.throttled,
+        )
+
+
+def _publish_after(w: Resources, job: Job) -> Awaitable[object]:
+    """What an archive job committed joins its Delta tables (queued before the run
+    ends, so a burst worker takes the publish job before it exits)."""
+    if not w.settings.delta:
+        return asyncio.sleep(0)
+    return jobqueue.enqueue_publications(w.queue, str(w.storage.location))
+
+
+# -- publish: a table's catalogued files into its Delta table -----------------------
+# payload: {"table": schema.table, "storage_url": the storage its files are on}
+
+
+def _publish(w: Resources, run: JobRun) -> Progress:
+    from archiver.delta.publish import publish_table_on
+
+    table, url = run.job.payload["table"], run.job.payload["storage_url"]
+    if url != str(w.storage.location):
+        raise ArchiverError(f"publish: files on {url}, this worker writes to another storage")
+    with w.bulk.connection(w.settings.database_url) as conn:
+        done = publish_table_on(conn, w.settings, w.storage, table, sweep_only=not w.settings.delta)
+    # not rows/files: those count what a table's jobs archived (archiver status summed
+    # them, and counted every published row twice)
+    return Progress(
+        extra={
+            "published_rows": done.rows,
+            "published_files": done.files,
+            "delta_version": done.version,
+            "refused": done.refused,
+        }
+    )
+
+
+def _published(p: Progress) -> str:
+    rows, files = p.extra["published_rows"], p.extra["published_files"]
+    return f"{counted(rows, 'row')} in {counted(files, 'file')} published"
+
+
+# -- purge: a policy's retention (payload: {"table", "retain"}) ----------------------
+
+
+async def _purge(w: Resources, run: JobRun) -> Progress:
+    """Its table's files older than `retain` purged (those under an immutability
+    policy or legal hold kept, and said)."""
+    from archiver.lifecycle.retention import Age
+    from archiver.operations.lifecycle import purge_table
+
+    table = run.job.payload["table"]
+    done = await purge_table(
+        w.settings,
+        table,
+        Age.parse(run.job.payload["retain"], "retain"),
+        skip_protected=True,
+        missing_ok=True,
+        report=lambda line: log.info("job %s: %s", run.job.id, line),
+    )
+    if done.skipped:
+        log.warning("job %s: %s: kept, for their protection: %s", run.job.id, table, done.skipped)
+    return Progress(
+        extra={"purged_rows": done.rows, "purged_files": done.files, "ledger": done.ledger}
+    )
+
+
+def _nothing(w: Resources, run: JobRun) -> Progress:
+    return Progress()
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(jobqueue.ARCHIVE_TASK, _archive, after=_publish_after),
+        Kind(jobqueue.PUBLISH_TASK, _publish, done=_published),
+        Kind(jobqueue.PURGE_TASK, _purge, threaded=False),
+        Kind(jobqueue.NOOP_TASK, _nothing, batch=True),  # the bench's queue figures
+    )
+}
+
+
+def kind_of(job: Job) -> Kind:
+    """The job's kind; a task_name no kind has fails the attempt, naming it."""
+    try:
+        return KINDS[job.task_name]
+    except KeyError:
+        raise ArchiverError(
+            f"job {job.id}: no job kind {job.task_name!r} (known: {', '.join(KINDS)})"
+        ) from None
