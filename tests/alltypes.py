@@ -127,3 +127,16 @@ def difference(a: str, b: str) -> str:
     return (
         f"SELECT count(*) FROM (SELECT {COMPARED} FROM {a} EXCEPT ALL SELECT {COMPARED} FROM {b}) d"
     )
+
+
+ALLTYPES_ROWS = 3000
+
+
+def seed_alltypes(url: str) -> None:
+    """`alltypes` filled (ALLTYPES_ROWS rows and the edge values) and a `snapshot` of it."""
+    from tests.support import sql
+
+    sql(url, ALLTYPES_DDL.strip() + ";" + "ANALYZE")
+    sql(url, ALLTYPES_FILL, ALLTYPES_ROWS)
+    sql(url, ALLTYPES_EDGES)
+    sql(url, "CREATE TABLE snapshot AS SELECT * FROM alltypes")

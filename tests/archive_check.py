@@ -67,21 +67,6 @@ def catalog_paths(url: str, table: str | None = None, *, retired: bool = False) 
     return [r["path"] for r in rows]
 
 
-def assert_exactly_once(
-    archived: list[dict[str, Any]], expected: dict[int, dict[str, Any]]
-) -> None:
-    """Every expected row archived once, with equal values; nothing else archived."""
-    ids = [r["id"] for r in archived]
-    dupes = len(ids) - len(set(ids))
-    assert dupes == 0, f"{dupes} rows archived twice"
-    missing = expected.keys() - set(ids)
-    extra = set(ids) - expected.keys()
-    assert not missing, f"{len(missing)} rows lost, e.g. {sorted(missing)[:5]}"
-    assert not extra, f"{len(extra)} rows archived that should not be, e.g. {sorted(extra)[:5]}"
-    for row in archived:
-        assert row == expected[row["id"]], f"values differ for id {row['id']}"
-
-
 def icu_rewrites(
     url: str, connection_string: str, container: str
 ) -> list[tuple[Any, list[str], Any]]:

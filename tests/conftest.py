@@ -94,3 +94,16 @@ def pytest_runtest_makereport(
         for log in logs:
             text = log.read_text(errors="replace")
             report.sections.append((f"process log {log.name}", text[-20000:]))
+
+
+@pytest.fixture
+def fast(env: dict[str, str]) -> dict[str, str]:
+    """`env` with short leases and backoffs, so rescues happen within seconds."""
+    return {
+        **env,
+        "ARCHIVER_LEASE_SECONDS": "2",
+        "ARCHIVER_HEARTBEAT_SECONDS": "0.5",
+        "ARCHIVER_RETRY_BASE_SECONDS": "0.2",
+        "ARCHIVER_SHUTDOWN_DEADLINE": "10",
+        "ARCHIVER_POLL_INTERVAL": "0.3",
+    }

@@ -1,8 +1,10 @@
-"""The invariant, checked by primary key over the table and every catalogued file."""
+"""The invariant, checked by primary key over the table and every catalogued file
+(assert_exactly_once); and what the files hold, row by row (assert_archived_once)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from tests.archive_check import blob_names, catalog_paths, rows_in_blobs
 from tests.support import sql
@@ -31,3 +33,19 @@ def assert_exactly_once(
     assert not twice, f"{len(twice)} rows archived twice, e.g. {sorted(twice)[:5]}"
     assert not lost, f"{len(lost)} rows lost, e.g. {sorted(lost)[:5]}"
     assert set(archived) <= expected_ids, "archived rows newer than the cutoff"
+
+
+def assert_archived_once(
+    archived: list[dict[str, Any]], expected: dict[int, dict[str, Any]]
+) -> None:
+    """The files hold exactly the `expected` rows (id: row), once each, with equal
+    values (copy mode, or a check of values): where else a row is, assert_exactly_once."""
+    ids = [r["id"] for r in archived]
+    dupes = len(ids) - len(set(ids))
+    assert dupes == 0, f"{dupes} rows archived twice"
+    missing = expected.keys() - set(ids)
+    extra = set(ids) - expected.keys()
+    assert not missing, f"{len(missing)} rows lost, e.g. {sorted(missing)[:5]}"
+    assert not extra, f"{len(extra)} rows archived that should not be, e.g. {sorted(extra)[:5]}"
+    for row in archived:
+        assert row == expected[row["id"]], f"values differ for id {row['id']}"

@@ -266,3 +266,12 @@ def fast_env(env: dict[str, str], **extra: str) -> dict[str, str]:
         "ARCHIVER_POLL_INTERVAL": "0.3",
         **extra,
     }
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("archiver: error: ")
+    for needle in needles:
+        assert needle in lines[0], lines[0]

@@ -10,13 +10,13 @@ import pytest
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite
 from tests.archive_check import (
-    assert_exactly_once,
     blob_names,
     catalog_paths,
     normalize,
     rows_in_blobs,
     rows_in_db,
 )
+from tests.exactly_once import assert_archived_once
 from tests.harness import Harness
 from tests.support import archiver_cmd, run_cli, sql, sql_value, start_worker, wait_for_text
 
@@ -65,7 +65,7 @@ def test_move_200k_rows_with_two_workers(h: Harness) -> None:
     names = blob_names(h.azurite.connection_string, h.container)
     assert names == sorted(catalog_paths(h.url))
     assert all(n.startswith("archive/public.orders/job-") and n.endswith(".parquet") for n in names)
-    assert_exactly_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
+    assert_archived_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
 
     # The catalog adds up; the job is completed with its progress.
     assert h.value("SELECT sum(row_count) FROM archive_files") == len(expected)
@@ -143,7 +143,7 @@ def test_copy_mode_keeps_rows(h: Harness) -> None:
     assert h.value("SELECT count(*) FROM orders") == before
     names = blob_names(h.azurite.connection_string, h.container)
     assert len(names) == -(-len(expected) // 3000)
-    assert_exactly_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
+    assert_archived_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
 
 
 def test_copy_reads_two_chunks_at_once_from_one_snapshot(h: Harness) -> None:
@@ -179,7 +179,7 @@ def test_copy_reads_two_chunks_at_once_from_one_snapshot(h: Harness) -> None:
     names = blob_names(h.azurite.connection_string, h.container)
     # two chunks of 2,000 rows twice, then the last 1,920 rows shared evenly
     assert len(expected) == 9920 and len(names) == 6
-    assert_exactly_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
+    assert_archived_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
     ranges = h.sql(
         "SELECT min_key[1]::bigint, max_key[1]::bigint FROM archive_files ORDER BY part",
     )
@@ -255,7 +255,7 @@ def test_move_partitioned_table(h: Harness) -> None:
     assert h.value("SELECT count(*) FROM events WHERE at < '2023-12-01'") == 0
     assert h.value("SELECT count(*) FROM events") == kept
     names = blob_names(h.azurite.connection_string, h.container)
-    assert_exactly_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
+    assert_archived_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
 
 
 def test_move_table_with_uuid_key(h: Harness) -> None:

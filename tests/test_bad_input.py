@@ -11,7 +11,7 @@ import pytest
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
 from tests.harness import Harness
-from tests.support import run_cli, sql, sql_value
+from tests.support import assert_refused, run_cli, sql, sql_value
 
 NOT_A_DRIVER = str(next(Path(pyarrow.get_library_dirs()[0]).glob("libarrow.so.*")))
 
@@ -22,15 +22,6 @@ def orders(database_url: str) -> str:
     sql(database_url, "CREATE TABLE no_key (created_at timestamptz)")
     sql(database_url, "CREATE TABLE x (id int PRIMARY KEY, created_at timestamptz)")
     return database_url
-
-
-def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("archiver: error: ")
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def assert_unchanged(url: str) -> None:

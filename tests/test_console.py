@@ -7,8 +7,6 @@ from __future__ import annotations
 import http.server
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,46 +16,18 @@ from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
+from tests.console_check import TOKEN, Console
 from tests.harness import Harness
 from tests.support import (
     ROOT,
     archiver_cmd,
     outside_loop,
-    start_process,
     start_worker,
     wait_until,
 )
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = ROOT / "build" / "screenshots"
-TOKEN = "console-admin-token-for-tests"
-
-
-class Console:
-    def __init__(self, h: Harness, tmp: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tmp / "console.log"
-        self.proc = start_process(
-            archiver_cmd("console", "--bind", f"127.0.0.1:{self.port}"),
-            {**h.env, "ARCHIVER_CONSOLE_ADMIN_TOKEN": TOKEN},
-            self.log,
-        )
-        wait_until(self._up, timeout=30, what="the console to answer")
-
-    def _up(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
 
 
 @pytest.fixture

@@ -4,18 +4,13 @@ the catalog and the source rows; schema drift across runs; `archiver query`."""
 
 from __future__ import annotations
 
-import glob
-import os
-import site
 from collections import Counter
 from typing import Any
 
-import duckdb
 import pytest
-from deltalake import DeltaTable
 
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import AZURITE_KEY
+from tests.delta_check import catalogued, delta, duck, uri
 from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
@@ -34,44 +29,6 @@ CUTOFF = "2024-12-28"  # of 8,000 seeded orders: 3,680 older
 def d(h: Harness) -> Harness:
     """The test's world with Delta Lake publishing on, as it is by default."""
     return h.with_env(ARCHIVER_DELTA="true")
-
-
-def options(h: Harness) -> dict[str, str]:
-    return {
-        "azure_storage_account_name": "devstoreaccount1",
-        "azure_storage_account_key": AZURITE_KEY,
-        "azure_storage_endpoint": f"http://127.0.0.1:{h.azurite.port}/devstoreaccount1",
-        "allow_http": "true",
-    }
-
-
-def uri(h: Harness, table: str) -> str:
-    return f"az://{h.container}/archive/{table}"
-
-
-def delta(h: Harness, table: str = "public.orders") -> DeltaTable:
-    return DeltaTable(uri(h, table), storage_options=options(h))
-
-
-def duck(h: Harness) -> Any:
-    """DuckDB with its delta and azure extensions, from their wheels."""
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
-    )
-    root = site.getsitepackages()[0]
-    for name in ("delta", "azure"):
-        con.execute(f"LOAD '{glob.glob(f'{root}/duckdb_extension_{name}/extensions/*/*')[0]}'")
-    os.environ["AZURITE_BLOB_STORAGE_URL"] = f"http://127.0.0.1:{h.azurite.port}"
-    con.execute(f"CREATE SECRET (TYPE azure, CONNECTION_STRING '{h.azurite.connection_string}')")
-    return con
-
-
-def catalogued(h: Harness, table: str = "public.orders") -> list[str]:
-    """The table's published files as the Delta log names them (relative paths)."""
-    rows = h.sql(
-        "SELECT path FROM archive_files WHERE source_table = $1 AND delta ORDER BY path", table
-    )
-    return [r["path"].split(f"/{table}/", 1)[1] for r in rows]
 
 
 def test_a_move_is_one_delta_table_exactly_once_through_crashes(d: Harness, tmp_path: Any) -> None:
@@ -140,8 +97,8 @@ def test_a_move_is_one_delta_table_exactly_once_through_crashes(d: Harness, tmp_
 
 
 def test_every_type_reads_from_the_delta_table_and_restores_exactly(d: Harness) -> None:
-    from tests.alltypes import difference
-    from tests.test_types import ROWS, seed_alltypes
+    from tests.alltypes import ALLTYPES_ROWS as ROWS
+    from tests.alltypes import difference, seed_alltypes
 
     seed_alltypes(d.url)
     job = d.archive("--table", "alltypes", "--before", "2100-01-01", "--chunk-rows", "1000")
@@ -206,7 +163,8 @@ def test_a_publisher_that_lost_its_lock_commits_nothing(d: Harness, tmp_path: An
     wait_for_text(log, "failpoint before_delta_commit reached")
     ended = d.value(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_locks "
-        "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+        "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid() "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     )
     assert ended == 1  # A's session, and its publisher lock
     b = d.cli("publish", "--table", "orders")

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from tests.archive_check import catalog_paths, icu_rewrites, rows_in_blobs
+from tests.console_check import Console
+from tests.delta_check import delta
 from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
@@ -22,8 +24,6 @@ from tests.support import (
     wait_for_text,
     wait_until,
 )
-from tests.test_console import Console
-from tests.test_delta import delta
 
 SECRET = "zebediah.quux@example.org"  # customer 42's email, on each of its orders
 WHERE = f"email = '{SECRET}'"

@@ -94,7 +94,7 @@ def test_grants_refuses_bad_input(env: dict[str, str], database_url: str) -> Non
 def test_a_role_that_does_not_own_a_partitioned_table_moves_its_rows(
     env: dict[str, str], database_url: str, role: str
 ) -> None:
-    from tests.test_partitions import CUTOFF, seed
+    from tests.events_by_month import CUTOFF, seed
 
     seed(database_url, per_month=5)
     printed = run_cli(env, "grants", "--role", role, "--table", "events")

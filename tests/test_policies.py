@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from archiver.testing.reference import seed_orders
-from tests.support import run_cli, sql_value
-from tests.test_bad_input import assert_refused
+from tests.support import assert_refused, run_cli, sql_value
 
 GOOD = """
 [[policy]]

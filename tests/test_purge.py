@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from archiver.testing.reference import seed_orders
+from tests.delta_check import delta
 from tests.harness import Harness
 from tests.support import archiver_cmd, start_process, start_worker, wait_for_text, wait_until
-from tests.test_delta import delta
 
 # 6,000 orders one minute apart, the newest 30 days ago; files of 1,000 (ids 1-1000 the
 # newest). With a limit of 31 days: ids 2001-6000 (files 3-6) lie wholly before it, the

@@ -11,9 +11,9 @@ from typing import Any
 
 from archiver.testing.reference import seed_orders
 from tests.archive_check import icu_rewrites
+from tests.delta_check import catalogued, delta, duck, uri
 from tests.harness import Harness
 from tests.support import archiver_cmd, start_process, wait_for_text
-from tests.test_delta import catalogued, delta, duck, uri
 
 LO, HI = "2024-12-28T12:00:00+00:00", "2024-12-29T06:00:00+00:00"  # in files 4 to 6
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from archiver.testing.reference import seed_orders
-from tests.archive_check import assert_exactly_once, blob_names, rows_in_blobs, rows_in_db
+from tests.archive_check import blob_names, rows_in_blobs, rows_in_db
+from tests.exactly_once import assert_archived_once
 from tests.harness import Harness
 from tests.support import ROOT, archiver_cmd, sql, sql_value, start_worker, wait_until
 
@@ -181,5 +182,5 @@ def test_policy_run_moves_exactly_the_rows_older_than_its_cutoff(h: Harness) -> 
     assert h.sql(older, cutoff) == []
     assert h.value("SELECT count(*) FROM orders") == kept
     names = blob_names(h.azurite.connection_string, h.container)
-    assert_exactly_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
+    assert_archived_once(rows_in_blobs(h.azurite.connection_string, h.container, names), expected)
     assert h.value("SELECT status FROM background_jobs") == "completed"

@@ -14,10 +14,10 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 
 from archiver.testing.reference import seed_orders
+from tests.console_check import Console
+from tests.delta_check import delta
 from tests.harness import Harness
 from tests.support import archiver_cmd, start_process, wait_for_text
-from tests.test_console import Console
-from tests.test_delta import delta
 
 IDS = set(range(1, 3001))
 

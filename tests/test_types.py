@@ -12,19 +12,11 @@ from pathlib import Path
 import duckdb
 
 from archiver.testing.services import Azurite
-from tests.alltypes import ALLTYPES_DDL, ALLTYPES_EDGES, ALLTYPES_FILL, difference
+from tests.alltypes import ALLTYPES_ROWS as ROWS
+from tests.alltypes import difference, seed_alltypes
 from tests.archive_check import blob_names
 from tests.harness import Harness
 from tests.support import sql
-
-ROWS = 3000
-
-
-def seed_alltypes(url: str) -> None:
-    sql(url, ALLTYPES_DDL.strip() + ";" + "ANALYZE")
-    sql(url, ALLTYPES_FILL, ROWS)
-    sql(url, ALLTYPES_EDGES)
-    sql(url, "CREATE TABLE snapshot AS SELECT * FROM alltypes")
 
 
 def download(azurite: Azurite, container: str, names: list[str], into: Path) -> list[str]:

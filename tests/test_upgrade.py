@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from archiver.testing.releases import export_commit
+from tests.delta_check import delta
 from tests.harness import Harness
 from tests.support import archiver_cmd, fresh_database
-from tests.test_delta import delta
 
 OLD = "7257763"  # "Each row in one place", the last release before Delta publishing
 THINGS = """

@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 
 from archiver.testing.reference import seed_orders
+from tests.delta_check import catalogued, delta, duck, uri
 from tests.harness import Harness
-from tests.test_delta import catalogued, delta, duck, uri
 
 ROWS = 6_000
 LO, HI = "2024-12-28T12:00:00+00:00", "2024-12-29T06:00:00+00:00"  # in files 4 to 6

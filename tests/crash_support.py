@@ -1,0 +1,37 @@
+"""What the crash, signal, outage and queue-life tests share: the reference rows' cutoff,
+a job of them, and how to stop a worker."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+from tests.support import run_cli, sql
+
+CUTOFF = "2024-12-25"  # with 20,000 seeded rows: 9,920 rows older
+
+
+def old_ids(url: str) -> set[int]:
+    return {r["id"] for r in sql(url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")}
+
+
+def enqueue(env: dict[str, str], *extra: str) -> str:
+    result = run_cli(
+        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000", *extra
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def blob_etags(connection_string: str, container: str) -> dict[str, str]:
+    from azure.storage.blob import BlobServiceClient
+
+    client = BlobServiceClient.from_connection_string(connection_string).get_container_client(
+        container
+    )
+    return {b.name: b.etag for b in client.list_blobs() if "/_delta_log/" not in b.name}
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout)

@@ -1,0 +1,184 @@
+"""The database and the storage going away under a running worker: backends
+terminated, PostgreSQL restarted, Azurite stopped; the worker carries on and every
+row stays in one place."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archiver.testing.reference import seed_orders
+from archiver.testing.services import Azurite, with_database
+from tests.crash_support import enqueue, old_ids, stop
+from tests.exactly_once import assert_exactly_once
+from tests.harness import Harness
+from tests.support import (
+    PrivateCluster,
+    archiver_cmd,
+    job_row,
+    run_cli,
+    sql,
+    sql_value,
+    start_process,
+    start_worker,
+    wait_for_status,
+    wait_for_text,
+    wait_until,
+)
+
+
+@pytest.mark.slow
+def test_backend_connections_killed(
+    fast: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    seed_orders(database_url, 20_000)
+    sql(
+        database_url, "CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)"
+    )
+    sql(database_url, "INSERT INTO events SELECT g, '2020-01-01' FROM generate_series(1, 100) g")
+    expected = old_ids(database_url)
+    env = {**fast, "ARCHIVER_POLL_INTERVAL": "30", "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.3"}
+    job_id = enqueue(env)
+    log = tmp_path / "w.log"
+    w = start_worker(env, log=log)
+    wait_for_text(log, "failpoint after_commit reached")
+    dbname = database_url.rsplit("/", 1)[1]
+    killed_at = sql_value(database_url, "SELECT now()")
+    killed = sql_value(
+        database_url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = $1 AND application_name = 'archiver' AND pid <> pg_backend_pid()",
+        dbname,
+    )
+    assert killed >= 3  # pool, LISTEN, and the job's bulk connections
+    # LISTEN is back: a new connection started after the kill is listening.
+    wait_until(
+        lambda: (
+            sql_value(
+                database_url,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'archiver' AND backend_start > $2",
+                dbname,
+                killed_at,
+            )
+            >= 2
+        ),
+        30,
+        what="reconnect",
+    )
+    wait_for_status(database_url, job_id, "completed")
+    time.sleep(1.0)  # let the LISTEN reconnect settle before measuring the wake-up
+    result = run_cli(env, "enqueue", "--table", "events", "--before", "2021-01-01")
+    assert result.returncode == 0, result.stderr
+    second = wait_for_status(database_url, result.stdout.strip(), "completed", timeout=30)
+    # Woken by NOTIFY, not by the 30 s poll.
+    assert (second["started_at"] - second["created_at"]).total_seconds() < 1.0
+    assert stop(w) == 0
+    assert "LISTEN connection lost" in log.read_text()
+    assert_exactly_once(database_url, azurite.connection_string, container, expected)
+
+
+def test_bulk_connections_kept_between_jobs_and_a_dropped_one_costs_no_attempt(
+    h: Harness, fast: dict[str, str]
+) -> None:
+    for i in range(3):
+        h.sql(f"CREATE TABLE t{i} (id bigint PRIMARY KEY, created_at date NOT NULL)")
+        h.sql(f"INSERT INTO t{i} VALUES (1, '2020-01-01')")
+    log = h.tmp / "w.log"
+    worker = start_process(archiver_cmd("--verbose", "worker"), fast, log)
+
+    def archive(table: str) -> dict[str, Any]:
+        result = run_cli(fast, "enqueue", "--table", table, "--before", "2021-01-01")
+        assert result.returncode == 0, result.stderr
+        row: dict[str, Any] = h.wait_for(result.stdout.strip(), "completed")
+        return row
+
+    def opened() -> int:
+        return log.read_text().count("bulk connection opened")
+
+    archive("t0")
+    archive("t1")
+    assert opened() == 2  # the source and the catalog connection, once for both jobs
+    # the server drops every idle connection (a restart, idle_session_timeout, a firewall)
+    h.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = 'archiver'",
+    )
+    assert archive("t2")["attempts"] == 1  # reconnected, not failed
+    assert opened() == 4
+    assert stop(worker) == 0
+
+
+@pytest.mark.slow
+def test_postgres_restart_during_a_job(
+    fast: dict[str, str], azurite: Azurite, container: str, tmp_path: Path
+) -> None:
+    cluster = PrivateCluster()
+    cluster.init()
+    cluster.start()
+    try:
+        sql(cluster.admin_url, "CREATE DATABASE app")
+        url = with_database(cluster.admin_url, "app")
+        env = {
+            **fast,
+            "ARCHIVER_DATABASE_URL": url,
+            "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.3",
+        }
+        assert run_cli(env, "migrate").returncode == 0
+        seed_orders(url, 20_000)
+        expected = old_ids(url)
+        job_id = enqueue(env, "--chunk-rows", "1000")
+        log = tmp_path / "w.log"
+        w = start_worker(env, log=log)
+        wait_until(
+            lambda: sql_value(url, "SELECT count(*) FROM archive_files") >= 2, 60, what="two chunks"
+        )
+        cluster.restart()
+        wait_for_status(url, job_id, "completed", timeout=120)
+        assert w.poll() is None  # the same worker process carried on
+        assert stop(w) == 0
+        assert_exactly_once(url, azurite.connection_string, container, expected)
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+def test_azurite_down_during_an_upload(
+    fast: dict[str, str], database_url: str, container: str, tmp_path: Path
+) -> None:
+    storage = Azurite(tmp_path / "azurite")
+    storage.start()
+    try:
+        env = {
+            **fast,
+            "AZURE_STORAGE_CONNECTION_STRING": storage.connection_string,
+            "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1.5",
+            "ARCHIVER_RETRY_BASE_SECONDS": "1",
+        }
+        seed_orders(database_url, 20_000)
+        expected = old_ids(database_url)
+        job_id = enqueue(env, "--chunk-rows", "4000")
+        log = tmp_path / "w.log"
+        w = start_worker(env, log=log)
+        wait_until(
+            lambda: log.read_text().count("failpoint upload_staged reached") >= 2,
+            60,
+            what="second upload",
+        )
+        storage.stop()
+        wait_until(
+            lambda: job_row(database_url, job_id)["last_error"], 60, what="the failed attempt"
+        )
+        # While storage is down, every old row not in a committed file is still in the table.
+        archived = sql_value(database_url, "SELECT COALESCE(sum(row_count), 0) FROM archive_files")
+        assert len(old_ids(database_url)) == len(expected) - archived > 0
+        storage.start()
+        wait_for_status(database_url, job_id, "completed", timeout=120)
+        assert stop(w) == 0
+        # The outage failed an attempt (a later lease rescue may have the last word).
+        assert "StorageError" in job_row(database_url, job_id)["errors"]
+        assert_exactly_once(database_url, storage.connection_string, container, expected)
+    finally:
+        storage.stop()
