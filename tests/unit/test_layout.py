@@ -323,3 +323,18 @@ def test_no_module_only_forwards() -> None:
             for s in statements
         )
         assert not forwards, f"{name} only re-exports what other modules define"
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    """pyproject.toml lists the packages by hand: a new one left out installs nothing
+    (archiver/files/ did, and only test_wheel's wheel noticed)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    packages = {
+        module_name(path.parent / "__init__.py")
+        for path in (ROOT / "archiver").rglob("__init__.py")
+    }
+    assert packages - listed == set(), "packages missing from pyproject.toml"
