@@ -144,7 +144,7 @@ class Worker:
                                 self._start(job)
                         if batch:
                             await jobqueue.complete_many(self.pool, batch, self.name)
-                            log.debug("completed %d jobs of no work", len(batch))
+                            log.debug("completed %d no-op jobs", len(batch))
                         if len(jobs) < free:
                             break
                     # NOTIFY fires when a retry is queued, not when its backoff ends.
