@@ -14,7 +14,7 @@ import pytest
 from archiver import db
 from archiver.testing.services import Azurite, with_database
 from tests.harness import Harness
-from tests.support import ADMIN_URL, fresh_database, reap_started, sql
+from tests.support import ADMIN_URL, fast_env, fresh_database, reap_started, sql
 
 
 @pytest.fixture(autouse=True)
@@ -99,11 +99,4 @@ def pytest_runtest_makereport(
 @pytest.fixture
 def fast(env: dict[str, str]) -> dict[str, str]:
     """`env` with short leases and backoffs, so rescues happen within seconds."""
-    return {
-        **env,
-        "ARCHIVER_LEASE_SECONDS": "2",
-        "ARCHIVER_HEARTBEAT_SECONDS": "0.5",
-        "ARCHIVER_RETRY_BASE_SECONDS": "0.2",
-        "ARCHIVER_SHUTDOWN_DEADLINE": "10",
-        "ARCHIVER_POLL_INTERVAL": "0.3",
-    }
+    return fast_env(env, ARCHIVER_SHUTDOWN_DEADLINE="10")
