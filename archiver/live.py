@@ -29,6 +29,7 @@ kept (NULL in the live rows). `_archiver_source` says where a row came from: 'li
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,21 +86,26 @@ WHERE d.storage_url = $1 AND d.published > 0 AND NOT EXISTS (
 """
 
 
-def read_catalog(conn: BulkConnection, location: str) -> Snapshot:
+def read_catalog(conn: BulkConnection, location: str, *, live: bool = True) -> Snapshot:
     """Step 1, on `conn` (left open in its transaction: the exported snapshot lives as
-    long as it does)."""
+    long as it does). `live` False: the files of tables read through their Delta table
+    are not fetched (but their offline ones, counted)."""
     with conn.cursor() as cur:
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cur.execute("SELECT pg_export_snapshot(), pg_current_snapshot()::text")
         exported, current = cur.fetchall()[0]
+        cur.execute(DELTA_EXACT, (location,))
+        exact = {r[0] for r in cur.fetchall()}
         cur.execute(
             "SELECT f.source_table, f.path, f.offline, f.delta, j.payload->>'mode', "
             "f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column, "
             "to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
             "to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') "
             "FROM archive_files f LEFT JOIN background_jobs j ON j.id = f.job_id "
-            "WHERE f.storage_url = $1 AND f.state = 'committed' ORDER BY f.source_table, f.id",
-            (location,),
+            "WHERE f.storage_url = $1 AND f.state = 'committed' AND ($2 OR f.offline "
+            "  OR f.source_table NOT IN (SELECT jsonb_array_elements_text($3::jsonb))) "
+            "ORDER BY f.source_table, f.id",
+            (location, live, json.dumps(sorted(exact))),
         )
         rows = cur.fetchall()
         # tables with archive jobs but no file yet: their view has _archiver_source too
@@ -107,8 +113,6 @@ def read_catalog(conn: BulkConnection, location: str) -> Snapshot:
             "SELECT DISTINCT payload->>'table' FROM background_jobs WHERE task_name = 'archive'"
         )
         queued = [r[0] for r in cur.fetchall() if r[0]]
-        cur.execute(DELTA_EXACT, (location,))
-        exact = {r[0] for r in cur.fetchall()}
     snapshot = Snapshot(str(exported), str(current), {t: [] for t in sorted({*queued, *exact})})
     snapshot.delta_exact = exact
     for table, path, offline, delta, mode, key, low, high, cutoff, first, last in rows:
@@ -344,7 +348,7 @@ def query(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live:
         )
     location = settings.storage_location()
     for attempt in range(1, RETRIES + 1):
-        snapshot = read_catalog(conn, str(location))
+        snapshot = read_catalog(conn, str(location), live=live)
         refuse_tables(sql, {
             table: f"{command}: {n} archived files of {table} are in the Archive tier and "
             f"cannot be read: `archiver rehydrate --table {table}`; nothing returned"
