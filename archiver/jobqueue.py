@@ -1,6 +1,7 @@
 """The job queue: the only code that reads or writes background_jobs (asyncpg, from the
-worker's event loop and the CLI). Every query is named in queries.sql. The catalog side a
-job's thread writes (archive_files, progress) is archiver.catalog."""
+worker's event loop and the CLI). Every query is named in queries.sql. What the catalog
+holds is read by archiver.catalog_reads and written, from a job's thread, by
+archiver.catalog."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from archiver.bulk import BulkConnection, fetch_all
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
-from archiver.model import ArchiveRequest, CatalogFile, Job, Status
+from archiver.model import ArchiveRequest, Job, Status
 
 ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
@@ -345,32 +346,11 @@ def count_jobs_by_status(conn: BulkConnection) -> dict[str, int]:
     return {str(status): int(count) for status, count in rows}
 
 
-async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(query("job_files"), job_id)]
-
-
-async def catalogued_tables(conn: asyncpg.Connection, table: str) -> list[str]:
-    """`table` as the catalog names it: schema.table as given, or every catalogued
-    schema.table of that bare name (a loose index scan, not a read of every file)."""
-    if "." in table:
-        return [table]
-    return [r[0] for r in await conn.fetch(query("catalogued_tables_named"), table)]
-
-
-async def archived_files(
-    conn: asyncpg.Connection,
-    *,
-    job_id: uuid.UUID | None = None,
-    table: str | None = None,
-    cutoff_from: dt.datetime | None = None,
-    cutoff_to: dt.datetime | None = None,
-    state: str | None = None,
-) -> list[CatalogFile]:
-    """Catalogued files for restore and verify, in archive order. `table`: schema.table,
-    or a bare name matching it in any schema."""
-    tables = None if table is None else await catalogued_tables(conn, table)
-    rows = await conn.fetch(query("archived_files"), job_id, tables, cutoff_from, cutoff_to, state)
-    return [CatalogFile.from_row(r) for r in rows]
+async def running_archive(conn: asyncpg.Connection, table: str) -> uuid.UUID | None:
+    """An archive job of `table` running now, if any (an erasure waits for it: rows it
+    moves after the erasure read the archive would escape it)."""
+    found: uuid.UUID | None = await conn.fetchval(query("running_archive_of"), table)
+    return found
 
 
 async def enqueue_publications(

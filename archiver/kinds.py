@@ -155,7 +155,7 @@ async def _purge(w: Resources, run: JobRun) -> Progress:
     """Its table's files older than `retain` purged (those under an immutability
     policy or legal hold kept, and said)."""
     from archiver.lifecycle.retention import Age
-    from archiver.operations.lifecycle import purge_table
+    from archiver.operations.purge import purge_table
 
     table = run.job.payload["table"]
     done = await purge_table(

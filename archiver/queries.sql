@@ -188,6 +188,10 @@ LIMIT $3
 -- name: jobs_by_status
 SELECT status, sum(jobs)::bigint FROM archiver_job_summary GROUP BY status
 
+-- name: running_archive_of
+SELECT id FROM background_jobs
+WHERE status = 'running' AND task_name = 'archive' AND payload->>'table' = $1 LIMIT 1
+
 -- name: job_files
 SELECT part, path, row_count, byte_size, md5, min_key, max_key, state, source_xid::text AS source_xid
 FROM archive_files WHERE job_id = $1 ORDER BY part

@@ -268,10 +268,20 @@ def fast_env(env: dict[str, str], **extra: str) -> dict[str, str]:
     }
 
 
-def assert_refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("archiver: error: ")
+def assert_refused(
+    result: subprocess.CompletedProcess[str],
+    *needles: str,
+    code: int | None = None,
+    prefix: str = "archiver: error: ",
+) -> None:
+    """The one check of a refusal: a non-zero exit (exactly `code` when given), one line
+    on stderr starting with `prefix` (argparse's own refusals say `archiver <command>:
+    error: `) and holding each needle; no traceback, no second line."""
+    if code is None:
+        assert result.returncode != 0, (result.returncode, result.stdout, result.stderr)
+    else:
+        assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n"), result.stderr
+    assert result.stderr.startswith(prefix), result.stderr
     for needle in needles:
-        assert needle in lines[0], lines[0]
+        assert needle in result.stderr, result.stderr

@@ -8,7 +8,7 @@ import adbc_driver_postgresql
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
 from tests.harness import Harness
-from tests.support import fresh_database, run_cli, sql
+from tests.support import assert_refused, fresh_database, run_cli, sql
 
 POLICY = """
 [[policy]]
@@ -87,5 +87,4 @@ def test_archivers_schema_off_the_search_path_is_named(h: Harness) -> None:
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("FAIL  schema")]
     assert "archiver's tables are in schema public, which is not on this role's" in line
     status = h.cli("status")
-    assert status.returncode == 1 and status.stderr.count("\n") == 1, status.stderr
-    assert "`archiver doctor` names it" in status.stderr
+    assert_refused(status, "`archiver doctor` names it", code=1)

@@ -15,6 +15,7 @@ from tests.crash_support import blob_etags, enqueue, old_ids, stop
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
+    assert_refused,
     job_row,
     run_cli,
     sql_value,
@@ -182,7 +183,7 @@ def test_retention_prunes_finished_jobs_and_keeps_files(h: Harness) -> None:
 )
 def test_bad_job_ids(h: Harness, args: list[str], needle: str) -> None:
     result = h.cli(*args)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and needle in result.stderr
+    assert_refused(result, needle, code=1)
 
 
 def test_job_state_refusals(h: Harness) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from archiver import console
+from archiver import terminal
 from archiver.model import Job
 from tests.harness import Harness
 from tests.ops_jobs import CUTOFF, OLD_ROWS, enqueue, jobs_in_every_state, make_events
@@ -236,7 +236,7 @@ def test_progress_bar_redraws_one_line_on_a_terminal(h: Harness) -> None:
         )[0]
     )
     out = Terminal()
-    bar = console.ProgressBar(out)
+    bar = terminal.ProgressBar(out)
     bar.draw(job)
     bar.draw(job)
     bar.close()

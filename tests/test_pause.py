@@ -15,6 +15,7 @@ from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.ops_jobs import enqueue, make_events
 from tests.support import (
+    assert_refused,
     start_worker,
     wait_for_text,
     wait_until,
@@ -105,5 +106,4 @@ def test_pause_refuses_bad_input(h: Harness) -> None:
         (["resume", "00000000-0000-0000-0000-000000000000"], "no job 00000000"),
     ):
         result = h.cli(*args)
-        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-        assert needle in result.stderr
+        assert_refused(result, needle, code=1)

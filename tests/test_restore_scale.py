@@ -25,7 +25,8 @@ import adbc_driver_manager.dbapi
 import pytest
 
 from archiver.config import Settings
-from archiver.operations import files as file_ops
+from archiver.operations import restore as restore_op
+from archiver.operations.selection import FileSelection
 from archiver.testing.reference import seed_orders
 from tests.harness import Harness
 
@@ -104,9 +105,9 @@ def test_a_day_out_of_a_big_file_stages_a_day_and_scans_it_once(
     recorder = Recorder()
     recorder.install(monkeypatch)
     done, _ = asyncio.run(
-        file_ops.restore(
+        restore_op.restore(
             Settings.from_env(h.env),
-            file_ops.FileSelection(job_id=None, table="orders", cutoff_from=LO, cutoff_to=HI),
+            FileSelection(job_id=None, table="orders", cutoff_from=LO, cutoff_to=HI),
             into=None,
             keep_archive=False,
             skip_conflicts=False,

@@ -15,6 +15,7 @@ from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
+    assert_refused,
     start_process,
     start_worker,
     wait_for_text,
@@ -78,13 +79,9 @@ def test_throttle_refuses_bad_input(h: Harness) -> None:
         (["throttle", "00000000-0000-0000-0000-000000000000"], "give --max-rows-per-second"),
     ):
         result = h.cli(*args)
-        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-        assert needle in result.stderr
+        assert_refused(result, needle, code=1)
     bad = h.cli("throttle", "00000000-0000-0000-0000-000000000000", "--max-rows-per-second", "-3")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    assert (
-        bad.stderr.startswith("archiver throttle: error: ") and "must be at least 1" in bad.stderr
-    )
+    assert_refused(bad, "must be at least 1", code=2, prefix="archiver throttle: error: ")
 
 
 def test_policies_carry_limits_into_their_jobs(h: Harness) -> None:

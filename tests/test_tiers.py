@@ -7,6 +7,7 @@ end with every row archived exactly once."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,12 @@ from archiver.testing.reference import seed_orders
 from tests.console_check import Console
 from tests.delta_check import delta
 from tests.harness import Harness
-from tests.support import archiver_cmd, start_process, wait_for_text
+from tests.support import archiver_cmd, assert_refused, start_process, wait_for_text
+
+
+def refused_in_one_line(result: subprocess.CompletedProcess[str], *says: str) -> None:
+    assert_refused(result, *says, code=1)
+
 
 IDS = set(range(1, 3001))
 
@@ -47,13 +53,6 @@ def published_rows(h: Harness) -> int:
     return int(delta(h).to_pyarrow_table(columns=["id"]).num_rows)
 
 
-def one_line(result: Any, *says: str) -> None:
-    assert result.returncode == 1, result.stdout
-    assert result.stderr.count("\n") == 1, result.stderr
-    for text in says:
-        assert text in result.stderr, result.stderr
-
-
 def test_files_carry_their_tier_and_tags_and_archive_tier_files_go_offline(t: Harness) -> None:
     h = t
     assert tiers(h) == ["Cool"] * 3
@@ -72,7 +71,9 @@ def test_files_carry_their_tier_and_tags_and_archive_tier_files_go_offline(t: Ha
     assert len(list(found)) == 2  # the two older files of the three
 
     # Archive only for files verify found sound: they cannot be read there
-    one_line(h.cli("tier", "--table", "orders", "--tier", "Archive"), "were not verified")
+    refused_in_one_line(
+        h.cli("tier", "--table", "orders", "--tier", "Archive"), "were not verified"
+    )
     assert tiers(h) == ["Cool"] * 3
     assert h.cli("verify", "--table", "public.orders").returncode == 0
     moved = h.cli("tier", "--table", "orders", "--tier", "Archive")
@@ -83,15 +84,19 @@ def test_files_carry_their_tier_and_tags_and_archive_tier_files_go_offline(t: Ha
     # out of the Delta table before the bytes went offline: readers go on, on no file
     assert published_rows(h) == 0
     # a query never answers over less than the archive: naming them, it refuses
-    one_line(h.cli("query", "SELECT count(*) FROM orders"), "Archive tier", "archiver rehydrate")
-    one_line(
+    refused_in_one_line(
+        h.cli("query", "SELECT count(*) FROM orders"), "Archive tier", "archiver rehydrate"
+    )
+    refused_in_one_line(
         h.cli("query", "--with-live", "SELECT count(*) FROM public.orders"),
         "Archive tier",
         "archiver rehydrate",
     )
 
-    one_line(h.cli("restore", "--table", "orders"), "Archive tier", "archiver rehydrate")
-    one_line(h.cli("verify", "--table", "public.orders"), "Archive tier", "archiver rehydrate")
+    refused_in_one_line(h.cli("restore", "--table", "orders"), "Archive tier", "archiver rehydrate")
+    refused_in_one_line(
+        h.cli("verify", "--table", "public.orders"), "Archive tier", "archiver rehydrate"
+    )
     console = Console(h, h.tmp)
     try:
         status, page = console.get("/archive/public.orders")
@@ -145,10 +150,12 @@ def test_a_file_a_lifecycle_rule_archived_is_found_and_taken_offline(t: Harness)
     h = t
     first = sorted(h.blobs())[0]
     container(h).get_blob_client(first).set_standard_blob_tier("Archive")
-    one_line(h.cli("verify", "--table", "public.orders"), "Archive tier", "archiver rehydrate")
+    refused_in_one_line(
+        h.cli("verify", "--table", "public.orders"), "Archive tier", "archiver rehydrate"
+    )
     assert [r[0] for r in h.sql("SELECT path FROM archive_files WHERE offline")] == [first]
     assert published_rows(h) == 2000
-    one_line(h.cli("restore", "--table", "orders"), "Archive tier", "archiver rehydrate")
+    refused_in_one_line(h.cli("restore", "--table", "orders"), "Archive tier", "archiver rehydrate")
     assert h.keys() == set()
     assert "1 back online" in h.cli("rehydrate", "--table", "orders").stdout
     assert published_rows(h) == 3000
@@ -159,9 +166,11 @@ def test_tiers_need_azure_and_known_names(h: Harness, tmp_path: Path) -> None:
     local = h.with_env(
         ARCHIVER_STORAGE_URL=f"file://{tmp_path}/archive", ARCHIVER_ACCESS_TIER="Cool"
     )
-    one_line(local.cli("verify"), "ARCHIVER_ACCESS_TIER and ARCHIVER_ENCRYPTION_SCOPE need Azure")
+    refused_in_one_line(
+        local.cli("verify"), "ARCHIVER_ACCESS_TIER and ARCHIVER_ENCRYPTION_SCOPE need Azure"
+    )
     bad = h.with_env(ARCHIVER_ACCESS_TIER="Archive")
-    one_line(bad.cli("verify"), "ARCHIVER_ACCESS_TIER: expected one of Hot, Cool, Cold")
+    refused_in_one_line(bad.cli("verify"), "ARCHIVER_ACCESS_TIER: expected one of Hot, Cool, Cold")
 
 
 def test_a_name_is_never_written_twice(h: Harness, tmp_path: Path) -> None:
@@ -192,5 +201,5 @@ def test_a_job_or_a_policy_chooses_its_tier(h: Harness) -> None:
     assert tiers(h) == ["Cold"]
     assert h.value("SELECT tier FROM archive_files") == "Cold"
     local = h.with_env(ARCHIVER_STORAGE_URL="file:///tmp/archiver-no-tiers")
-    one_line(local.cli("enqueue", "--table", "orders", "--before", "2025-01-01", "--tier", "Cool"),
+    refused_in_one_line(local.cli("enqueue", "--table", "orders", "--before", "2025-01-01", "--tier", "Cool"),
              "access tiers need Azure storage")  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from archiver import db, jobqueue
+from archiver import catalog_reads, db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError, PublisherBusy
@@ -39,7 +39,7 @@ async def publish_table(
     async with db.connection(settings.database_url) as conn:
         found = [
             t
-            for t in await jobqueue.catalogued_tables(conn, table)
+            for t in await catalog_reads.catalogued_tables(conn, table)
             if await conn.fetchval(CATALOGUED, t)
         ]
     if not found:

@@ -20,8 +20,7 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, expired
 from archiver.model import CatalogFile
-from archiver.operations.files import chunk_children
-from archiver.operations.lifecycle import table_files
+from archiver.operations.selection import chunk_children, table_files
 from archiver.storage.seam import ARCHIVE_TIER, Storage
 
 Report = Callable[[str], None]

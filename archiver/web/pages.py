@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import asyncpg
 
-from archiver import jobqueue
+from archiver import catalog_reads, jobqueue
 from archiver.config import ConfigFile
 from archiver.db import query
 from archiver.errors import InputError, JobStateError
@@ -183,7 +183,7 @@ def next_fires(config: ConfigFile | None, count: int = 1) -> list[dict[str, Any]
 
 async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
     found = await jobqueue.get_job(conn, job_id)
-    files = await jobqueue.job_files(conn, job_id)
+    files = await catalog_reads.job_files(conn, job_id)
     group = found.payload.get("group")
     members = [dict(r) for r in await conn.fetch(query("job_group"), group)] if group else []
     table = found.payload.get("table", "")

@@ -128,7 +128,7 @@ def test_a_policy_names_the_tier_of_its_files() -> None:
 
 
 def test_protection_the_storage_reports_counts_a_hold_without_a_date(tmp_path: object) -> None:
-    from archiver.operations.files import as_stored
+    from archiver.operations.selection import as_stored
     from archiver.testing.memory import MemoryStorage
 
     storage = MemoryStorage()

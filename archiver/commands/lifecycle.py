@@ -1,0 +1,160 @@
+"""The archive's lifecycle (docs/lifecycle.md): `purge`, `erase`, `tier`, `rehydrate`,
+`protect`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+
+from archiver import text
+from archiver.commands.args import Subcommands, add_no_wait
+from archiver.config import Settings
+from archiver.errors import InputError
+from archiver.lifecycle.retention import Age
+from archiver.operations import erase, purge, tiers
+from archiver.operations.enqueue import parse_cutoff
+
+
+def add_parsers(sub: Subcommands) -> None:
+    p = sub.add_parser(
+        "purge", help="delete archived files wholly older than a retention period (ledger)"
+    )
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument("--older-than", required=True, help="e.g. '7 years', '18 months', '90d'")
+    p.add_argument("--dry-run", action="store_true", help="list the files that would go")
+    p.add_argument(
+        "--skip-protected",
+        action="store_true",
+        help="purge the others when some files are under an immutability policy or hold",
+    )
+    add_no_wait(p)
+    p.set_defaults(func=cmd_purge)
+
+    p = sub.add_parser("erase", help="erase archived rows matching a predicate, for good")
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument(
+        "--where", required=True, help='DuckDB SQL over the archived columns: "customer_id = 42"'
+    )
+    p.add_argument(
+        "--with-children",
+        action="store_true",
+        help="also the rows of the tables referencing erased rows (an aggregate's children)",
+    )
+    p.add_argument("--reason", help="the request it answers (a ticket), for the ledger")
+    p.add_argument("--dry-run", action="store_true", help="count rows and files; change nothing")
+    add_no_wait(p)
+    p.set_defaults(func=cmd_erase)
+
+    p = sub.add_parser("tier", help="move a table's archived files to an access tier")
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument("--tier", required=True, choices=("Hot", "Cool", "Cold", "Archive"))
+    p.add_argument("--older-than", help="only files wholly older than this ('1 year')")
+    p.add_argument("--dry-run", action="store_true", help="count the files; move nothing")
+    p.set_defaults(func=cmd_tier)
+
+    p = sub.add_parser("rehydrate", help="bring a table's Archive-tier files back online")
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument("--tier", choices=("Hot", "Cool", "Cold"), default="Hot")
+    p.add_argument("--priority", choices=("Standard", "High"), default="Standard")
+    add_no_wait(p)
+    p.set_defaults(func=cmd_rehydrate)
+
+    p = sub.add_parser("protect", help="set an immutability policy or legal hold on archived files")
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument("--older-than", help="only files wholly older than this")
+    p.add_argument("--immutable-until", help="a date: no one may delete them before")
+    hold = p.add_mutually_exclusive_group()
+    hold.add_argument("--legal-hold", dest="legal_hold", action="store_true", default=None)
+    hold.add_argument("--no-legal-hold", dest="legal_hold", action="store_false")
+    p.set_defaults(func=cmd_protect)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _age(args: argparse.Namespace) -> Age | None:
+    return Age.parse(args.older_than) if args.older_than else None
+
+
+async def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
+    age = Age.parse(args.older_than)
+    done = await purge.purge_table(
+        settings,
+        args.table,
+        age,
+        dry_run=args.dry_run,
+        skip_protected=args.skip_protected,
+        no_wait=args.no_wait,
+        report=print if args.dry_run else _say,
+    )
+    verb = "would purge" if args.dry_run else "purged"
+    line = f"{verb} {text.counted(done.rows, 'row')} in {text.counted(done.files, 'file')}"
+    if done.ledger is not None:
+        line += f" (ledger {done.ledger})"
+    print(line)
+    if done.spanning:
+        _say(
+            f"kept {text.counted(done.spanning, 'file')} whose rows span the limit "
+            f"({age} ago): each goes once its newest row is older than {age} "
+            f"(the newest: {done.kept_until})"
+        )
+    if done.skipped:
+        _say(f"kept, for their protection: {done.skipped}")
+    return 0
+
+
+async def cmd_erase(args: argparse.Namespace, settings: Settings) -> int:
+    done = await erase.erase_rows(
+        settings,
+        args.table,
+        args.where,
+        with_children=args.with_children,
+        dry_run=args.dry_run,
+        reason=args.reason or "",
+        no_wait=args.no_wait,
+        report=print if args.dry_run else _say,
+    )
+    if done.ledger is not None:
+        total = sum(done.rows.values())
+        files = sum(n for n, _ in done.files.values())
+        print(
+            f"erased {text.counted(total, 'row')} from {text.counted(files, 'file')} "
+            f"(ledger {done.ledger})"
+        )
+    return 0
+
+
+async def cmd_tier(args: argparse.Namespace, settings: Settings) -> int:
+    done = await tiers.set_tier(
+        settings, args.table, _age(args), args.tier, dry_run=args.dry_run, report=_say
+    )
+    if not args.dry_run:
+        print(
+            f"moved {text.counted(done.moved, 'file')} to {args.tier} "
+            f"({done.already} already there; {done.offline} offline in the Archive tier)"
+        )
+    return 0
+
+
+async def cmd_rehydrate(args: argparse.Namespace, settings: Settings) -> int:
+    await tiers.rehydrate(
+        settings, args.table, args.tier, args.priority, no_wait=args.no_wait, report=print
+    )
+    return 0
+
+
+async def cmd_protect(args: argparse.Namespace, settings: Settings) -> int:
+    until = None
+    if args.immutable_until:
+        until = dt.datetime.fromisoformat(parse_cutoff(args.immutable_until, "--immutable-until"))
+        if until <= dt.datetime.now(dt.UTC):
+            raise InputError(f"--immutable-until: {args.immutable_until} is not in the future")
+    if until is None and args.legal_hold is None:
+        raise InputError("protect: give --immutable-until DATE and/or --legal-hold/--no-legal-hold")
+    count = await tiers.protect(
+        settings, args.table, _age(args), until, args.legal_hold, report=_say
+    )
+    print(f"protected {text.counted(count, 'file')}")
+    return 0

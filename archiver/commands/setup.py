@@ -1,0 +1,65 @@
+"""Setting a deployment up: `migrate`, `doctor`, `grants`, `policies`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+from archiver import db
+from archiver.commands.args import Subcommands, positive_int
+from archiver.config import Settings
+from archiver.operations import enqueue, grants
+
+
+def add_parsers(sub: Subcommands) -> None:
+    p = sub.add_parser("migrate", help="create or upgrade the schema (safe to repeat)")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("doctor", help="check a deployment: database, schema, rights, storage")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("grants", help="print the GRANTs a least-privilege worker role needs")
+    p.add_argument("--role", required=True, help="the role workers and the scheduler log in as")
+    p.add_argument(
+        "--table",
+        action="append",
+        help="a table to archive (repeat; default: the config file's policy tables)",
+    )
+    p.set_defaults(func=cmd_grants)
+
+    p = sub.add_parser("policies", help="check the config file's policies; list next fire times")
+    p.add_argument("--count", type=positive_int, default=3, help="fire times to list (default 3)")
+    p.set_defaults(func=cmd_policies)
+
+
+async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    applied = await db.migrate(settings.database_url)
+    print(f"applied {', '.join(applied)}" if applied else "schema is up to date")
+    return 0
+
+
+async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.doctor import run_checks
+
+    checks = await run_checks(settings, args.config_file)
+    for check in checks:
+        print(check)
+    return 0 if all(c.ok for c in checks) else 1
+
+
+async def cmd_grants(args: argparse.Namespace, settings: Settings) -> int:
+    print(await grants.grants(settings, args.role, args.table or [], args.config_file))
+    return 0
+
+
+async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
+    checked = await enqueue.checked_policies(settings, args.config_file)
+    now = dt.datetime.now(dt.UTC)
+    for policy, table in checked:
+        print(
+            f"{policy.name}: {policy.mode} {table}.{policy.column} older than "
+            f"{policy.older_than.days} days, schedule {policy.schedule!r} ({policy.timezone.key})"
+        )
+        for at in policy.next_fire_times(now, args.count):
+            print(f"  next {at.isoformat()}  cutoff {policy.cutoff(at).isoformat()}")
+    return 0

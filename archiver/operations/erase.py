@@ -1,0 +1,117 @@
+"""`archiver erase`: the archived rows matching a predicate, found in the files where
+they are stored, checked against what protects them and against a running archive of the
+table, then the ledger operation (archiver.lifecycle.erase) and the publications that
+take the rewritten files' originals out of their Delta tables."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from archiver import db, jobqueue
+from archiver.bulk import on_source
+from archiver.config import Settings
+from archiver.errors import InputError
+from archiver.lifecycle.retention import protected
+from archiver.operations.publish import make_visible
+from archiver.operations.selection import (
+    FileSelection,
+    as_stored,
+    chunk_children,
+    refuse_offline,
+    table_files,
+)
+from archiver.source.references import ForeignKey
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Erased:
+    ledger: int | None  # None: a dry run
+    rows: dict[str, int]  # per table
+    files: dict[str, tuple[int, int]]  # per table: files holding erased rows, of all files
+
+
+async def erase_rows(
+    settings: Settings,
+    table: str,
+    where: str,
+    *,
+    with_children: bool,
+    dry_run: bool,
+    reason: str,
+    report: Report,
+    no_wait: bool = False,
+) -> Erased:
+    """Erase the archived rows of `table` matching `where` (and, with_children, the rows
+    of its aggregate's tables referencing them) from every file holding them."""
+    from archiver.lifecycle import erase as eraser
+    from archiver.lifecycle.predicate import Predicate
+    from archiver.query import engine
+    from archiver.restore import parents_first_today
+    from archiver.storage import open_storage
+
+    name, files = await table_files(settings, table, "erase")
+    per_table = {name: files}
+    keys: list[ForeignKey] = []
+    if with_children:
+        from archiver.operations.inspect import aggregate_children
+
+        children = (await aggregate_children(settings, [name])).get(name, [])
+        if not children:
+            raise InputError(f"erase: --with-children: no table references {name} today")
+        ordered, keys = await on_source(
+            settings.effective_source_url,
+            lambda conn: parents_first_today(conn, [name, *children]),
+        )
+        here = str(settings.storage_location())
+        for child in ordered[1:]:
+            stored = await FileSelection(table=child).files(settings, "committed")
+            per_table[child] = [f for f in stored if f.storage_url == here]
+    elif await chunk_children(settings, files):
+        raise InputError(
+            f"erase: {name} was archived with the rows that reference it (--with-children): "
+            "give --with-children, or those rows would stay archived without their parents"
+        )
+    async with db.connection(settings.database_url) as conn:
+        running = await jobqueue.running_archive(conn, name)
+    if running:
+        raise InputError(
+            f"erase: job {running} is archiving {name} now, and rows it moves after the "
+            "erasure read the archive would escape it: wait for it to finish (or "
+            f"`archiver pause --table {name}`), then erase"
+        )
+    refuse_offline("erase", [f for fs in per_table.values() for f in fs])
+    storage = open_storage(settings)
+    location = settings.storage_location()
+
+    def find() -> tuple[eraser.ErasePlan, eraser.Found]:
+        with engine(settings, location) as con:
+            eraser.open_view(con, storage, files)
+            predicate = Predicate.check(con, where, eraser.VIEW, name)
+            plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
+            return plan, eraser.find(con, storage, plan)
+
+    plan, found = await asyncio.to_thread(find)
+    counts = {t: (len(found.positions.get(t, {})), len(fs)) for t, fs in per_table.items()}
+    rows = {t: found.rows(t) for t in per_table}
+    holding = [f for t, fs in per_table.items() for f in fs if f.path in found.positions[t]]
+    why = protected(await asyncio.to_thread(as_stored, storage, holding), dt.datetime.now(dt.UTC))
+    if why:
+        raise InputError(f"erase refused, nothing erased: files holding matching rows: {why}")
+    if dry_run:
+        for t in per_table:
+            report(
+                f"{t}: {rows[t]} rows would be erased from {counts[t][0]} of {counts[t][1]} files"
+            )
+        return Erased(None, rows, counts)
+    ledger_id = await on_source(
+        settings.database_url, lambda conn: eraser.erase(conn, storage, plan, found, report)
+    )
+    if found.total:
+        tables = [t for t in per_table if found.positions.get(t)]
+        await make_visible(settings, tables, no_wait=no_wait, report=report)
+    return Erased(ledger_id, rows, counts)

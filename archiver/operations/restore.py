@@ -1,0 +1,128 @@
+"""`archiver restore`: the selected committed files back into PostgreSQL in one
+transaction (archiver.restore); moved back, they leave the archive in that transaction
+(archiver.ledger) and then their Delta tables."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from archiver import failpoints
+from archiver.bulk import BulkConnection, on_source
+from archiver.config import Settings
+from archiver.errors import InputError, OfflineError
+from archiver.ident import TableName
+from archiver.model import CatalogFile
+from archiver.operations.selection import (
+    FileSelection,
+    as_stored,
+    chunk_children,
+    mark_offline,
+    refuse_offline,
+)
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from archiver.restore import Restored
+
+
+async def restore(
+    settings: Settings,
+    selection: FileSelection,
+    *,
+    into: str | None,
+    keep_archive: bool,
+    skip_conflicts: bool,
+    dry_run: bool,
+    ignore_dropped_columns: bool,
+    report: Callable[[str], None],
+    no_wait: bool = False,
+) -> tuple[Restored, list[CatalogFile]]:
+    """Restore the selected committed files in one transaction: what it did, and the
+    files. Into the archived table (not --into, not --keep-archive) the rows move back:
+    out of the archive in the same transaction (archiver.ledger)."""
+    from archiver import ledger
+    from archiver.restore import RestorePlan, restore
+    from archiver.storage import open_storage
+
+    if into is not None:
+        TableName.parse(into)
+    moves_back = into is None and not keep_archive
+    if moves_back and not settings.same_database:
+        raise InputError(
+            "restore: the catalog is in another database than the source, so rows cannot "
+            "leave the archive in the restore's transaction; --keep-archive copies them back"
+        )
+    files = await selection.files(settings, state="committed")
+    if not files:
+        raise InputError("no archived files match")
+    if selection.job_id is None:
+        files += await chunk_children(settings, files)
+    refuse_offline("restore", files)
+    storage = open_storage(settings)
+    if moves_back:
+        from archiver.lifecycle.retention import protected
+
+        why = protected(await asyncio.to_thread(as_stored, storage, files), dt.datetime.now(dt.UTC))
+        if why:
+            raise InputError(
+                f"restore refused, nothing changed: of these files, {why}: they cannot leave "
+                "the archive (--keep-archive copies the rows back)"
+            )
+    plan = RestorePlan(
+        files,
+        into,
+        skip_conflicts,
+        selection.cutoff_from,
+        selection.cutoff_to,
+        dry_run,
+        ignore_dropped_columns,
+        moves_back=moves_back,
+    )
+    tables = list(dict.fromkeys(f.source_table for f in files))
+    request = {
+        "job": str(selection.job_id) if selection.job_id else None,
+        "table": selection.table,
+        "from": selection.cutoff_from,
+        "to": selection.cutoff_to,
+        "on_conflict": "skip" if skip_conflicts else "refuse",
+    }
+
+    def run(conn: BulkConnection) -> Restored:
+        workdir = Path(tempfile.gettempdir())
+        if not moves_back or dry_run:
+            return restore(conn, storage, plan, workdir, report)
+        operation = ledger.begin(conn, "restore", str(storage.location), tables, request)
+        try:
+            done = restore(conn, storage, replace(plan, operation=operation), workdir, report)
+        except BaseException:
+            ledger.abandon(conn, storage, operation, tables)
+            raise
+        finally:
+            ledger.end(conn, operation)
+        failpoints.reach("restore_committed")
+        if no_wait:  # files never published go now; the others after their removal
+            try:  # from the Delta log (the publications queued below)
+                for table in tables:
+                    ledger.reap_now(conn, storage, table)
+            except Exception as exc:  # the rows have moved back: the rest, a sweep does
+                log.warning("restore committed; retired files left for the sweep: %s", exc)
+        return done
+
+    try:
+        done: Restored = await on_source(settings.effective_source_url, run)
+    except OfflineError as exc:  # moved by a lifecycle rule: the catalog learns it
+        await mark_offline(settings, [exc.name])
+        raise InputError(f"restore refused, nothing changed: {exc}") from None
+    if moves_back and not dry_run and done.retired:
+        from archiver.operations.publish import make_visible
+
+        await make_visible(settings, tables, no_wait=no_wait, report=report)
+    return done, files

@@ -1,0 +1,144 @@
+"""The catalogued files a command acts on: a selection (a job's, a table's, a cutoff
+range), a table's committed files, the files archived in the same chunks, what protects
+them now, and files a read found offline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from archiver import catalog_reads, db, jobqueue
+from archiver.config import Settings
+from archiver.errors import InputError
+from archiver.model import CatalogFile
+from archiver.text import counted
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from archiver.storage.seam import Storage
+
+
+@dataclass(frozen=True)
+class FileSelection:
+    job_id: uuid.UUID | None = None
+    table: str | None = None
+    cutoff_from: str | None = None  # ISO 8601, inclusive
+    cutoff_to: str | None = None  # ISO 8601, exclusive
+
+    async def files(self, settings: Settings, state: str | None = None) -> list[CatalogFile]:
+        async with db.connection(settings.database_url) as conn:
+            return await catalog_reads.archived_files(
+                conn,
+                job_id=self.job_id,
+                table=self.table,
+                cutoff_from=dt.datetime.fromisoformat(self.cutoff_from)
+                if self.cutoff_from
+                else None,
+                cutoff_to=dt.datetime.fromisoformat(self.cutoff_to) if self.cutoff_to else None,
+                state=state,
+            )
+
+
+async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, list[CatalogFile]]:
+    """`table` as the catalog names it, and its committed files; one line if none or
+    if the bare name is in several schemas."""
+    async with db.connection(settings.database_url) as conn:
+        named = await catalog_reads.catalogued_tables(conn, table)
+    found = {
+        t: fs for t in named if (fs := await FileSelection(table=t).files(settings, "committed"))
+    }
+    if not found:
+        raise InputError(f"{verb}: no archived files of table {table!r}")
+    if len(found) > 1:
+        raise InputError(f"{verb}: {table!r} is ambiguous ({', '.join(found)}): name the schema")
+    [(name, files)] = found.items()
+    here = str(settings.storage_location())
+    elsewhere = sorted({f.storage_url for f in files if f.storage_url != here})
+    if elsewhere:  # written before ARCHIVER_STORAGE_URL changed: acted on where they are
+        log.warning(
+            "%s: %s of %s on %s, not %s: run it with ARCHIVER_STORAGE_URL set to each "
+            "storage in turn",
+            verb, counted(sum(f.storage_url != here for f in files), "file"), name,
+            ", ".join(elsewhere), here,
+        )  # fmt: skip
+        files = [f for f in files if f.storage_url == here]
+        if not files:
+            raise InputError(f"{verb}: no archived files of table {name} on {here}")
+    return name, files
+
+
+def refuse_offline(verb: str, files: list[CatalogFile]) -> None:
+    """One line when some of `files` are in the Archive tier (unreadable)."""
+    offline = [f for f in files if f.offline]
+    if offline:
+        table = offline[0].source_table
+        raise InputError(
+            f"{verb}: {len(offline)} of {len(files)} files of {table} are in the Archive "
+            f"tier and cannot be read until rehydrated: `archiver rehydrate --table {table}` "
+            "(up to 15 hours; run it again to follow)"
+            + ("; `verify --skip-offline` checks the others" if verb == "verify" else "")
+        )
+
+
+async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
+    """The files of referencing tables archived in the same chunks as `files`
+    (`--with-children`)."""
+    chosen = {f.path for f in files}
+    groups = await chunk_groups(settings, files)
+    return [c for children in groups.values() for c in children if c.path not in chosen]
+
+
+async def chunk_groups(
+    settings: Settings, files: list[CatalogFile]
+) -> dict[str, list[CatalogFile]]:
+    """Each root file of `files` (one with a cutoff column) with the files of
+    referencing tables archived in its chunk: a chunk's files are consecutive parts,
+    the root's last, and only the root's has a cutoff column."""
+    chosen = {f.path for f in files}
+    groups: dict[str, list[CatalogFile]] = {}
+    for job_id in dict.fromkeys(f.job_id for f in files):
+        pending: list[CatalogFile] = []
+        job_files = await FileSelection(job_id=uuid.UUID(job_id)).files(settings, "committed")
+        for f in sorted(job_files, key=lambda f: f.part):
+            if f.cutoff_column:  # a chunk's root file closes it
+                if f.path in chosen:
+                    groups[f.path] = pending
+                pending = []
+            else:
+                pending.append(f)
+    return groups
+
+
+def as_stored(storage: Storage, files: list[CatalogFile]) -> list[CatalogFile]:
+    """`files` with the protection the storage reports for each now (a policy or hold
+    set outside archiver too), beside what the catalog recorded."""
+    found = []
+    for f in files:
+        stored = storage.stat(f.path)
+        if stored is not None and (stored.legal_hold or stored.immutable_until):
+            until = max((d for d in (f.immutable_until, stored.immutable_until) if d), default=None)
+            f = replace(f, legal_hold=f.legal_hold or stored.legal_hold, immutable_until=until)
+        found.append(f)
+    return found
+
+
+async def mark_offline(settings: Settings, paths: list[str]) -> None:
+    """Files a read found in the Archive tier (moved by a lifecycle rule, say): offline
+    in the catalog, so their Delta tables leave them out until they are rehydrated."""
+    here = str(settings.storage_location())
+    async with db.connection(settings.database_url) as conn:
+        ids = [
+            r[0]
+            for r in await conn.fetch(
+                "SELECT id FROM archive_files WHERE storage_url = $1 AND path = ANY ($2::text[])",
+                here,
+                paths,
+            )
+        ]
+        await conn.execute(db.query("files_going_offline"), ids)
+        await conn.execute(db.query("files_tier"), ids, "Archive")
+        await jobqueue.enqueue_publications(conn, here, delta=settings.delta)

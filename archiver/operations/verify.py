@@ -1,0 +1,163 @@
+"""`archiver verify`: the selected files against the catalog and the storage, objects
+the catalog does not know, and each published table's Delta log against the catalog."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from archiver import db, jobqueue
+from archiver.config import Settings
+from archiver.errors import InputError, JobStateError, OfflineError
+from archiver.model import ArchiveRequest, CatalogFile, FileState
+from archiver.operations.inspect import aggregate_children
+from archiver.operations.selection import FileSelection, mark_offline, refuse_offline
+
+if TYPE_CHECKING:
+    from archiver.storage.seam import Storage
+
+
+async def verify(
+    settings: Settings, selection: FileSelection, *, skip_offline: bool = False
+) -> tuple[int, list[str]]:
+    """Check the selected files against the catalog, and look for objects the catalog
+    does not know where those files live: (files checked, problems). Archive-tier
+    files cannot be read: refused in one line, or with `skip_offline` checked by what
+    the service reports of them (size and MD5). Each file found sound is marked so
+    (`archiver tier --tier Archive` takes only those)."""
+    from archiver import ledger
+    from archiver.files import names
+    from archiver.storage import open_storage
+
+    files = await selection.files(settings)
+    storage = open_storage(settings)
+    table = selection.table
+    if table and not files and "." not in table:
+        raise InputError(f"no archived files of table {table!r}; give schema.table")
+    if not skip_offline:
+        refuse_offline("verify", [f for f in files if f.state != FileState.RETIRED])
+    # the catalogued names where objects are listed: of the tables listed, not of the
+    # whole catalog (100,000 files read for one table's 10, before)
+    if selection.job_id:
+        job = str(selection.job_id)
+        tables = await job_tables(settings, selection.job_id, files)
+        prefixes = [names.job_prefix(t, job) for t in tables]
+        known = [f for t in tables for f in await FileSelection(table=t).files(settings)]
+    elif table:
+        listed = files[0].source_table if files else table
+        prefixes = [names.job_prefix(listed)]
+        known = await FileSelection(table=listed).files(settings)
+    else:
+        prefixes = [""]
+        known = await FileSelection().files(settings)
+    prefixes = [storage.object_name(p) for p in prefixes]
+    problems, sound, offline = await asyncio.to_thread(_verify, storage, files, known, prefixes)
+    if offline:  # moved to the Archive tier outside archiver (a lifecycle rule)
+        await mark_offline(settings, offline)
+        if not skip_offline:
+            refuse_offline("verify", [replace(f, offline=True) for f in files if f.path in offline])
+    if settings.delta and not selection.job_id:
+        problems += await delta_problems(settings, storage, {f.source_table for f in files})
+    if selection.job_id:
+        scope, checked = f"job {selection.job_id}", tables
+    elif table:
+        scope, checked = f"table {listed}", [listed]
+    else:
+        scope, checked = "all", []
+    async with db.connection(settings.database_url) as conn:  # the console shows it
+        await conn.execute(db.query("files_verified"), sound)
+        await conn.execute(
+            db.query("record_verification"), ledger.actor(), scope, json.dumps(checked),
+            len(files), len(problems), json.dumps(problems[:10]),
+        )  # fmt: skip
+    return len(files), problems
+
+
+# In the Delta log: added by a published publication, not yet removed by one.
+PUBLISHED = """
+SELECT f.path FROM archive_files f JOIN delta_tables d USING (storage_url, source_table)
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.publication <= d.published
+  AND (f.unpublication IS NULL OR f.unpublication > d.published)
+"""
+
+
+async def delta_problems(settings: Settings, storage: Storage, tables: set[str]) -> list[str]:
+    """Each published table's Delta log against the catalog (archiver.delta.check)."""
+    from archiver.delta.check import delta_problems as check
+    from archiver.delta.location import storage_options
+
+    here = str(storage.location)
+    problems: list[str] = []
+    async with db.connection(settings.database_url) as conn:
+        published = {
+            t: {r[0] for r in await conn.fetch(PUBLISHED, here, t)} for t in sorted(tables)
+        }
+    options = storage_options(settings, storage.location)
+    for table, paths in published.items():
+        if paths:
+            problems += await asyncio.to_thread(check, storage, options, table, paths)
+    return problems
+
+
+async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogFile]) -> list[str]:
+    """Every table a job may have uploaded files of: those of its catalogued files, its
+    table (or partition) and, with --with-children, its children as the source has them
+    now. A failed job may have catalogued nothing, and an attempt's uploads of a child
+    come before its root's."""
+    tables = {f.source_table: None for f in files}
+    try:
+        async with db.connection(settings.database_url) as conn:
+            job = await jobqueue.get_job(conn, job_id)
+    except JobStateError:  # pruned (retention): its files are what is left
+        if not files:
+            raise InputError(f"no job {job_id} and no archived files of it") from None
+        return list(tables)
+    if job.task_name != jobqueue.ARCHIVE_TASK:  # a publish job's files are its table's
+        return list(tables)
+    request = ArchiveRequest.from_payload(job.payload)
+    tables[request.partition or request.table] = None
+    if request.with_children:
+        try:
+            children = await aggregate_children(settings, [request.table])
+        except InputError:  # the table is gone or changed: its catalogued files still count
+            children = {}
+        tables.update(dict.fromkeys(children.get(request.table, [])))
+    return list(tables)
+
+
+def _verify(
+    storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefixes: list[str]
+) -> tuple[list[str], list[int], list[str]]:
+    """(problems, ids of the files found sound, names found in the Archive tier)."""
+    from archiver.delta.check import is_delta_log
+    from archiver.verify import verify_file, verify_offline
+
+    here = str(storage.location)
+    problems: list[str] = []
+    sound: list[int] = []
+    offline: list[str] = []
+    workdir = Path(tempfile.gettempdir())
+    for f in files:  # a retired file is known, and about to be deleted: not checked
+        if f.storage_url != here or f.state == FileState.RETIRED:
+            continue
+        try:
+            found = verify_offline(storage, f) if f.offline else verify_file(storage, f, workdir)
+        except OfflineError:
+            offline.append(f.path)
+            found = verify_offline(storage, f)
+        problems += found
+        if not found and not f.offline and f.path not in offline:
+            sound.append(f.id)
+    paths = {f.path for f in known if f.storage_url == here}
+    problems += [
+        f"{o.name}: not in the catalog"
+        for prefix in prefixes
+        for o in storage.list(prefix)
+        if o.name not in paths and not is_delta_log(o.name)
+    ]
+    return problems, sound, offline
