@@ -18,7 +18,7 @@ from archiver.bulk import BulkConnection, fetch_all
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
-from archiver.model import ArchiveRequest, Job, Status
+from archiver.model import ArchiveRequest, Job, PublishRequest, Status
 
 ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
@@ -364,7 +364,7 @@ async def enqueue_publications(
     new = 0
     for row in tables:
         key = f"publish:{storage_url}:{row['source_table']}"
-        payload = {"table": row["source_table"], "storage_url": storage_url}
+        payload = PublishRequest(row["source_table"], storage_url).payload()
         _, created = await enqueue(
             conn, payload, dedup_key=key, lock_key=key, task_name=PUBLISH_TASK, max_attempts=10
         )

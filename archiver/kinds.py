@@ -3,12 +3,14 @@ one place, as River registers a worker per job kind. The worker's claim loop, it
 and its maintenance never look at a kind's name: they ask this registry for the kind's
 handler, the words that say it completed, and what follows it.
 
-A kind's handler runs one claimed job and returns its Progress, in the worker's job
-thread (`threaded`: bulk work on its own ADBC connections) or on its event loop. `after`
+A kind declares its payload (a request class with `from_payload`, as model.ArchiveRequest;
+whatever queues the kind builds its payload with the same class) and its handler, which
+runs one claimed job, its payload parsed into `run.request`, and returns its Progress,
+in the worker's job thread (`threaded`: bulk work on its own ADBC connections) or on its event loop. `after`
 runs once the job has ended, whatever its outcome. A kind with no work (`batch`) is
 completed by the claim loop in batches (the bench's queue figures). To add a kind: its
-payload and handler here, a KIND entry, and whatever queues it (jobqueue.enqueue with
-its `task_name`)."""
+request class in model.py, its handler here, a KINDS entry, and whatever queues it
+(jobqueue.enqueue with its `task_name` and the request's payload)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +31,7 @@ from archiver.archive.job import open_job, run_job
 from archiver.bulk import BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError
-from archiver.model import ArchiveRequest, Job, Progress
+from archiver.model import ArchiveRequest, Job, Progress, PublishRequest, PurgeRequest
 from archiver.storage.seam import Storage
 from archiver.text import counted
 
@@ -41,6 +43,7 @@ class JobRun:
     """A job in progress: what the worker's loop and the job's thread share."""
 
     job: Job
+    request: Any = None  # the job's payload as its kind's request (Kind.request)
     interrupt: BaseException | None = None  # read by the thread between chunks
     source_pids: list[int] = field(default_factory=list)  # its source backends
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -67,16 +70,27 @@ class Kind:
     done: Callable[[Progress], str] = lambda p: (
         f"{counted(p.rows, 'row')} in {counted(p.files, 'file')}"
     )
+    payload: Callable[[Mapping[str, Any]], object] = lambda payload: None
     after: Callable[[Resources, Job], Awaitable[object]] | None = None
     batch: bool = False
 
+    def request(self, job: Job) -> object:
+        """The job's payload as this kind's request; a malformed one fails the attempt,
+        naming the kind and what is wrong."""
+        try:
+            return self.payload(job.payload)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArchiverError(
+                f"job {job.id}: not a {self.name} job's payload ({type(exc).__name__}: {exc})"
+            ) from None
 
-# -- archive: move or copy a table's old rows (payload: model.ArchiveRequest) --------
+
+# -- archive: move or copy a table's old rows ------------------------------------------
 
 
 def _archive(w: Resources, run: JobRun) -> Progress:
-    job, settings = run.job, w.settings
-    request = ArchiveRequest.from_payload(job.payload)
+    job, settings, request = run.job, w.settings, run.request
+    assert isinstance(request, ArchiveRequest)
     with contextlib.ExitStack() as connections:
         src = connections.enter_context(w.bulk.connection(settings.effective_source_url))
         catalog_conn = connections.enter_context(w.bulk.connection(settings.database_url))
@@ -120,17 +134,21 @@ def _publish_after(w: Resources, job: Job) -> Awaitable[object]:
 
 
 # -- publish: a table's catalogued files into its Delta table -----------------------
-# payload: {"table": schema.table, "storage_url": the storage its files are on}
 
 
 def _publish(w: Resources, run: JobRun) -> Progress:
     from archiver.delta.publish import publish_table_on
 
-    table, url = run.job.payload["table"], run.job.payload["storage_url"]
-    if url != str(w.storage.location):
-        raise ArchiverError(f"publish: files on {url}, this worker writes to another storage")
+    request = run.request
+    assert isinstance(request, PublishRequest)
+    if request.storage_url != str(w.storage.location):
+        raise ArchiverError(
+            f"publish: files on {request.storage_url}, this worker writes to another storage"
+        )
     with w.bulk.connection(w.settings.database_url) as conn:
-        done = publish_table_on(conn, w.settings, w.storage, table, sweep_only=not w.settings.delta)
+        done = publish_table_on(
+            conn, w.settings, w.storage, request.table, sweep_only=not w.settings.delta
+        )
     # not rows/files: those count what a table's jobs archived (archiver status summed
     # them, and counted every published row twice)
     return Progress(
@@ -148,7 +166,7 @@ def _published(p: Progress) -> str:
     return f"{counted(rows, 'row')} in {counted(files, 'file')} published"
 
 
-# -- purge: a policy's retention (payload: {"table", "retain"}) ----------------------
+# -- purge: a policy's retention -------------------------------------------------------
 
 
 async def _purge(w: Resources, run: JobRun) -> Progress:
@@ -157,11 +175,13 @@ async def _purge(w: Resources, run: JobRun) -> Progress:
     from archiver.lifecycle.retention import Age
     from archiver.operations.purge import purge_table
 
-    table = run.job.payload["table"]
+    request = run.request
+    assert isinstance(request, PurgeRequest)
+    table = request.table
     done = await purge_table(
         w.settings,
         table,
-        Age.parse(run.job.payload["retain"], "retain"),
+        Age.parse(request.retain, "retain"),
         skip_protected=True,
         missing_ok=True,
         report=lambda line: log.info("job %s: %s", run.job.id, line),
@@ -180,9 +200,14 @@ def _nothing(w: Resources, run: JobRun) -> Progress:
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind(jobqueue.ARCHIVE_TASK, _archive, after=_publish_after),
-        Kind(jobqueue.PUBLISH_TASK, _publish, done=_published),
-        Kind(jobqueue.PURGE_TASK, _purge, threaded=False),
+        Kind(
+            jobqueue.ARCHIVE_TASK,
+            _archive,
+            payload=ArchiveRequest.from_payload,
+            after=_publish_after,
+        ),
+        Kind(jobqueue.PUBLISH_TASK, _publish, payload=PublishRequest.from_payload, done=_published),
+        Kind(jobqueue.PURGE_TASK, _purge, payload=PurgeRequest.from_payload, threaded=False),
         Kind(jobqueue.NOOP_TASK, _nothing, batch=True),  # the bench's queue figures
     )
 }

@@ -52,6 +52,37 @@ class KeyRange:
 
 
 @dataclass(frozen=True)
+class PublishRequest:
+    """A publish job's payload: a table's catalogued files on one storage into its Delta
+    table (archiver.delta.publish)."""
+
+    table: str
+    storage_url: str
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> PublishRequest:
+        return cls(str(payload["table"]), str(payload["storage_url"]))
+
+    def payload(self) -> dict[str, Any]:
+        return {"table": self.table, "storage_url": self.storage_url}
+
+
+@dataclass(frozen=True)
+class PurgeRequest:
+    """A purge job's payload: a policy's `retain` on its table (archiver.lifecycle.purge)."""
+
+    table: str
+    retain: str  # an age, as the policy says it ('7 years')
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> PurgeRequest:
+        return cls(str(payload["table"]), str(payload["retain"]))
+
+    def payload(self) -> dict[str, Any]:
+        return {"table": self.table, "retain": self.retain}
+
+
+@dataclass(frozen=True)
 class ArchiveRequest:
     """What to archive, as stored in a job's payload."""
 

@@ -27,6 +27,7 @@ from archiver.config import Settings
 from archiver.errors import ArchiverError, ConfigError, error_line
 from archiver.ident import TableName, quote_ident
 from archiver.limits import window_opens
+from archiver.model import PurgeRequest
 from archiver.operations.enqueue import archive_parts
 from archiver.policy import Policy
 from archiver.source.partitions import PartitionAction
@@ -172,7 +173,7 @@ class PolicyScheduler:
             key = f"purge:{table}"
             await jobqueue.enqueue(
                 self.pool,
-                {"table": table, "retain": str(policy.retain)},
+                PurgeRequest(table, str(policy.retain)).payload(),
                 dedup_key=key,
                 lock_key=key,
                 task_name=jobqueue.PURGE_TASK,

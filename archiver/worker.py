@@ -283,6 +283,7 @@ class Worker:
             if job.cancel_requested_at is not None:
                 raise CancelRequested("cancelled by an operator")
             kind = kind_of(job)
+            run.request = kind.request(job)
             if kind.threaded:
                 loop = asyncio.get_running_loop()
                 progress = await loop.run_in_executor(self.executor, kind.run, self, run)

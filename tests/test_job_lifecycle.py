@@ -195,3 +195,22 @@ def test_job_state_refusals(h: Harness) -> None:
     cancelled = h.cli("cancel", job_id)
     assert cancelled.returncode == 1 and "is completed; only queued or running" in cancelled.stderr
     assert job_row(h.url, job_id)["status"] == "completed"
+
+
+def test_a_job_of_no_kind_or_with_a_malformed_payload_fails_naming_it(h: Harness) -> None:
+    """The worker asks the kind registry for a job's handler and its payload's request:
+    an unknown task_name, or a payload its kind cannot read, fails the job's attempts
+    with a line naming what is wrong (not a KeyError deep in a handler)."""
+    for task, payload in (("reindex", {"table": "public.orders"}), ("publish", {"table": "x"})):
+        h.sql(
+            "INSERT INTO background_jobs (task_name, payload, max_attempts) "
+            "VALUES ($1, $2::jsonb, 1)",
+            task,
+            json.dumps(payload),
+        )
+    h.drain()
+    failed = dict(
+        h.sql("SELECT task_name, last_error FROM background_jobs WHERE status = 'failed'")
+    )
+    assert "no job kind 'reindex' (known: archive, publish, purge, noop)" in failed["reindex"]
+    assert "not a publish job's payload (KeyError: 'storage_url')" in failed["publish"]

@@ -106,3 +106,15 @@ def test_replica_lag_limits(text: str, limit: dict[str, float]) -> None:
 def test_bad_replica_lag_limits(text: str) -> None:
     with pytest.raises(InputError, match="neither a duration"):
         replica_lag_limit(text)
+
+
+def test_each_kind_s_request_round_trips_its_payload() -> None:
+    from archiver.model import PublishRequest, PurgeRequest
+
+    publish = PublishRequest("public.orders", "az://acct/archive")
+    assert PublishRequest.from_payload(publish.payload()) == publish
+    assert publish.payload() == {"table": "public.orders", "storage_url": "az://acct/archive"}
+    purge = PurgeRequest("public.orders", "7 years")
+    assert PurgeRequest.from_payload(purge.payload()) == purge
+    with pytest.raises(KeyError):
+        PurgeRequest.from_payload({"table": "public.orders"})
