@@ -18,6 +18,8 @@ QUEUE_TABLES = (
     ("background_jobs", "SELECT, INSERT, UPDATE, DELETE", "enqueue, claim, finish, prune"),
     ("archive_files", "SELECT, INSERT, UPDATE, DELETE", "the catalog: record, confirm, forget"),
     ("archiver_paused_tables", "SELECT, INSERT, DELETE", "archiver pause/resume --table"),
+    ("archiver_job_counts", "SELECT, INSERT, DELETE", "finished jobs counted as they finish"),
+    ("archiver_file_counts", "SELECT, INSERT, DELETE", "catalogued files counted as they change"),
     ("delta_tables", "SELECT, INSERT, UPDATE", "Delta Lake: each table's publications"),
     ("archive_ledger", "SELECT, INSERT, UPDATE", "restore: rows taken out of the archive"),
     ("archive_verifications", "SELECT, INSERT", "archiver verify: what it found"),

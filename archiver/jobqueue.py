@@ -236,6 +236,14 @@ async def prune_finished(pool: asyncpg.Pool, retention_days: float, batch: int =
     return int(status.split()[-1])
 
 
+async def compact_counts(pool: asyncpg.Pool) -> None:
+    """Fold the count deltas the operator views read (finished jobs per table and status,
+    catalogued files per table: sql/014_status_counts.sql) into a row each; the pruner
+    calls it after each sweep."""
+    await pool.execute(query("compact_job_counts"))
+    await pool.execute(query("compact_file_counts"))
+
+
 async def get_job(conn: asyncpg.Connection | asyncpg.Pool, job_id: uuid.UUID) -> Job:
     row = await conn.fetchrow(query("job_by_id"), job_id)
     if row is None:

@@ -58,6 +58,7 @@ class Maintenance:
             await asyncio.sleep(PRUNE_PAUSE)
         if total:
             log.info("pruned %d finished jobs", total)
+        await jobqueue.compact_counts(self.pool)
 
     async def publications(self) -> None:
         """Queue a publish job for each table with files not yet in its Delta table (what

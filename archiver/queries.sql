@@ -122,6 +122,20 @@ DELETE FROM background_jobs WHERE id IN (
       AND finished_at < now() - make_interval(secs => $1)
     LIMIT $2 FOR UPDATE SKIP LOCKED)
 
+-- name: compact_job_counts
+-- The count deltas (sql/014_status_counts.sql) folded into one row per table and status
+-- (per table for files). A delta inserted meanwhile is not in the DELETE's snapshot: kept.
+WITH folded AS (DELETE FROM archiver_job_counts RETURNING *)
+INSERT INTO archiver_job_counts
+SELECT source_table, status, sum(jobs), sum(rows_archived), sum(bytes_archived)
+FROM folded GROUP BY 1, 2 HAVING sum(jobs) <> 0
+
+-- name: compact_file_counts
+WITH folded AS (DELETE FROM archiver_file_counts RETURNING *)
+INSERT INTO archiver_file_counts
+SELECT source_table, sum(catalogued), sum(files), sum(rows), sum(bytes), sum(pending_files)
+FROM folded GROUP BY 1 HAVING sum(catalogued) <> 0
+
 -- name: cancel
 -- Queued: cancelled at once. Running: flagged; its worker stops at the next chunk boundary.
 UPDATE background_jobs
@@ -158,8 +172,17 @@ SELECT id, source_table, worker, attempts, started_at,
 FROM archiver_running_jobs ORDER BY started_at
 
 -- name: failed_jobs
-SELECT id, source_table, status, attempts, max_attempts, last_error, next_retry, finished_at
-FROM archiver_failed_jobs ORDER BY COALESCE(finished_at, next_retry) DESC
+-- The newest 50 (`archiver status`): the summary counts them all, `archiver jobs
+-- --status failed` lists them (20,000 failed jobs were 20,000 lines). Each half newest
+-- first by its own index (failed ones by background_jobs_failed), then the two merged:
+-- one sort of the whole view took 66 ms at 20,000 failed jobs.
+SELECT * FROM (
+    (SELECT id, source_table, status, attempts, max_attempts, last_error, next_retry, finished_at
+     FROM archiver_failed_jobs WHERE status = 'failed' ORDER BY finished_at DESC LIMIT 50)
+    UNION ALL
+    (SELECT id, source_table, status, attempts, max_attempts, last_error, next_retry, finished_at
+     FROM archiver_failed_jobs WHERE status = 'queued' ORDER BY next_retry DESC LIMIT 50)
+) newest ORDER BY COALESCE(finished_at, next_retry) DESC LIMIT 50
 
 -- name: archive_summary
 SELECT source_table, files, rows, bytes, oldest_value, newest_value, pending_files

@@ -165,6 +165,9 @@ FILE_COLUMNS: Columns = [
 ]
 
 
+FAILED_SHOWN = 50  # queries.sql's failed_jobs LIMIT
+
+
 def status_report(report: dict[str, list[dict[str, Any]]]) -> str:
     if not report["status_summary"]:
         return "no jobs"
@@ -172,6 +175,8 @@ def status_report(report: dict[str, list[dict[str, Any]]]) -> str:
     for name, (title, columns) in STATUS_SECTIONS.items():
         if report[name]:
             parts.append(f"{title}:\n{table(report[name], columns)}")
+        if name == "failed_jobs" and len(report[name]) >= FAILED_SHOWN:
+            parts[-1] += f"\n(the newest {FAILED_SHOWN}: `archiver jobs --status failed` lists all)"
     return "\n\n".join(parts)
 
 

@@ -17,6 +17,8 @@ from bench.common import CUTOFF, ROOT, archiver_cmd, env_for, job_seconds, run_w
 from bench.core import Bench
 from bench.jobs import claim_latencies
 
+# Within 2x of its time at the small size, unless named (issue 39: status within 1.2x).
+BOUNDS = {"archiver status": 1.2}
 VIEWS = ("archiver_job_summary", "archiver_running_jobs", "archiver_failed_jobs",
          "archiver_archive_files", "archiver_paused")  # fmt: skip
 
@@ -90,8 +92,10 @@ def catalog_at_scale(bench: Bench) -> None:
             figures.setdefault("claim p99", []).append(p99 * 1000)
         size = f"{big_jobs:,} jobs / {big_files:,} files"
         for label, (small, big) in figures.items():
+            bound = BOUNDS.get(label, 2.0)
             bench.add(f"{label}, {size}", big, small, "ms",
-                      f"<= 2x (at {small_jobs:,} / {small_files:,})", big <= 2 * max(small, 1.0))  # fmt: skip
+                      f"<= {bound}x (at {small_jobs:,} / {small_files:,})",
+                      big <= bound * max(small, 1.0))  # fmt: skip
         _prune(bench, url, big_jobs)
     finally:
         bench.dbs.drop(url)

@@ -139,3 +139,173 @@ def test_ops_queries(h: Harness) -> None:
     assert old in out and recent not in out
     remaining = {r[0] for r in sql(url, "SELECT id::text FROM background_jobs")}
     assert old not in remaining and {recent, paused, other, stuck} <= remaining
+
+
+# archiver_job_summary as it was (sql/003), a GROUP BY over every job: the truth the
+# counted summary (sql/014) must equal after whatever happened to the jobs.
+EVERY_JOB = """
+SELECT payload->>'table' AS source_table, status, count(*) AS jobs,
+       COALESCE(sum((progress->>'rows')::bigint), 0)::bigint AS rows_archived,
+       COALESCE(sum((progress->>'bytes')::bigint), 0)::bigint AS bytes_archived
+FROM background_jobs GROUP BY 1, 2
+"""
+SUMMARY = (
+    "SELECT source_table, status, jobs, rows_archived, bytes_archived FROM archiver_job_summary"
+)
+
+
+def test_the_summary_counts_finished_jobs_through_every_change(h: Harness) -> None:
+    """Jobs enqueued, claimed, completed by four connections at once (two tables),
+    failed for good, retried, cancelled, changed while finished, inserted finished in
+    bulk, pruned in batches, the counts compacted, the table truncated: after each, the
+    summary equals a GROUP BY over every job, row for row."""
+    from archiver import jobqueue
+
+    async def scenario() -> list[str]:
+        pool = await asyncpg.create_pool(h.url, min_size=4, max_size=6)
+        try:
+            return await steps(pool)
+        finally:
+            await pool.close()
+
+    async def steps(pool: asyncpg.Pool) -> list[str]:
+        checked = []
+
+        async def check(step: str) -> None:
+            async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                summary, truth = await conn.fetch(SUMMARY), await conn.fetch(EVERY_JOB)
+            assert sorted(map(str, summary)) == sorted(map(str, truth)), step
+            checked.append(step)
+
+        for i in range(120):
+            payload = {"table": f"public.t{i % 2}", "n": i}
+            await jobqueue.enqueue(pool, payload, dedup_key=f"j{i}", lock_key=None, max_attempts=1)
+        # a job without a table (as the bench's no-op jobs): its table is NULL
+        await jobqueue.enqueue(pool, {"n": "no table"}, dedup_key="none", lock_key=None)
+        await check("enqueued")
+
+        async def finish(worker: str) -> None:
+            while jobs := await jobqueue.claim_jobs(pool, worker, 3):
+                for job in jobs:
+                    n = job.payload["n"]
+                    if n == "no table" or n % 5:
+                        await jobqueue.complete(pool, job.id, worker, {"rows": 7, "bytes": 70})
+                    else:
+                        await jobqueue.fail_attempt(pool, job, worker, "boom")
+
+        await asyncio.gather(*(finish(f"w{k}") for k in range(4)))
+        await check("finished by four workers at once")
+        failed = [
+            r["id"]
+            for r in await pool.fetch("SELECT id FROM background_jobs WHERE status = 'failed'")
+        ]
+        assert len(failed) == 24
+        async with pool.acquire() as conn:
+            for job_id in failed[:10]:
+                await jobqueue.retry(conn, job_id)
+            await jobqueue.cancel(conn, failed[0])  # queued again, then cancelled
+        await check("retried and cancelled")
+        await pool.execute(
+            "UPDATE background_jobs SET progress = progress || '{\"rows\": 9}' "
+            "WHERE status = 'completed' AND payload->>'table' = 'public.t1'"
+        )
+        await check("changed while finished")
+        await pool.execute(
+            "INSERT INTO background_jobs (task_name, payload, status, progress, finished_at) "
+            "SELECT 'archive', jsonb_build_object('table', 'public.t' || (i % 3)), "
+            "(ARRAY['completed', 'failed', 'cancelled'])[1 + i % 3], "
+            "jsonb_build_object('rows', i, 'bytes', 2 * i), now() - interval '2 days' "
+            "FROM generate_series(1, 5000) i"
+        )
+        await check("inserted finished in bulk")
+        while await jobqueue.prune_finished(pool, 1, batch=1000) == 1000:
+            pass
+        await check("pruned in batches")
+        deltas = await pool.fetchval("SELECT count(*) FROM archiver_job_counts")
+        await jobqueue.compact_counts(pool)
+        folded = await pool.fetchval("SELECT count(*) FROM archiver_job_counts")
+        assert folded < deltas and folded <= 3 * 4  # a row per table and finished status
+        await check("compacted")
+        await pool.execute("TRUNCATE background_jobs")
+        await check("truncated")
+        return checked
+
+    assert len(asyncio.run(scenario())) == 8
+
+
+# archiver_archive_files as it was (sql/003): a GROUP BY over every catalogued file.
+EVERY_FILE = """
+SELECT source_table,
+       count(*) FILTER (WHERE state = 'committed') AS files,
+       COALESCE(sum(row_count) FILTER (WHERE state = 'committed'), 0)::bigint AS rows,
+       COALESCE(sum(byte_size) FILTER (WHERE state = 'committed'), 0)::bigint AS bytes,
+       min(min_cutoff_value) FILTER (WHERE state = 'committed') AS oldest_value,
+       max(max_cutoff_value) FILTER (WHERE state = 'committed') AS newest_value,
+       count(*) FILTER (WHERE state = 'pending') AS pending_files,
+       max(created_at) AS last_written_at
+FROM archive_files GROUP BY source_table
+"""
+ADD_FILES = """
+INSERT INTO archive_files (job_id, part, source_table, storage_url, path, row_count,
+    byte_size, md5, key_columns, min_key, max_key, cutoff_column, min_cutoff_value,
+    max_cutoff_value, state, created_at)
+SELECT gen_random_uuid(), 1, 'public.t' || (g % 3), 'file:///x', $3 || g, g, 10 * g, 'x',
+       '{id}', '{1}', '{2}', 'created_at', timestamptz '2020-01-01' + g * interval '1 day',
+       timestamptz '2020-01-01' + g * interval '1 day' + interval '1 hour', $4,
+       now() - g * interval '1 minute'
+FROM generate_series($1::int, $2::int) g
+"""
+
+
+def test_the_archive_summary_counts_files_through_every_change(h: Harness) -> None:
+    """Files catalogued pending, confirmed, retired, rewritten in place (a new size),
+    published (no count changes), deleted, inserted by several connections at once,
+    the counts compacted, the catalog truncated: the view equals a GROUP BY over every
+    file after each."""
+    from archiver import jobqueue
+
+    async def scenario() -> int:
+        pool = await asyncpg.create_pool(h.url, min_size=4, max_size=6)
+        try:
+            return await steps(pool)
+        finally:
+            await pool.close()
+
+    async def steps(pool: asyncpg.Pool) -> int:
+        checked = 0
+
+        async def check(step: str) -> None:
+            nonlocal checked
+            async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+                view = await conn.fetch("SELECT * FROM archiver_archive_files")
+                truth = await conn.fetch(EVERY_FILE)
+            assert sorted(map(str, view)) == sorted(map(str, truth)), step
+            checked += 1
+
+        await pool.execute(ADD_FILES, 1, 30, "pending/", "pending")
+        await check("pending")
+        await pool.execute("UPDATE archive_files SET state = 'committed' WHERE row_count % 2 = 0")
+        await check("confirmed")
+        await asyncio.gather(
+            *(
+                pool.execute(ADD_FILES, k * 100, k * 100 + 40, f"c{k}/", "committed")
+                for k in range(4)
+            )
+        )
+        await check("committed by four connections at once")
+        await pool.execute("UPDATE archive_files SET state = 'retired' WHERE row_count % 7 = 0")
+        await pool.execute(
+            "UPDATE archive_files SET row_count = 1, byte_size = 2 WHERE row_count % 5 = 0"
+        )
+        await pool.execute("UPDATE archive_files SET publication = 3, tier = 'Cool'")
+        await check("retired, rewritten, published")
+        await pool.execute("DELETE FROM archive_files WHERE state = 'retired' OR row_count < 10")
+        await check("deleted")
+        await jobqueue.compact_counts(pool)
+        assert await pool.fetchval("SELECT count(*) FROM archiver_file_counts") == 3
+        await check("compacted")
+        await pool.execute("TRUNCATE archive_files")
+        await check("truncated")
+        return checked
+
+    assert asyncio.run(scenario()) == 7
