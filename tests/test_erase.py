@@ -283,6 +283,22 @@ def test_a_predicate_that_does_not_fit_is_refused_in_one_line(d: Harness) -> Non
     assert h.value("SELECT count(*) FROM archive_ledger") == 1  # the search that found nobody
 
 
+def test_a_catalogued_file_missing_from_storage_refuses_the_erase_in_one_line(d: Harness) -> None:
+    """Found by the soak: a blob deleted behind archiver's back made erase print DuckDB's
+    traceback."""
+    from azure.storage.blob import ContainerClient
+
+    h = d
+    gone = h.value("SELECT path FROM archive_files WHERE source_table = 'public.orders' LIMIT 1")
+    blobs = ContainerClient.from_connection_string(h.azurite.connection_string, h.container)
+    blobs.delete_blob(f"archive/{gone}" if not gone.startswith("archive/") else gone)
+    out = h.cli("erase", "--table", "orders", "--where", WHERE, "--with-children")
+    assert_refused(out, "erase refused, nothing erased: an archived file of public.orders "
+                   "cannot be read", "archiver verify --table public.orders", code=1)  # fmt: skip
+    assert SECRET not in out.stderr
+    assert h.value("SELECT count(*) FROM archive_ledger") == 0
+
+
 def test_a_text_keyed_file_is_rewritten_with_postgres_key_order(h: Harness) -> None:
     """Keys Arrow orders otherwise than PostgreSQL (text under an ICU collation, where
     every a… sorts before every B…): an erased file's rewrite catalogues PostgreSQL's

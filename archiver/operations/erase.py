@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from archiver import db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
-from archiver.errors import InputError
+from archiver.errors import InputError, first_line
 from archiver.lifecycle.retention import protected
 from archiver.operations.publish import make_visible
 from archiver.operations.selection import (
@@ -89,11 +89,19 @@ async def erase_rows(
     location = settings.storage_location()
 
     def find() -> tuple[eraser.ErasePlan, eraser.Found]:
+        import duckdb
+
         with engine(settings, location) as con:
-            eraser.open_view(con, storage, files)
-            predicate = Predicate.check(con, where, eraser.VIEW, name)
-            plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
-            return plan, eraser.find(con, storage, plan)
+            try:
+                eraser.open_view(con, storage, files)
+                predicate = Predicate.check(con, where, eraser.VIEW, name)
+                plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
+                return plan, eraser.find(con, storage, plan)
+            except duckdb.IOException as exc:  # a catalogued file not stored (found by the soak)
+                raise InputError(
+                    f"erase refused, nothing erased: an archived file of {name} cannot be read "
+                    f"({first_line(exc)}); `archiver verify --table {name}` checks them all"
+                ) from None
 
     plan, found = await asyncio.to_thread(find)
     counts = {t: (len(found.positions.get(t, {})), len(fs)) for t, fs in per_table.items()}
