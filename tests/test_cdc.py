@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from archiver.testing.cluster import PrivateCluster
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import with_database
-from tests.support import PrivateCluster, run_cli, sql, sql_value, start_worker
+from tests.support import run_cli, sql, sql_value, start_worker
 
 pytestmark = pytest.mark.slow
 

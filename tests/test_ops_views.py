@@ -12,9 +12,10 @@ from typing import Any
 import asyncpg
 
 from archiver.db import query
+from archiver.testing.cluster import which_pg_bin
 from tests.harness import Harness
 from tests.ops_jobs import OLD_ROWS, jobs_in_every_state
-from tests.support import ROOT, sql, sql_value, which_pg_bin
+from tests.support import ROOT, sql, sql_value
 
 
 def by_key(rows: list[asyncpg.Record], *keys: str) -> dict[Any, asyncpg.Record]:

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from archiver.testing.cluster import PrivateCluster
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite, with_database
 from tests.crash_support import enqueue, old_ids, stop
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
-    PrivateCluster,
     archiver_cmd,
     job_row,
     run_cli,

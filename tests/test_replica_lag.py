@@ -10,17 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from archiver.testing.cluster import PrivateCluster, which_pg_bin
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import with_database
 from tests.support import (
-    PrivateCluster,
     run_cli,
     sql,
     sql_value,
     start_worker,
     wait_for_status,
     wait_until,
-    which_pg_bin,
 )
 
 pytestmark = pytest.mark.slow

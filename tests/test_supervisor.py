@@ -5,10 +5,8 @@ graceful stop (every process exits 0 on SIGTERM)."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -16,26 +14,10 @@ import pytest
 
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
-from tests.support import ROOT, run_cli, sql_value, wait_until
+from archiver.testing.supervised import BIN, CONF, ctl, running, supervisor_defaults
+from tests.support import run_cli, sql_value, wait_until
 
 pytestmark = pytest.mark.slow  # a real supervisord with a scheduler and two workers
-
-CONF = ROOT / "supervisor.conf"
-BIN = Path(sys.executable).parent
-
-
-def supervisor_defaults() -> dict[str, str]:
-    """Every variable supervisor.conf expands, from deploy/supervisor.env (which sets each)."""
-    settings = "\n".join(x for x in CONF.read_text().splitlines() if not x.startswith(";"))
-    needed = set(re.findall(r"%\(ENV_(\w+)\)s", settings))
-    values = dict(
-        line.split("=", 1)
-        for line in (ROOT / "deploy" / "supervisor.env").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
-    missing = needed - values.keys()
-    assert not missing, f"deploy/supervisor.env lacks {missing}"
-    return {k: values[k] for k in needed}
 
 
 def _answers(url: str) -> bool:
@@ -44,21 +26,6 @@ def _answers(url: str) -> bool:
             return bool(r.status == 200)
     except OSError:
         return False
-
-
-def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "supervisorctl"), "-c", str(CONF), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def running(env: dict[str, str]) -> list[str]:
-    lines = ctl(env, "status").stdout.splitlines()
-    return sorted(line.split()[0] for line in lines if " RUNNING " in line)
 
 
 @pytest.fixture

@@ -1,0 +1,379 @@
+"""The soak (issue 42): production's mix at once, for N minutes, with faults. supervisord
+runs the scheduler, three workers and the console (archiver.testing.soak_world); policies
+archive an aggregate with its children, a range-partitioned table and a table with a
+text key every 20 s, and purge the oldest events; a feeder inserts rows of every age;
+a driver runs restores, erasures, purges, tier moves and queries as an operator would,
+SIGKILLing some mid-way; faults arrive at random moments: a worker SIGKILLed, PostgreSQL
+restarted, Azurite restarted, archiver's backends terminated. Every minute and at the end
+the invariants of archiver.testing.soak_checks are checked. `bench/soak.py` runs it for
+30 minutes with its figures; tests/test_soak.py for three."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from archiver.testing import soak_checks as checks
+from archiver.testing.soak_world import WORKERS, Ledger, World, insert, landed, make_batch
+from archiver.testing.supervised import ctl, pid_of
+
+log = logging.getLogger(__name__)
+
+OPERATIONS = ("restore", "erase", "purge", "tier", "query")
+FAULTS = ("kill_worker", "restart_postgres", "restart_azurite", "terminate_backends")
+
+
+@dataclass
+class Figures:
+    minutes: float
+    rows_inserted: int = 0
+    operations: Counter[str] = field(default_factory=Counter)  # "erase ok", "restore killed", …
+    faults: Counter[str] = field(default_factory=Counter)
+    rows_restored: int = 0
+    subjects_erased: int = 0
+    checks_passed: int = 0
+    problems: list[str] = field(default_factory=list)
+    worker_rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (minute, max MB)
+    jobs: dict[str, int] = field(default_factory=dict)  # final count per task and status
+    live_rows: dict[str, int] = field(default_factory=dict)
+
+
+class Soak:
+    def __init__(self, world: World, minutes: float, seed: int, say: Callable[[str], None]):
+        self.world, self.minutes, self.say = world, minutes, say
+        self.rnd = random.Random(seed)
+        self.ledger = Ledger()
+        self.files = checks.FileKeys(world)
+        self.figures = Figures(minutes)
+        self.outputs: list[str] = []  # every command's stdout and stderr
+        self.stop = asyncio.Event()
+        self.started = time.monotonic()
+
+    def minute(self) -> float:
+        return (time.monotonic() - self.started) / 60
+
+    async def run(self) -> Figures:
+        conn = await asyncpg.connect(self.world.url)
+        try:  # a first archive's worth of every age
+            for _ in range(20):
+                batch = make_batch(self.ledger, self.rnd, 100, 200, 240)
+                await insert(conn, batch)
+                self.ledger.add(batch)
+                self.figures.rows_inserted += batch.count()
+        finally:
+            await conn.close()
+        await asyncio.to_thread(self.world.start)  # after the rows: its policies find them
+        self.started = time.monotonic()
+        tasks = [asyncio.create_task(t) for t in (self.feed(), self.drive(), self.inject(),
+                                                     self.watch(), self.browse())]  # fmt: skip
+        await asyncio.sleep(self.minutes * 60)
+        self.stop.set()
+        await asyncio.gather(*tasks)
+        await self.finish()
+        return self.figures
+
+    async def feed(self) -> None:
+        """The application: a batch of rows of every table every 0.3 s. A batch whose
+        insert raised (PostgreSQL restarting) is looked for once it is back: committed
+        or not, the ledger then knows."""
+        while not self.stop.is_set():
+            try:
+                conn = await asyncpg.connect(self.world.url, timeout=5)
+                try:
+                    if (unsure := self.ledger.unsure) is not None:
+                        if await landed(conn, unsure):
+                            self.ledger.add(unsure)
+                            self.figures.rows_inserted += unsure.count()
+                        self.ledger.unsure = None
+                    while not self.stop.is_set():
+                        batch = make_batch(self.ledger, self.rnd, 8, 120, 25)
+                        self.ledger.unsure = batch
+                        await insert(conn, batch)
+                        self.ledger.add(batch)
+                        self.ledger.unsure = None
+                        self.figures.rows_inserted += batch.count()
+                        await asyncio.sleep(0.3)
+                finally:
+                    await conn.close()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                await asyncio.sleep(0.5)
+
+    async def drive(self) -> None:
+        """The operator: one command at a time, every few seconds, each kind in turn."""
+        turn = 0
+        while not self.stop.is_set():
+            await self.pause(3, 8)
+            if self.stop.is_set():
+                return
+            kind = OPERATIONS[turn % len(OPERATIONS)]
+            turn += 1
+            await getattr(self, f"op_{kind}")()
+
+    async def pause(self, low: float, high: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), self.rnd.uniform(low, high))
+
+    async def command(self, kind: str, *args: str, kill: bool = True) -> tuple[int, str, str]:
+        """Run `archiver *args`; SIGKILLed mid-way one time in four. Exit 0, a one-line
+        refusal and a kill are outcomes an operator meets; anything else is a problem."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "archiver", *args, env=self.world.env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        killer = None
+        if kill and self.rnd.random() < 0.25:
+
+            def kill_it() -> None:
+                if proc.returncode is None:
+                    proc.kill()
+
+            killer = asyncio.get_running_loop().call_later(self.rnd.uniform(0.2, 2.0), kill_it)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 300)
+        except TimeoutError:
+            proc.kill()
+            out, err = await proc.communicate()
+            self.figures.problems.append(f"{kind}: still running after 300 s: {args}")
+        if killer is not None:
+            killer.cancel()
+        stdout, stderr = out.decode(), err.decode()
+        self.outputs.append(stdout + stderr)
+        code = proc.returncode or 0
+        if code == -signal.SIGKILL:
+            outcome = "killed"
+        elif code == 0:
+            outcome = "ok"
+        elif code == 1 and stderr.count("\n") == 1 and stderr.startswith("archiver: error: "):
+            outcome = "refused"
+        else:
+            outcome = "failed"
+            self.figures.problems.append(f"{kind} {args}: exit {code}: {stderr[-600:]}")
+        self.figures.operations[f"{kind} {outcome}"] += 1
+        return code, stdout, stderr
+
+    def _window(self, low_days: int, high_days: int, width: int) -> tuple[str, str]:
+        start = dt.date.today() - dt.timedelta(days=self.rnd.randint(low_days, high_days))
+        return start.isoformat(), (start + dt.timedelta(days=width)).isoformat()
+
+    async def op_restore(self) -> None:
+        table = self.rnd.choice(("orders", "audit"))
+        low, high = self._window(35, 115, self.rnd.choice((1, 5)))
+        code, out, err = await self.command(
+            "restore", "restore", "--table", table, "--from", low, "--to", high
+        )
+        if code == 0:
+            words = (out or err).split()
+            if len(words) > 1 and words[1].replace(",", "").isdigit():
+                self.figures.rows_restored += int(words[1].replace(",", ""))
+
+    async def op_erase(self) -> None:
+        """A data subject's rows: deleted live by the application, then erased from the
+        archive (refused while an archive job of the table runs: asked again)."""
+        if len(self.ledger.subjects) <= 5:
+            return
+        who = self.rnd.choice(self.ledger.subjects)
+        self.ledger.subjects.remove(who)
+        self.ledger.erasing.add(who)
+        self.ledger.forget_subject(who)
+        for _ in range(60):
+            try:
+                conn = await asyncpg.connect(self.world.url, timeout=5)
+                try:
+                    await conn.execute("DELETE FROM orders WHERE customer = $1", who)
+                    await conn.execute("DELETE FROM audit WHERE actor = $1", who)
+                finally:
+                    await conn.close()
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                await asyncio.sleep(1)
+        done = 0
+        for attempt in range(60):
+            results = [
+                await self.command("erase", "erase", "--table", "orders", "--where",
+                                   f"customer = '{who}'", "--with-children",
+                                   "--reason", "soak", kill=attempt < 2),
+                await self.command("erase", "erase", "--table", "audit", "--where",
+                                   f"actor = '{who}'", "--reason", "soak", kill=attempt < 2),
+            ]  # fmt: skip
+            failed = [r for r in results if r[0] != 0 and "no archived files" not in r[2]]
+            if not failed:
+                done = 1
+                break
+            await self.pause(1, 3)
+        if done:
+            self.ledger.erasing.discard(who)
+            self.ledger.erased.add(who)
+            self.figures.subjects_erased += 1
+        else:
+            self.figures.problems.append(f"erase of {who}: refused 60 times in a row")
+
+    async def op_purge(self) -> None:
+        await self.command("purge", "purge", "--table", "events", "--older-than", "150 days")
+
+    async def op_tier(self) -> None:
+        tier = self.rnd.choice(("Cool", "Hot"))
+        await self.command("tier", "tier", "--table", "audit", "--tier", tier,
+                           "--older-than", "60 days")  # fmt: skip
+
+    async def op_query(self) -> None:
+        await self.command(
+            "query", "query", "SELECT count(*) FROM orders WHERE created_at < now()", kill=False
+        )
+
+    async def inject(self) -> None:
+        turn = 0
+        while not self.stop.is_set():
+            await self.pause(12, 25)
+            if self.stop.is_set():
+                return
+            kind = FAULTS[turn % len(FAULTS)]
+            turn += 1
+            try:
+                await getattr(self, f"fault_{kind}")()
+                self.figures.faults[kind] += 1
+            except Exception as exc:
+                self.figures.problems.append(f"fault {kind} not injected: {exc}")
+
+    async def fault_kill_worker(self) -> None:
+        name = f"archiver:worker-{self.rnd.randrange(WORKERS):02d}"
+        pid = await asyncio.to_thread(pid_of, self.world.env, name)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+
+    async def fault_restart_postgres(self) -> None:
+        await asyncio.to_thread(self.world.cluster.restart)
+
+    async def fault_restart_azurite(self) -> None:
+        await asyncio.to_thread(self.world.azurite.stop)
+        await asyncio.sleep(self.rnd.uniform(0.5, 3))
+        await asyncio.to_thread(self.world.azurite.start)
+
+    async def fault_terminate_backends(self) -> None:
+        conn = await asyncpg.connect(self.world.url, timeout=5)
+        try:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name LIKE 'archiver%' "
+                "AND random() < 0.5"
+            )
+        finally:
+            await conn.close()
+
+    async def watch(self) -> None:
+        """Every minute: the rows' invariant; every 20 s: the workers' memory."""
+        last_check = time.monotonic()
+        while not self.stop.is_set():
+            await self.pause(20, 20)
+            self.figures.worker_rss_mb.append((self.minute(), await self.worker_rss()))
+            if time.monotonic() - last_check >= 60 and not self.stop.is_set():
+                last_check = time.monotonic()
+                await self.check_rows(f"minute {self.minute():.1f}")
+
+    async def check_rows(self, when: str) -> None:
+        try:
+            found = await checks.rows_in_one_place(self.world, self.ledger, self.files)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.info("soak: rows check at %s skipped: %s", when, exc)  # a restart meanwhile
+            return
+        self.figures.problems += [f"{when}: {p}" for p in found]
+        self.figures.checks_passed += not found
+        self.say(f"soak {when}: rows check {'passed' if not found else 'FAILED'}")
+
+    async def worker_rss(self) -> float:
+        sizes = []
+        for i in range(WORKERS):
+            pid = await asyncio.to_thread(pid_of, self.world.env, f"archiver:worker-{i:02d}")
+            with contextlib.suppress(OSError, TypeError):
+                status = Path(f"/proc/{pid}/status").read_text()
+                kb = next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]
+                sizes.append(int(kb) / 1024)
+        return max(sizes, default=0.0)
+
+    async def browse(self) -> None:
+        """The console open all day: its overview and jobs pages every 2 s."""
+        url = self.world.console_url
+        while not self.stop.is_set():
+            for page in ("/", "/jobs"):
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(urllib.request.urlopen, url + page, None, 5)
+            await self.pause(2, 2)
+
+    async def finish(self) -> None:
+        """The scheduler stopped, the queue drained, then every invariant once more."""
+        env = self.world.env
+        await asyncio.to_thread(ctl, env, "stop", "archiver:scheduler")
+        drained = await self.drain()
+        if not drained:
+            self.figures.problems.append("the queue did not drain within 5 minutes")
+        await self.check_rows("the end")
+        found = await asyncio.to_thread(checks.delta_equals_catalog, self.world)
+        found += await asyncio.to_thread(checks.erased_nowhere, self.world, self.ledger,
+                                         self.outputs)  # fmt: skip
+        verify = await asyncio.to_thread(self.world.cli, "verify")
+        if verify.returncode != 0:
+            found.append(f"archiver verify: {verify.stdout[-800:]}{verify.stderr[-400:]}")
+        self.figures.checks_passed += not found
+        self.figures.problems += [f"the end: {p}" for p in found]
+        self.figures.jobs = await self.jobs()
+        self.figures.live_rows = await asyncio.to_thread(checks.counts, self.world)
+        assert self.world.supervisord is not None
+        await asyncio.to_thread(self.world.supervisord.stop)
+        self.world.supervisord = None
+        left = await checks.nothing_left_behind(self.world)
+        self.figures.checks_passed += not left
+        self.figures.problems += [f"after the stop: {p}" for p in left]
+
+    async def drain(self) -> bool:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                conn = await asyncpg.connect(self.world.url, timeout=5)
+                try:
+                    busy = await conn.fetchval(
+                        "SELECT count(*) FROM background_jobs WHERE status = 'running' "
+                        "OR (status = 'queued' AND run_at < now() + interval '1 minute')"
+                    )
+                finally:
+                    await conn.close()
+                if busy == 0:
+                    return True
+            await asyncio.sleep(1)
+        return False
+
+    async def jobs(self) -> dict[str, int]:
+        conn = await asyncpg.connect(self.world.url)
+        try:
+            rows = await conn.fetch(
+                "SELECT task_name || ' ' || status AS k, count(*) AS n FROM background_jobs "
+                "GROUP BY 1 ORDER BY 1"
+            )
+        finally:
+            await conn.close()
+        return {r["k"]: int(r["n"]) for r in rows}
+
+
+def run_soak(
+    minutes: float, workdir: Path, seed: int = 1, say: Callable[[str], None] = print
+) -> Figures:
+    """The soak in its own world, torn down after (its logs stay in `workdir`)."""
+    world = World(workdir)
+    world.up()
+    try:
+        return asyncio.run(Soak(world, minutes, seed, say).run())
+    finally:
+        world.down()

@@ -1,0 +1,264 @@
+"""The soak's invariants, checked by code that shares nothing with archiver's own
+verification: the live tables and the catalog read in one snapshot, every committed file
+read back from Azurite with pyarrow, each Delta log read with delta-rs, the erased
+values looked for in every blob, log entry, ledger row and log line. Each check returns
+the problems it found, as lines; none is the invariant holding."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from azure.core.exceptions import ResourceNotFoundError
+from azure.storage.blob import ContainerClient
+
+from archiver.testing.services import AZURITE_KEY
+from archiver.testing.soak_world import CONTAINER, KEYS, PURGE_AFTER, Ledger, Row, World
+
+PREFIX = "archive"
+
+
+class FileGone(Exception):
+    """A file committed at the snapshot was deleted before it was read (retired and
+    reaped meanwhile): the check is taken again at a new snapshot."""
+
+
+def container(world: World) -> ContainerClient:
+    return ContainerClient.from_connection_string(world.azurite.connection_string, CONTAINER)
+
+
+def blob_name(path: str) -> str:
+    return path if path.startswith(PREFIX + "/") else f"{PREFIX}/{path}"
+
+
+class FileKeys:
+    """The keys each archived file holds, read once per file (files never change)."""
+
+    def __init__(self, world: World) -> None:
+        self.client = container(world)
+        self.keys: dict[str, list[object]] = {}
+
+    def of(self, path: str, column: str) -> list[object]:
+        if path not in self.keys:
+            try:
+                data = self.client.download_blob(blob_name(path)).readall()
+            except ResourceNotFoundError:
+                raise FileGone(path) from None
+            table = pq.read_table(io.BytesIO(data), columns=[column])
+            self.keys[path] = table.column(column).to_pylist()
+        return self.keys[path]
+
+
+async def rows_in_one_place(world: World, ledger: Ledger, files: FileKeys) -> list[str]:
+    """Every row the soak inserted is live, or in exactly one committed file, never both;
+    nothing else is anywhere. A row may be missing only if a purge may have taken it
+    (an event older than the retention), or present only while its subject's erasure
+    is under way."""
+    for _ in range(4):
+        try:
+            return await _rows_in_one_place(world, ledger, files, last=False)
+        except FileGone:
+            continue
+    return await _rows_in_one_place(world, ledger, files, last=True)
+
+
+async def _rows_in_one_place(
+    world: World, ledger: Ledger, files: FileKeys, *, last: bool
+) -> list[str]:
+    """One snapshot's check; a committed file whose blob is gone raises FileGone, or on
+    the `last` try is itself a problem (and its rows count as nowhere)."""
+    problems = []
+    before, erasing = ledger.snapshot(), set(ledger.erasing)
+    conn = await asyncpg.connect(world.url)
+    try:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            live = {t: {r[0] for r in await conn.fetch(f'SELECT "{k}" FROM {t}')}
+                    for t, k in KEYS.items()}  # fmt: skip
+            committed = await conn.fetch(
+                "SELECT path, source_table FROM archive_files WHERE state = 'committed'"
+            )
+    finally:
+        await conn.close()
+    archived: dict[str, Counter[object]] = {t: Counter() for t in KEYS}
+    for f in committed:
+        table = f["source_table"].rpartition(".")[2]
+        try:
+            keys = await asyncio.to_thread(files.of, f["path"], KEYS[table])
+        except FileGone:
+            if not last:
+                raise
+            problems.append(f"{table}: {f['path']} is committed in the catalog, not stored")
+            continue
+        archived[table].update(keys)
+    # after the files are read: the feeder has recorded every batch committed by then
+    erasing |= ledger.erasing
+    unsure = ledger.unsure.rows if ledger.unsure is not None else {t: {} for t in KEYS}
+    seen = Seen(before, ledger.snapshot(), live, archived, erasing, unsure)
+    return problems + judge(seen, ledger, dt.datetime.now(dt.UTC))
+
+
+@dataclass
+class Seen:
+    """What one check saw: the ledger's rows before and after the snapshot, the keys live
+    and archived (a count per key) at the snapshot, and the rows allowed to be present
+    without being in the ledger (subjects being erased, a batch being inserted)."""
+
+    before: dict[str, dict[object, Row]]
+    after: dict[str, dict[object, Row]]
+    live: dict[str, set[object]]
+    archived: dict[str, Counter[object]]
+    erasing: set[str]
+    unsure: dict[str, dict[object, Row]]
+
+
+def judge(seen: Seen, ledger: Ledger, now: dt.datetime) -> list[str]:
+    """The invariant over what one check saw: per table, no key archived twice, none
+    live and archived, none found that the ledger does not hold (unless its subject is
+    being erased or its batch is unsure), none the ledger holds that is nowhere (unless
+    a purge may have taken it: an event older than the retention)."""
+    problems = []
+    for table in KEYS:
+        live, archived = seen.live[table], seen.archived[table]
+        found = live | archived.keys()
+        removed = ledger.removed[table]
+        extra = [
+            k
+            for k in found - seen.after[table].keys()
+            if k not in seen.unsure[table]
+            and not (k in removed and removed[k].subject in seen.erasing)
+        ]
+        missing = [
+            k
+            for k in seen.before[table].keys() - found
+            if not (table == "events" and _purgeable(seen.before[table][k].created_at, now))
+        ]
+        wrong: list[tuple[str, list[object]]] = [
+            ("archived twice", [k for k, n in archived.items() if n > 1]),
+            ("live and archived", sorted(live & archived.keys(), key=str)),
+            ("found but not inserted, or erased", extra),
+            ("lost", missing),
+        ]
+        problems += [f"{table}: {len(keys)} rows {what}, e.g. {sorted(map(str, keys))[:3]}"
+                     for what, keys in wrong if keys]  # fmt: skip
+    return problems
+
+
+def _purgeable(created_at: dt.datetime | None, now: dt.datetime) -> bool:
+    return created_at is not None and created_at < now - PURGE_AFTER
+
+
+def counts(world: World) -> dict[str, int]:
+    """Live rows per table, for the figures."""
+
+    async def count() -> dict[str, int]:
+        conn = await asyncpg.connect(world.url)
+        try:
+            return {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}")) for t in KEYS}
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
+
+
+def delta_equals_catalog(world: World) -> list[str]:
+    """Once the queue is idle, each table's Delta log adds exactly its committed files."""
+    from deltalake import DeltaTable
+
+    options = {
+        "azure_storage_account_name": "devstoreaccount1",
+        "azure_storage_account_key": AZURITE_KEY,
+        "azure_storage_endpoint": f"http://127.0.0.1:{world.azurite.port}/devstoreaccount1",
+        "allow_http": "true",
+    }
+
+    async def catalogued() -> dict[str, set[str]]:
+        conn = await asyncpg.connect(world.url)
+        try:
+            rows = await conn.fetch(
+                "SELECT source_table, path FROM archive_files "
+                "WHERE state = 'committed' AND delta AND NOT offline"
+            )
+        finally:
+            await conn.close()
+        found: dict[str, set[str]] = {}
+        for r in rows:
+            found.setdefault(r["source_table"], set()).add(r["path"])
+        return found
+
+    problems = []
+    for table, paths in asyncio.run(catalogued()).items():
+        log = DeltaTable(f"az://{CONTAINER}/{PREFIX}/{table}", storage_options=options)
+        added = set(log.get_add_actions(flatten=True).column("path").to_pylist())
+        expected = {p.split(f"{table}/", 1)[1] for p in paths}
+        if added != expected:
+            problems.append(
+                f"{table}: the Delta log adds {len(added)} files, the catalog commits "
+                f"{len(expected)} ({len(added - expected)} extra, {len(expected - added)} missing)"
+            )
+    return problems
+
+
+def erased_nowhere(world: World, ledger: Ledger, outputs: list[str]) -> list[str]:
+    """No erased subject's value in any blob (a Parquet file's every column, a Delta log
+    entry), any ledger or catalog row, any process's log line or command output."""
+    if not ledger.erased:
+        return []
+    values = sorted(ledger.erased)
+    problems = []
+    client = container(world)
+    for blob in client.list_blobs():
+        data = client.download_blob(blob.name).readall()
+        if blob.name.endswith(".parquet"):
+            text = json.dumps(_values(pq.read_table(io.BytesIO(data))), default=str)
+        else:
+            text = data.decode("utf-8", "replace")
+        problems += [f"{blob.name} holds {v}" for v in values if v in text]
+
+    async def rows() -> str:
+        conn = await asyncpg.connect(world.url)
+        try:
+            found = [
+                str(await conn.fetch(f"SELECT t::text FROM {t} t"))
+                for t in ("archive_ledger", "archive_files", "background_jobs")
+            ]
+        finally:
+            await conn.close()
+        return "".join(found)
+
+    text = asyncio.run(rows())
+    problems += [f"the ledger, the catalog or the queue holds {v}" for v in values if v in text]
+    for log in sorted(Path(world.log_dir).glob("*.log")):
+        text = log.read_text(errors="replace")
+        problems += [f"{log.name} holds {v}" for v in values if v in text]
+    problems += [f"a command's output holds {v}" for v in values if any(v in o for o in outputs)]
+    return problems
+
+
+def _values(table: pa.Table) -> list[object]:
+    return [table.column(i).to_pylist() for i in range(table.num_columns)]
+
+
+async def nothing_left_behind(world: World) -> list[str]:
+    """After every archiver process has stopped: no session of one, no advisory lock."""
+    conn = await asyncpg.connect(world.url)
+    try:
+        sessions = await conn.fetch(
+            "SELECT pid, application_name, state FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
+        locks = await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+    finally:
+        await conn.close()
+    problems = [f"a session left: {dict(s)}" for s in sessions]
+    if locks:
+        problems.append(f"{locks} advisory locks left")
+    return problems

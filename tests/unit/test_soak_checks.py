@@ -1,0 +1,68 @@
+"""The soak's row invariant (archiver.testing.soak_checks.judge) on what a check might
+see: each way a row can be wrong is reported, and what is allowed is not."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+from archiver.testing.soak_checks import Seen, judge
+from archiver.testing.soak_world import KEYS, Ledger, Row
+
+NOW = dt.datetime(2026, 11, 26, tzinfo=dt.UTC)
+
+
+def seen(ledger: Ledger, live: dict[str, set[object]], archived: dict[str, list[object]]) -> Seen:
+    rows = ledger.snapshot()
+    return Seen(
+        rows,
+        rows,
+        {t: live.get(t, set()) for t in KEYS},
+        {t: Counter(archived.get(t, [])) for t in KEYS},
+        set(ledger.erasing),
+        {t: {} for t in KEYS},
+    )
+
+
+def ledger_of(**tables: dict[object, Row]) -> Ledger:
+    ledger = Ledger()
+    for table, rows in tables.items():
+        ledger.rows[table].update(rows)
+    return ledger
+
+
+def test_every_row_in_one_place_is_clean() -> None:
+    ledger = ledger_of(orders={1: Row(NOW, "s"), 2: Row(NOW, "s")}, audit={"a": Row(NOW, "t")})
+    assert judge(seen(ledger, {"orders": {1}}, {"orders": [2], "audit": ["a"]}), ledger, NOW) == []
+
+
+def test_each_wrong_place_is_reported() -> None:
+    ledger = ledger_of(orders={1: Row(NOW, "s"), 2: Row(NOW, "s"), 3: Row(NOW, "s")})
+    found = judge(seen(ledger, {"orders": {1, 9}}, {"orders": [1, 2, 2]}), ledger, NOW)
+    assert found == [
+        "orders: 1 rows archived twice, e.g. ['2']",
+        "orders: 1 rows live and archived, e.g. ['1']",
+        "orders: 1 rows found but not inserted, or erased, e.g. ['9']",
+        "orders: 1 rows lost, e.g. ['3']",
+    ]
+
+
+def test_a_purge_may_take_old_events_only() -> None:
+    old, young = NOW - dt.timedelta(days=200), NOW - dt.timedelta(days=20)
+    ledger = ledger_of(events={1: Row(old, None), 2: Row(young, None)}, audit={"a": Row(old, "s")})
+    assert judge(seen(ledger, {}, {}), ledger, NOW) == [
+        "events: 1 rows lost, e.g. ['2']",
+        "audit: 1 rows lost, e.g. ['a']",
+    ]
+
+
+def test_a_subject_s_rows_may_stay_archived_only_while_it_is_erased() -> None:
+    ledger = ledger_of(audit={"a": Row(NOW, "subject-01"), "b": Row(NOW, "subject-02")})
+    ledger.erasing.add("subject-01")
+    ledger.forget_subject("subject-01")
+    assert judge(seen(ledger, {}, {"audit": ["a", "b"]}), ledger, NOW) == []
+    ledger.erasing.discard("subject-01")
+    ledger.erased.add("subject-01")
+    assert judge(seen(ledger, {}, {"audit": ["a", "b"]}), ledger, NOW) == [
+        "audit: 1 rows found but not inserted, or erased, e.g. ['a']"
+    ]
