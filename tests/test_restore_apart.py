@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from archiver.testing.reference import seed_orders
+from tests.crash_support import kill_command_at
 from tests.harness import Harness
-from tests.support import archiver_cmd, fresh_database, sql, start_process, wait_for_text
+from tests.support import archiver_cmd, fresh_database, sql, start_process
 
 LO, HI = "2024-12-28T12:00:00+00:00", "2024-12-29T06:00:00+00:00"  # in files 4 to 6
+RESTORE_RANGE = ("restore", "--table", "orders", "--from", LO, "--to", HI)
 
 
 @pytest.fixture
@@ -83,17 +85,6 @@ def test_a_restore_moves_rows_back_into_a_source_apart_from_its_catalog(
     one_place(h, source, back=set())
 
 
-def kill_restore_at(h: Harness, point: str, log: Path) -> None:
-    proc = start_process(
-        archiver_cmd("restore", "--table", "orders", "--from", LO, "--to", HI),
-        {**h.env, "ARCHIVER_FAILPOINTS": f"{point}=pause"},
-        log,
-    )
-    wait_for_text(log, f"failpoint {point} reached")
-    proc.kill()
-    proc.wait(10)
-
-
 @pytest.mark.parametrize(
     ("point", "outcome"),
     [("restore_intent_recorded", "abandoned"), ("restore_source_committed", "done")],
@@ -104,7 +95,7 @@ def test_a_restore_killed_around_the_source_commit_is_settled_by_the_sweep(
 ) -> None:
     h, source = apart
     back = in_range(source) if outcome == "done" else set()
-    kill_restore_at(h, point, tmp_path / "restore.log")
+    kill_command_at(h.env, point, tmp_path / "restore.log", *RESTORE_RANGE)
     claimed = h.value("SELECT count(*) FROM archive_files WHERE retired_by IS NOT NULL "
                       "AND state = 'committed'")  # fmt: skip
     assert claimed == 3  # still committed, claimed: no other operation takes them
