@@ -70,6 +70,49 @@ def test_a_chunk_waits_politely_for_an_application_lock(h: Harness) -> None:
     assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
 
 
+def test_a_job_not_yet_started_waits_politely_for_an_application_lock(h: Harness) -> None:
+    """A migration holding ACCESS EXCLUSIVE when a job starts: its set-up (the size
+    estimate, the key bounds) gives up after ARCHIVER_LOCK_TIMEOUT and backs off like a
+    chunk, the attempt not spent, instead of waiting behind the lock (noticed last round:
+    it waited as long as the lock was held, its lease kept alive)."""
+    seed_orders(h.url, 5_000)
+    expected = {r["id"] for r in h.sql(f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")}
+    locked, release = threading.Event(), threading.Event()
+
+    def migration() -> None:
+        async def hold() -> None:
+            conn = await asyncpg.connect(h.url, server_settings={"application_name": "migrator"})
+            async with conn.transaction():
+                await conn.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+                locked.set()
+                await asyncio.to_thread(release.wait, 60)
+            await conn.close()
+
+        asyncio.run(hold())
+
+    holder = threading.Thread(target=migration)
+    holder.start()
+    log = h.tmp / "worker.log"
+    try:
+        assert locked.wait(10)
+        job_id = h.cli("enqueue", "--table", "orders", "--before", CUTOFF).stdout.strip()
+        worker = start_worker({**h.env, "ARCHIVER_LOCK_TIMEOUT": "0.3"}, log=log)
+        wait_for_text(log, "(2 of 10", timeout=30)
+        text = log.read_text()
+        assert "not started: waited 0.3s for a lock on public.orders held by pid" in text
+        assert "AccessExclusiveLock, migrator" in text
+        row = h.sql("SELECT status, attempts FROM background_jobs WHERE task_name = 'archive'")[0]
+        assert (row["status"], row["attempts"]) == ("running", 1)
+    finally:
+        release.set()
+        holder.join(30)
+    done = h.wait_for(job_id, "completed", timeout=120)
+    assert done["attempts"] == 1 and done["last_error"] is None
+    worker.terminate()
+    worker.wait(30)
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
+
+
 def _seed(database_url: str, rows: int, oldest_first: bool) -> None:
     """The reference rows, whose oldest have the highest ids; `oldest_first`: created in
     key order instead (a serial key), so that a move takes dense key ranges."""
