@@ -34,6 +34,8 @@ NAMES = (
     "after_delta_commit",
     "restore_before_commit",  # a move back (archiver.restore): its rewrites uploaded
     "restore_committed",  # its transaction committed, the retired files not yet deleted
+    "restore_intent_recorded",  # catalog in another database: its intent recorded
+    "restore_source_committed",  # ...its source transaction committed, the intent not applied
     "purge_before_commit",  # a purge (archiver.lifecycle.purge): its ledger row written
     "purge_committed",  # its files retired, their blobs not yet deleted
     "erase_rewritten",  # an erase (archiver.lifecycle.erase): a file's rewrite uploaded

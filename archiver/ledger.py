@@ -15,6 +15,12 @@ restore that moves them back, a purge, an erasure) works in four steps:
             publisher's `unpublication`, in the same Delta commit that adds its
             rewrite), then its blob and its catalog row are deleted.
 
+With the catalog in another database than the source (ARCHIVER_SOURCE_URL), a
+restore's step 3 is two transactions, bridged as an archive chunk's are: `record_intent`
+claims the files and records what the catalog commit will do with the source
+transaction's id, the source commits, then `settle` applies it; a crash in between is
+settled by the sweep, which asks the source (pg_xact_status) whether it committed.
+
 A crash before 3 leaves the catalog as it was and rewritten blobs nobody catalogued;
 the ledger row stays `running` with its lock free, and the next sweep (a publish job of
 the table, queued by any worker's maintenance) deletes those blobs and marks it
@@ -25,6 +31,7 @@ its rewrite and the database, never both, never neither.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import logging
@@ -37,7 +44,7 @@ from archiver import failpoints
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
 from archiver.db import query
-from archiver.errors import InputError, StorageError
+from archiver.errors import ArchiverError, InputError, StorageError
 from archiver.files import names
 from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
@@ -159,10 +166,22 @@ def take_out(
     return ledger_id, done
 
 
-def abandon(conn: BulkConnection, storage: Storage, operation: int, tables: list[str]) -> int:
+def abandon(
+    conn: BulkConnection,
+    storage: Storage,
+    operation: int,
+    tables: list[str],
+    *,
+    source_aborted: bool = False,
+) -> int:
     """An operation that did not commit: delete the rewritten blobs it left (none is
-    catalogued, since its step 3 never committed) and mark its row abandoned. Returns
-    how many blobs went."""
+    catalogued, since its step 3 never committed), release the files it claimed and
+    mark its row abandoned. Returns how many blobs went. An operation that recorded an
+    intent is left to the sweep (its source transaction may have committed) unless
+    `source_aborted`; -1 then."""
+    if not source_aborted and fetch_all(conn, query("ledger_intent_of"), (operation,))[0][0]:
+        conn.rollback()
+        return -1
     here = str(storage.location)
     deleted = 0
     for table in tables:
@@ -172,18 +191,88 @@ def abandon(conn: BulkConnection, storage: Storage, operation: int, tables: list
             if not fetch_all(conn, query("catalogued_path"), (here, stored.name))[0][0]:
                 storage.delete(stored.name)
                 deleted += 1
+    _run(conn, "ledger_unclaim", operation)
     _run(conn, "ledger_abandon", operation)
     conn.commit()
     return deleted
 
 
-def sweep(conn: BulkConnection, storage: Storage, table: str | None = None) -> None:
+class Unsettled(ArchiverError):
+    """A restore with the catalog in another database whose source COMMIT succeeded, or
+    may have, while its catalog change did not: the next sweep settles it."""
+
+
+def record_intent(
+    catalog: BulkConnection,
+    operation: int,
+    source_xid: str,
+    retired: list[int],
+    written: list[ArchivedFile],
+    rows: int,
+    detail: dict[str, Any],
+) -> None:
+    """Step 3's first half when the catalog is another database, before the source
+    commits: claim the files to retire (refused if some left or were claimed meanwhile)
+    and record what `settle` will do and the source transaction that decides it."""
+    claimed = _run(catalog, "ledger_claim_files", json.dumps(retired), operation)
+    if len(claimed) != len(set(retired)):
+        catalog.rollback()
+        raise InputError(
+            "some of these files left the archive meanwhile (another restore, purge or "
+            "erase); nothing restored, run it again"
+        )
+    intent = {
+        "retired": retired,
+        "written": [dataclasses.asdict(f) for f in written],
+        "rows": rows,
+        "detail": detail,
+    }
+    _run(catalog, "ledger_intent", operation, source_xid, json.dumps(intent))
+    catalog.commit()
+
+
+def settle(catalog: BulkConnection, operation: int) -> None:
+    """Step 3's second half, once the source committed: the recorded intent applied in
+    one catalog transaction (files retired, rewrites catalogued, the row done)."""
+    text = fetch_all(catalog, query("ledger_intent_of"), (operation,))[0][0]
+    intent = json.loads(text)
+    written = [ArchivedFile(**f) for f in intent["written"]]
+    commit_changes(catalog, operation, intent["retired"], written, intent["rows"], intent["detail"])
+    catalog.commit()
+
+
+def sweep(
+    conn: BulkConnection,
+    storage: Storage,
+    table: str | None = None,
+    source_status: Callable[[str], str | None] | None = None,
+) -> None:
     """What dead operations left on this storage (their rewritten blobs), then the
-    retired files of `table` that are out of its Delta log (their blobs and rows)."""
-    for operation, tables in _run(conn, "ledger_running", str(storage.location)):
+    retired files of `table` that are out of its Delta log (their blobs and rows). A
+    dead restore into another database is settled by its source transaction's fate
+    (`source_status`: pg_xact_status on the source): committed, its intent is applied;
+    aborted, it is abandoned; in progress or forgotten, it is left, and said."""
+    for operation, tables, xid, intent in _run(conn, "ledger_running", str(storage.location)):
         conn.commit()
         try:
-            gone = abandon(conn, storage, int(operation), json.loads(tables))
+            if intent is not None:
+                status = source_status(str(xid)) if source_status is not None else None
+                if status == "committed":
+                    settle(conn, int(operation))
+                    log.warning(
+                        "restore %s: its rows had moved back before its process died; "
+                        "their files have now left the archive",
+                        operation,
+                    )
+                    continue
+                if status != "aborted":
+                    log.warning(
+                        "restore %s: its source transaction %s is %s: left as it is (its "
+                        "files stay in the archive, claimed, until it is known)",
+                        operation, xid, status or "unknown to the source",
+                    )  # fmt: skip
+                    continue
+            gone = abandon(conn, storage, int(operation), json.loads(tables), source_aborted=True)
             log.warning(
                 "archive operation %s did not finish (its process died): abandoned, "
                 "%d rewritten files deleted, the archive is as it was",

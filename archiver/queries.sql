@@ -526,27 +526,49 @@ SELECT pg_advisory_unlock(hashtextextended('archiver.ledger ' || $1::bigint, 0))
 
 -- name: ledger_running
 -- Operations on storage $1 still running, with the lock of each free: left by a dead
--- process (the lock is taken here, held until ledger_unlock).
+-- process (the lock is taken here, held until ledger_unlock); with the source
+-- transaction and intent of a restore into another database (sql/015).
 WITH running AS MATERIALIZED (
-    SELECT id, tables FROM archive_ledger WHERE storage_url = $1 AND status = 'running'
+    SELECT id, tables, source_xid, intent FROM archive_ledger
+    WHERE storage_url = $1 AND status = 'running'
 )
-SELECT id, array_to_json(tables)::text FROM running
+SELECT id, array_to_json(tables)::text, source_xid::text, intent::text FROM running
 WHERE pg_try_advisory_lock(hashtextextended('archiver.ledger ' || id, 0))
+
+-- name: ledger_claim_files
+-- A restore into another database (sql/015): the files it will retire, claimed while
+-- still committed; fewer rows than asked: some were retired or claimed meanwhile.
+UPDATE archive_files SET retired_by = $2::bigint
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint))
+  AND state = 'committed' AND retired_by IS NULL
+RETURNING id
+
+-- name: ledger_intent
+UPDATE archive_ledger SET source_xid = $2::text::xid8, intent = $3::jsonb
+WHERE id = $1::bigint AND status = 'running'
+
+-- name: ledger_intent_of
+SELECT intent::text FROM archive_ledger WHERE id = $1::bigint
+
+-- name: ledger_unclaim
+UPDATE archive_files SET retired_by = NULL
+WHERE retired_by = $1::bigint AND state = 'committed'
 
 -- name: ledger_lock_files
 -- The files an operation retires, locked until it commits; fewer rows than asked: some
--- were retired (or deleted) meanwhile.
+-- were retired (or deleted) meanwhile, or claimed by a restore into another database.
 SELECT id FROM archive_files WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint))
-  AND state = 'committed'
+  AND state = 'committed' AND retired_by IS NULL
 FOR UPDATE
 
 -- name: ledger_retire
 UPDATE archive_files SET state = 'retired', retired_by = $2::bigint
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'committed'
+  AND (retired_by IS NULL OR retired_by = $2::bigint)
 
 -- name: ledger_done
 UPDATE archive_ledger SET status = 'done', finished_at = now(), rows = $2::bigint,
-                          detail = $3::jsonb
+                          detail = $3::jsonb, intent = NULL
 WHERE id = $1::bigint AND status = 'running'
 
 -- name: ledger_abandon

@@ -14,6 +14,7 @@ rewrite without the restored ones. `--into` another table and `--keep-archive` c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import tempfile
@@ -232,10 +233,17 @@ def _insert(
 
 
 def restore(
-    conn: BulkConnection, storage: Storage, plan: RestorePlan, workdir: Path, report: Report
+    conn: BulkConnection,
+    storage: Storage,
+    plan: RestorePlan,
+    workdir: Path,
+    report: Report,
+    catalog: BulkConnection | None = None,
 ) -> Restored:
     """Restore the plan's files in one transaction: what it did (or, in a dry run,
-    would do). A move back also takes the rows out of the archive in it."""
+    would do). A move back also takes the rows out of the archive: in that transaction,
+    or, with the catalog on `catalog` (another database), through the ledger's intent
+    (archiver.ledger.record_intent, then settle once the source committed)."""
     tables = list(dict.fromkeys(f.source_table for f in plan.files))
     if len(tables) > 1 and plan.into is not None:
         raise InputError(f"files of several tables match ({', '.join(tables)}); --into takes one")
@@ -253,9 +261,14 @@ def restore(
     targets: dict[str, str] = {}
     target = ""
     said = ""  # the column differences last reported
+    intent = False  # recorded in the other catalog database: the sweep may settle it
     verb = "would be restored" if plan.dry_run else "restored"
     try:
-        if plan.moves_back and not ledger.lock_files(conn, [f.id for f in files]):
+        if (
+            plan.moves_back
+            and catalog is None
+            and not ledger.lock_files(conn, [f.id for f in files])
+        ):
             raise InputError(
                 "some of these files left the archive meanwhile (another restore?); "
                 "nothing restored, run it again"
@@ -289,18 +302,41 @@ def restore(
         if plan.moves_back:
             assert plan.operation is not None
             failpoints.reach("restore_before_commit")
-            ledger.commit_changes(
-                conn, plan.operation, done.retired, done.written, done.rows, done.per_table
-            )
+            changes = (plan.operation, done.retired, done.written, done.rows, done.per_table)
+            if catalog is None:
+                ledger.commit_changes(conn, *changes)
+            else:
+                with conn.cursor() as cur:  # in the open transaction (fetch_all rolls back)
+                    cur.execute("SELECT pg_current_xact_id()::text")
+                    xid = cur.fetchall()[0][0]
+                ledger.record_intent(catalog, changes[0], str(xid), *changes[1:])
+                intent = True
+                failpoints.reach("restore_intent_recorded")
         conn.commit()
     except adbc_driver_manager.Error as exc:
-        conn.rollback()
+        with contextlib.suppress(adbc_driver_manager.Error):
+            conn.rollback()
+        if intent:  # a COMMIT that errored may have committed: the source will say
+            raise ledger.Unsettled(
+                f"the source's COMMIT failed ({first_line(exc)}); whether the rows went in "
+                "is settled by the next sweep of the ledger"
+            ) from exc
         raise RestoreFailed(
             f"restore into {target or tables[0]} failed, nothing changed: {first_line(exc)}"
         ) from exc
     except BaseException:
         conn.rollback()
         raise
+    if plan.moves_back and catalog is not None:
+        assert plan.operation is not None
+        failpoints.reach("restore_source_committed")
+        try:
+            ledger.settle(catalog, plan.operation)
+        except Exception as exc:  # the rows are back: the sweep finishes the catalog
+            raise ledger.Unsettled(
+                f"the rows are back, but their files' leaving the archive failed "
+                f"({first_line(exc)}): the next sweep of the ledger finishes it"
+            ) from exc
     return done
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from pathlib import Path
 
-from tests.support import run_cli, sql
+from tests.support import archiver_cmd, run_cli, sql, start_process, wait_for_text
 
 CUTOFF = "2024-12-25"  # with 20,000 seeded rows: 9,920 rows older
 
@@ -35,3 +36,11 @@ def blob_etags(connection_string: str, container: str) -> dict[str, str]:
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
     proc.send_signal(signal.SIGTERM)
     return proc.wait(timeout)
+
+
+def kill_command_at(env: dict[str, str], point: str, log: Path, *args: str) -> None:
+    """`archiver ARGS` SIGKILLed where it reaches failpoint `point`."""
+    proc = start_process(archiver_cmd(*args), {**env, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log)
+    wait_for_text(log, f"failpoint {point} reached")
+    proc.kill()
+    proc.wait(10)

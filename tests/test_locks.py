@@ -6,7 +6,9 @@ released the job completes, every row exactly once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import asyncpg
 import pytest
@@ -18,6 +20,33 @@ from tests.harness import Harness
 from tests.support import sql, start_worker, wait_for_text, wait_until
 
 CUTOFF = "2024-12-25"
+
+
+@contextlib.contextmanager
+def holding(url: str, application: str, statement: str) -> Iterator[None]:
+    """An application's transaction holding the lock `statement` takes, from before the
+    block starts until it ends."""
+    locked, release = threading.Event(), threading.Event()
+
+    def application_thread() -> None:
+        async def hold() -> None:
+            conn = await asyncpg.connect(url, server_settings={"application_name": application})
+            async with conn.transaction():
+                await conn.execute(statement)
+                locked.set()
+                await asyncio.to_thread(release.wait, 60)
+            await conn.close()
+
+        asyncio.run(hold())
+
+    holder = threading.Thread(target=application_thread)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join(30)
 
 
 def test_a_chunk_waits_politely_for_an_application_lock(h: Harness) -> None:
@@ -35,23 +64,8 @@ def test_a_chunk_waits_politely_for_an_application_lock(h: Harness) -> None:
     worker = start_worker(polite, log=log)
     wait_for_text(log, "chunk 1 of")
 
-    locked, release = threading.Event(), threading.Event()
-
-    def application() -> None:
-        async def hold() -> None:
-            conn = await asyncpg.connect(h.url, server_settings={"application_name": "billing-app"})
-            async with conn.transaction():
-                await conn.execute("LOCK TABLE orders IN SHARE MODE")  # readers fine, no DELETE
-                locked.set()
-                await asyncio.to_thread(release.wait, 60)
-            await conn.close()
-
-        asyncio.run(hold())
-
-    holder = threading.Thread(target=application)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    # SHARE: readers fine, no DELETE
+    with holding(h.url, "billing-app", "LOCK TABLE orders IN SHARE MODE"):
         wait_for_text(log, "retrying in", timeout=30)
         wait_for_text(log, "(2 of 10", timeout=30)  # it keeps waiting, politely
         text = log.read_text()
@@ -60,9 +74,30 @@ def test_a_chunk_waits_politely_for_an_application_lock(h: Harness) -> None:
         assert "the attempt is not spent" in text
         row = h.sql("SELECT status, attempts FROM background_jobs")[0]
         assert (row["status"], row["attempts"]) == ("running", 1)
-    finally:
-        release.set()
-        holder.join(30)
+    done = h.wait_for(job_id, "completed", timeout=120)
+    assert done["attempts"] == 1 and done["last_error"] is None
+    worker.terminate()
+    worker.wait(30)
+    assert_exactly_once(h.url, h.azurite.connection_string, h.container, expected)
+
+
+def test_a_job_not_yet_started_waits_politely_for_an_application_lock(h: Harness) -> None:
+    """A migration holding ACCESS EXCLUSIVE when a job starts: its set-up (the size
+    estimate, the key bounds) gives up after ARCHIVER_LOCK_TIMEOUT and backs off like a
+    chunk, the attempt not spent, instead of waiting behind the lock (noticed last round:
+    it waited as long as the lock was held, its lease kept alive)."""
+    seed_orders(h.url, 5_000)
+    expected = {r["id"] for r in h.sql(f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")}
+    log = h.tmp / "worker.log"
+    with holding(h.url, "migrator", "LOCK TABLE orders IN ACCESS EXCLUSIVE MODE"):
+        job_id = h.cli("enqueue", "--table", "orders", "--before", CUTOFF).stdout.strip()
+        worker = start_worker({**h.env, "ARCHIVER_LOCK_TIMEOUT": "0.3"}, log=log)
+        wait_for_text(log, "(2 of 10", timeout=30)
+        text = log.read_text()
+        assert "not started: waited 0.3s for a lock on public.orders held by pid" in text
+        assert "AccessExclusiveLock, migrator" in text
+        row = h.sql("SELECT status, attempts FROM background_jobs WHERE task_name = 'archive'")[0]
+        assert (row["status"], row["attempts"]) == ("running", 1)
     done = h.wait_for(job_id, "completed", timeout=120)
     assert done["attempts"] == 1 and done["last_error"] is None
     worker.terminate()

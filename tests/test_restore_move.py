@@ -11,11 +11,12 @@ from typing import Any
 
 from archiver.testing.reference import seed_orders
 from tests.archive_check import icu_rewrites
+from tests.crash_support import kill_command_at
 from tests.delta_check import catalogued, delta, duck, uri
 from tests.harness import Harness
-from tests.support import archiver_cmd, start_process, wait_for_text
 
 LO, HI = "2024-12-28T12:00:00+00:00", "2024-12-29T06:00:00+00:00"  # in files 4 to 6
+RESTORE_RANGE = ("restore", "--table", "orders", "--from", LO, "--to", HI)
 
 
 def archive_orders(h: Harness, rows: int = 6000) -> set[int]:
@@ -43,18 +44,6 @@ def one_place(h: Harness, ids: set[int], *, live: set[int]) -> None:
     assert h.keys() == live
     changed = h.value("SELECT count(*) FROM (SELECT * FROM orders EXCEPT SELECT * FROM snapshot) d")
     assert changed == 0
-
-
-def kill_restore_at(h: Harness, point: str, log: Path) -> None:
-    """A range restore SIGKILLed where it reaches failpoint `point`."""
-    proc = start_process(
-        archiver_cmd("restore", "--table", "orders", "--from", LO, "--to", HI),
-        {**h.env, "ARCHIVER_FAILPOINTS": f"{point}=pause"},
-        log,
-    )
-    wait_for_text(log, f"failpoint {point} reached")
-    proc.kill()
-    proc.wait(10)
 
 
 def ledger(h: Harness) -> list[Any]:
@@ -103,7 +92,7 @@ def test_a_range_restore_moves_rows_back_and_a_later_move_archives_them_once(h: 
 def test_a_restore_killed_before_its_commit_changes_nothing(h: Harness, tmp_path: Path) -> None:
     ids = archive_orders(h)
     before = sorted(r["path"] for r in h.sql("SELECT path FROM archive_files"))
-    kill_restore_at(h, "restore_before_commit", tmp_path / "restore.log")
+    kill_command_at(h.env, "restore_before_commit", tmp_path / "restore.log", *RESTORE_RANGE)
     # the rewrites were uploaded, not catalogued: the rows are where they were
     assert not h.keys()
     assert sorted(r["path"] for r in h.sql("SELECT path FROM archive_files")) == before
@@ -126,7 +115,7 @@ def test_a_restore_killed_after_its_commit_is_finished_by_the_sweep(
 ) -> None:
     ids = archive_orders(h)
     back = in_range(h)
-    kill_restore_at(h, "restore_committed", tmp_path / "restore.log")
+    kill_command_at(h.env, "restore_committed", tmp_path / "restore.log", *RESTORE_RANGE)
     # committed: the rows are live, their files retired (not counted), not yet deleted
     retired = h.value("SELECT count(*) FROM archive_files WHERE state = 'retired'")
     assert retired == 3

@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from archiver import failpoints
 from archiver.archive.chunk import archive_chunk, rollback_quietly
@@ -32,12 +32,21 @@ from archiver.files import names
 from archiver.limits import WINDOW, window_opens
 from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
+from archiver.source.binding import session_lock_timeout
 from archiver.source.chunks import describe_archive
-from archiver.source.guardrails import dead_tuples, replica_lag, vacuum, wal_position
+from archiver.source.guardrails import (
+    LOCK_NOT_AVAILABLE,
+    dead_tuples,
+    lock_holders,
+    replica_lag,
+    vacuum,
+    wal_position,
+)
 from archiver.source.partitions import PartitionAction, WholePartition
 from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # fewer rows estimated old: the job's bounds are read from the old rows alone
 WALK_MIN = 1_000
@@ -183,6 +192,26 @@ def sweep_stale_uploads(job: JobContext) -> None:
                 job.storage.delete(stored.name)
 
 
+def _politely(job: JobContext, interrupt: Interrupt, step: Callable[[], T]) -> T:
+    """`step`, a job's set-up before its chunks (the size estimate, the key bounds), with
+    the job's lock timeout on the source: a lock held longer (a migration's ACCESS
+    EXCLUSIVE) is waited out politely, as a chunk's is, the attempt not spent."""
+    busy = 0
+    while True:
+        try:
+            with session_lock_timeout(job.source, job.limits.lock_timeout):
+                return step()
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            rollback_quietly(job.source)
+            table = job.queries.table
+            holders = lock_holders(job.source, table) or "no holder left"
+            busy += 1
+            what = f"not started: waited {job.limits.lock_timeout:g}s for a lock on "
+            _back_off(job, busy, f"{what}{table.qualified} held by {holders}", interrupt)
+
+
 def _back_off(job: JobContext, busy: int, what: str, interrupt: Interrupt) -> None:
     """After the `busy`-th lock timeout in a row: wait, exponentially longer each time
     (the attempt is not spent), or raise once ARCHIVER_LOCK_RETRIES are used up."""
@@ -307,7 +336,7 @@ def run_job(
     seconds)` of every wait on a limit (metrics). Outside the job's maintenance window it
     raises OutsideWindow, before its first chunk or at the boundary of the next."""
     _check_window(job, job.catalog.limits())
-    progress = start_job(job, saved)
+    progress = _politely(job, interrupt, lambda: start_job(job, saved))
     copy = job.request.mode == Mode.COPY
     busy = 0  # lock timeouts in a row
     last: Last | None = None
@@ -322,7 +351,11 @@ def run_job(
             busy = 0
             failpoints.reach("copy_snapshot_open")
             break
-        bounded = bound_to_old_rows(job, progress.rows_estimated - progress.rows)
+        old = progress.rows_estimated - progress.rows
+        if copy:  # inside the snapshot, whose tables are locked already (and which a
+            bounded = bound_to_old_rows(job, old)  # commit or rollback here would end)
+        else:
+            bounded = _politely(job, interrupt, lambda: bound_to_old_rows(job, old))
         if bounded is None:
             return _finished(job, progress)
         job = bounded

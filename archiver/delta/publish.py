@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from archiver import failpoints, ledger
-from archiver.bulk import BulkConnection, Row
+from archiver.bulk import BulkConnection, Row, connect_bulk, fetch_all
 from archiver.config import StorageLocation
 from archiver.db import query
 from archiver.delta import lock
@@ -72,8 +73,11 @@ class Publisher:
         storage: Storage,
         options: dict[str, str],
         table: str,
+        source_status: Callable[[str], str | None] | None = None,
     ) -> None:
         self.conn, self.storage, self.options, self.table = conn, storage, options, table
+        # pg_xact_status on a source database apart from the catalog (ledger.sweep)
+        self.source_status = source_status
         self.location: StorageLocation = storage.location
         self.url = str(self.location)
         self.uri = table_uri(self.location, table)
@@ -102,13 +106,13 @@ class Publisher:
         lock.take(self.conn, self.url, self.table, lock_wait)
         try:
             if sweep_only and not self._rows("delta_removals_pending")[0][0]:
-                ledger.sweep(self.conn, self.storage, self.table)
+                ledger.sweep(self.conn, self.storage, self.table, self.source_status)
                 return done
             if rebuild or self._rows("delta_rebuilding")[0][0]:  # asked, or cut short
                 self._forget()
             while (number := self._number()) is not None:
                 self._publish(number, done)
-            ledger.sweep(self.conn, self.storage, self.table)
+            ledger.sweep(self.conn, self.storage, self.table, self.source_status)
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
@@ -318,4 +322,17 @@ def publish_table_on(
     from archiver.delta.location import storage_options
 
     options = storage_options(settings, storage.location)
-    return Publisher(conn, storage, options, table).run(**run)
+    status = None if settings.same_database else source_status(settings.effective_source_url)
+    return Publisher(conn, storage, options, table, status).run(**run)
+
+
+def source_status(url: str) -> Callable[[str], str | None]:
+    """pg_xact_status of a transaction of the source database at `url` (None: too old
+    for it to remember), on a connection opened when asked."""
+
+    def status(xid: str) -> str | None:
+        with connect_bulk(url) as conn:
+            rows = fetch_all(conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    return status

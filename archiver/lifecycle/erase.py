@@ -163,7 +163,8 @@ def erase(
                     failpoints.reach("erase_rewritten")
                 done.detail[table] = counts
                 report(
-                    f"{table}: {counts['rows']} rows erased from {counts['retired']} of "
+                    # said before the commit: "erased" only once it is (cmd_erase's line)
+                    f"{table}: {counts['rows']} rows to erase from {counts['retired']} of "
                     f"{len(files)} files ({counts['rewritten']} rewritten)"
                 )
         return done

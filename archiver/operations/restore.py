@@ -9,12 +9,13 @@ import datetime as dt
 import logging
 import tempfile
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archiver import failpoints
-from archiver.bulk import BulkConnection, on_source
+from archiver.bulk import BulkConnection, connect_bulk, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, OfflineError
 from archiver.ident import TableName
@@ -55,11 +56,6 @@ async def restore(
     if into is not None:
         TableName.parse(into)
     moves_back = into is None and not keep_archive
-    if moves_back and not settings.same_database:
-        raise InputError(
-            "restore: the catalog is in another database than the source, so rows cannot "
-            "leave the archive in the restore's transaction; --keep-archive copies them back"
-        )
     files = await selection.files(settings, state="committed")
     if not files:
         raise InputError("no archived files match")
@@ -97,23 +93,30 @@ async def restore(
 
     def run(conn: BulkConnection) -> Restored:
         workdir = Path(tempfile.gettempdir())
-        if not moves_back or dry_run:
+        if not moves_back:
             return restore(conn, storage, plan, workdir, report)
-        operation = ledger.begin(conn, "restore", str(storage.location), tables, request)
-        try:
-            done = restore(conn, storage, replace(plan, operation=operation), workdir, report)
-        except BaseException:
-            ledger.abandon(conn, storage, operation, tables)
-            raise
-        finally:
-            ledger.end(conn, operation)
-        failpoints.reach("restore_committed")
-        if no_wait:  # files never published go now; the others after their removal
-            try:  # from the Delta log (the publications queued below)
-                for table in tables:
-                    ledger.reap_now(conn, storage, table)
-            except Exception as exc:  # the rows have moved back: the rest, a sweep does
-                log.warning("restore committed; retired files left for the sweep: %s", exc)
+        # the catalog in another database (ARCHIVER_SOURCE_URL): its own connection, and
+        # the ledger's intent bridges the two transactions (archiver.ledger)
+        apart = not settings.same_database
+        with connect_bulk(settings.database_url) if apart else nullcontext(conn) as catalog:
+            if dry_run:
+                return restore(conn, storage, plan, workdir, report, catalog if apart else None)
+            operation = ledger.begin(catalog, "restore", str(storage.location), tables, request)
+            try:
+                done = restore(conn, storage, replace(plan, operation=operation), workdir,
+                               report, catalog if apart else None)  # fmt: skip
+            except BaseException:
+                ledger.abandon(catalog, storage, operation, tables)  # not if the source decides
+                raise
+            finally:
+                ledger.end(catalog, operation)
+            failpoints.reach("restore_committed")
+            if no_wait:  # files never published go now; the others after their removal
+                try:  # from the Delta log (the publications queued below)
+                    for table in tables:
+                        ledger.reap_now(catalog, storage, table)
+                except Exception as exc:  # the rows have moved back: the rest, a sweep does
+                    log.warning("restore committed; retired files left for the sweep: %s", exc)
         return done
 
     try:

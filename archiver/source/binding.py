@@ -1,9 +1,15 @@
 """A chunk's values handed to its statements as transaction-local settings (see
-source.chunks for why settings and not parameters)."""
+source.chunks for why settings and not parameters), and the lock timeout of what a job
+runs outside its chunks."""
 
 from __future__ import annotations
 
-from archiver.bulk import BulkCursor
+import contextlib
+from collections.abc import Iterator
+
+import adbc_driver_manager
+
+from archiver.bulk import BulkConnection, BulkCursor
 from archiver.model import KeyRange
 
 
@@ -52,6 +58,28 @@ def set_lock_timeout(cur: BulkCursor, seconds: float) -> None:
     """The lock_timeout of the rest of the transaction."""
     cur.execute("SELECT set_config('lock_timeout', $1, true)", (_milliseconds(seconds),))
     cur.fetchall()
+
+
+@contextlib.contextmanager
+def session_lock_timeout(conn: BulkConnection, seconds: float) -> Iterator[None]:
+    """The connection's lock_timeout for statements run outside a chunk's transaction
+    (each in one of its own: a job's set-up), put back as it was after."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, false)",
+            (_milliseconds(seconds),),
+        )
+        previous = cur.fetchall()[0][0]
+    conn.commit()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(adbc_driver_manager.Error):  # a connection gone: no matter
+            conn.rollback()
+            with conn.cursor() as cur:
+                cur.execute("SELECT set_config('lock_timeout', $1, false)", (previous,))
+                cur.fetchall()
+            conn.commit()
 
 
 def _milliseconds(seconds: float) -> str:
