@@ -32,6 +32,7 @@ def table(figures: Figures, seconds: float) -> str:
         ("live rows at the end", ", ".join(f"{k} {n:,}" for k, n in figures.live_rows.items())),
         ("worker peak RSS, first 1.5 min / last 1.5 min", f"{first:.0f} MB / {last:.0f} MB"),
         ("invariant checks passed", str(figures.checks_passed)),
+        ("minute checks skipped (a restart meanwhile)", str(figures.checks_skipped)),
         ("problems", str(len(figures.problems))),
     ]
     lines = ["| figure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
