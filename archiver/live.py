@@ -37,7 +37,7 @@ from typing import Any
 from archiver import failpoints
 from archiver.bulk import BulkConnection
 from archiver.config import Settings, StorageLocation
-from archiver.errors import InputError
+from archiver.errors import InputError, StorageError, first_line
 from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 
@@ -363,7 +363,10 @@ def query(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live:
                 return run(con)
         except duckdb.IOException as exc:
             if attempt == RETRIES or not _a_file_went(exc, snapshot, location):
-                raise
+                # storage unreachable (found by the soak, Azurite restarting): one line
+                raise StorageError(
+                    f"{command}: the archive could not be read: {first_line(exc)}"
+                ) from None
         finally:
             conn.rollback()
     raise AssertionError("unreachable")

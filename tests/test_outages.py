@@ -18,6 +18,7 @@ from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
     archiver_cmd,
+    assert_refused,
     job_row,
     run_cli,
     sql,
@@ -180,5 +181,36 @@ def test_azurite_down_during_an_upload(
         # The outage failed an attempt (a later lease rescue may have the last word).
         assert "StorageError" in job_row(database_url, job_id)["errors"]
         assert_exactly_once(database_url, storage.connection_string, container, expected)
+    finally:
+        storage.stop()
+
+
+def test_a_query_while_storage_is_down_is_one_line(
+    env: dict[str, str], database_url: str, tmp_path: Path
+) -> None:
+    """Found by the soak: `archiver query` with Azurite restarting printed DuckDB's
+    IOException traceback."""
+    storage = Azurite(tmp_path / "azurite")
+    storage.start()
+    try:
+        from azure.storage.blob import BlobServiceClient
+
+        BlobServiceClient.from_connection_string(storage.connection_string).create_container("down")
+        here = {
+            **env,
+            "AZURE_STORAGE_CONNECTION_STRING": storage.connection_string,
+            "ARCHIVER_STORAGE_URL": "az://down/archive",
+        }
+        seed_orders(database_url, 20_000)
+        assert old_ids(database_url)
+        job_id = enqueue(here)
+        w = start_worker(here, "--burst")
+        assert w.wait(120) == 0
+        wait_for_status(database_url, job_id, "completed")
+        counted = run_cli(here, "query", "SELECT count(*) FROM orders")
+        assert counted.returncode == 0, counted.stderr
+        storage.stop()
+        down = run_cli(here, "query", "SELECT count(*) FROM orders")
+        assert_refused(down, "query: the archive could not be read", code=1)
     finally:
         storage.stop()

@@ -1,6 +1,7 @@
 """`archiver restore`: the selected committed files back into PostgreSQL in one
-transaction (archiver.restore); moved back, they leave the archive in that transaction
-(archiver.ledger) and then their Delta tables."""
+transaction (archiver.restore); moved back, they leave the archive in that transaction,
+or bridged to it when the catalog is another database (archiver.ledger), and then their
+Delta tables."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ async def restore(
 ) -> tuple[Restored, list[CatalogFile]]:
     """Restore the selected committed files in one transaction: what it did, and the
     files. Into the archived table (not --into, not --keep-archive) the rows move back:
-    out of the archive in the same transaction (archiver.ledger)."""
+    out of the archive in the same transaction (archiver.ledger), or, with the catalog in
+    another database, through the ledger's recorded intent."""
     from archiver import ledger
     from archiver.restore import RestorePlan, restore
     from archiver.storage import open_storage

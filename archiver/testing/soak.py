@@ -139,8 +139,9 @@ class Soak:
             await asyncio.wait_for(self.stop.wait(), self.rnd.uniform(low, high))
 
     async def command(self, kind: str, *args: str, kill: bool = True) -> tuple[int, str, str]:
-        """Run `archiver *args`; SIGKILLed mid-way one time in four. Exit 0, a one-line
-        refusal and a kill are outcomes an operator meets; anything else is a problem."""
+        """Run `archiver *args`; SIGKILLed mid-way one time in four. Exit 0, an error in
+        one line (after the progress lines a command prints on stderr) and a kill are
+        outcomes an operator meets; anything else -- a traceback -- is a problem."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "archiver", *args, env=self.world.env,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -168,7 +169,7 @@ class Soak:
             outcome = "killed"
         elif code == 0:
             outcome = "ok"
-        elif code == 1 and stderr.count("\n") == 1 and stderr.startswith("archiver: error: "):
+        elif code == 1 and _one_error_line(stderr):
             outcome = "refused"
         else:
             outcome = "failed"
@@ -382,6 +383,12 @@ class Soak:
         finally:
             await conn.close()
         return {r["k"]: int(r["n"]) for r in rows}
+
+
+def _one_error_line(stderr: str) -> bool:
+    """The command's last line is its one error line, and nothing is a traceback."""
+    lines = stderr.strip().splitlines()
+    return bool(lines) and lines[-1].startswith("archiver: error: ") and "Traceback" not in stderr
 
 
 def run_soak(

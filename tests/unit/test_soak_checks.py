@@ -66,3 +66,11 @@ def test_a_subject_s_rows_may_stay_archived_only_while_it_is_erased() -> None:
     assert judge(seen(ledger, {}, {"audit": ["a", "b"]}), ledger, NOW) == [
         "audit: 1 rows found but not inserted, or erased, e.g. ['a']"
     ]
+
+
+def test_a_command_s_error_is_one_line_after_its_progress_never_a_traceback() -> None:
+    from archiver.testing.soak import _one_error_line
+
+    assert _one_error_line("t: 1 of 3 files\narchiver: error: database error: gone\n")
+    assert not _one_error_line("Traceback (most recent call last):\narchiver: error: x\n")
+    assert not _one_error_line("t: 1 of 3 files\n")
