@@ -169,7 +169,7 @@ class Soak:
             outcome = "killed"
         elif code == 0:
             outcome = "ok"
-        elif code == 1 and _one_error_line(stderr):
+        elif code == 1 and checks.one_error_line(stderr):
             outcome = "refused"
         else:
             outcome = "failed"
@@ -212,7 +212,7 @@ class Soak:
                 break
             except DATABASE_TROUBLE:
                 await asyncio.sleep(1)
-        done = 0
+        done = False
         for attempt in range(60):
             results = [
                 await self.command("erase", "erase", "--table", "orders", "--where",
@@ -223,7 +223,7 @@ class Soak:
             ]  # fmt: skip
             failed = [r for r in results if r[0] != 0 and "no archived files" not in r[2]]
             if not failed:
-                done = 1
+                done = True
                 break
             await self.pause(1, 3)
         if done:
@@ -383,12 +383,6 @@ class Soak:
         finally:
             await conn.close()
         return {r["k"]: int(r["n"]) for r in rows}
-
-
-def _one_error_line(stderr: str) -> bool:
-    """The command's last line is its one error line, and nothing is a traceback."""
-    lines = stderr.strip().splitlines()
-    return bool(lines) and lines[-1].startswith("archiver: error: ") and "Traceback" not in stderr
 
 
 def run_soak(

@@ -151,6 +151,13 @@ def judge(seen: Seen, ledger: Ledger, now: dt.datetime) -> list[str]:
     return problems
 
 
+def one_error_line(stderr: str) -> bool:
+    """A failed command's stderr ends in its one error line, and holds no traceback
+    (progress lines before it are a command's own)."""
+    lines = stderr.strip().splitlines()
+    return bool(lines) and lines[-1].startswith("archiver: error: ") and "Traceback" not in stderr
+
+
 def _purgeable(created_at: dt.datetime | None, now: dt.datetime) -> bool:
     return created_at is not None and created_at < now - PURGE_AFTER
 

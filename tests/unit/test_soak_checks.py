@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from archiver.testing.soak_checks import Seen, judge
+from archiver.testing.soak_checks import Seen, judge, one_error_line
 from archiver.testing.soak_world import KEYS, Ledger, Row
 
 NOW = dt.datetime(2026, 11, 26, tzinfo=dt.UTC)
@@ -69,8 +69,6 @@ def test_a_subject_s_rows_may_stay_archived_only_while_it_is_erased() -> None:
 
 
 def test_a_command_s_error_is_one_line_after_its_progress_never_a_traceback() -> None:
-    from archiver.testing.soak import _one_error_line
-
-    assert _one_error_line("t: 1 of 3 files\narchiver: error: database error: gone\n")
-    assert not _one_error_line("Traceback (most recent call last):\narchiver: error: x\n")
-    assert not _one_error_line("t: 1 of 3 files\n")
+    assert one_error_line("t: 1 of 3 files\narchiver: error: database error: gone\n")
+    assert not one_error_line("Traceback (most recent call last):\narchiver: error: x\n")
+    assert not one_error_line("t: 1 of 3 files\n")
