@@ -47,6 +47,7 @@ from archiver.remap import (
     map_columns,
 )
 from archiver.restore_range import in_range_sql, maybe_in_range
+from archiver.source.guardrails import transaction_id
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.storage.seam import Storage
 
@@ -306,10 +307,8 @@ def restore(
             if catalog is None:
                 ledger.commit_changes(conn, *changes)
             else:
-                with conn.cursor() as cur:  # in the open transaction (fetch_all rolls back)
-                    cur.execute("SELECT pg_current_xact_id()::text")
-                    xid = cur.fetchall()[0][0]
-                ledger.record_intent(catalog, changes[0], str(xid), *changes[1:])
+                xid = transaction_id(conn)  # of the open transaction (fetch_all rolls back)
+                ledger.record_intent(catalog, changes[0], xid, *changes[1:])
                 intent = True
                 failpoints.reach("restore_intent_recorded")
         conn.commit()

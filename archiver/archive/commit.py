@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from archiver import failpoints
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
 from archiver.errors import JobStateError
 from archiver.model import ArchivedFile, Progress
+from archiver.source import guardrails
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,10 @@ class PgSource:
         self.conn = conn
 
     def transaction_id(self) -> str:
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT pg_current_xact_id()::text")
-            return str(cur.fetchall()[0][0])
+        return guardrails.transaction_id(self.conn)
 
     def transaction_status(self, xid: str) -> str | None:
-        rows = fetch_all(self.conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
-        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+        return guardrails.transaction_status(self.conn, xid)
 
     def commit(self) -> None:
         self.conn.commit()

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from archiver import failpoints, ledger
-from archiver.bulk import BulkConnection, Row, connect_bulk, fetch_all
+from archiver.bulk import BulkConnection, Row, connect_bulk
 from archiver.config import StorageLocation
 from archiver.db import query
 from archiver.delta import lock
@@ -44,6 +44,7 @@ from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.history import forget_history
 from archiver.delta.location import table_uri
+from archiver.source.guardrails import transaction_status
 from archiver.storage.seam import Storage
 from archiver.text import counted
 
@@ -332,7 +333,6 @@ def source_status(url: str) -> Callable[[str], str | None]:
 
     def status(xid: str) -> str | None:
         with connect_bulk(url) as conn:
-            rows = fetch_all(conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
-        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+            return transaction_status(conn, xid)
 
     return status

@@ -22,6 +22,21 @@ ORDER BY l.pid
 """
 
 
+def transaction_id(conn: BulkConnection) -> str:
+    """The id of the connection's open transaction (assigned now if it has none), kept
+    open: what a catalog in another database records before the source commits."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_xact_id()::text")
+        return str(cur.fetchall()[0][0])
+
+
+def transaction_status(conn: BulkConnection, xid: str) -> str | None:
+    """pg_xact_status of transaction `xid`: committed, aborted, in progress; None when it
+    is too old for the server to remember."""
+    rows = fetch_all(conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
+    return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+
 def lock_holders(conn: BulkConnection, table: TableInfo) -> str:
     """Who holds a lock on `table` that a chunk's DELETE or SELECT would wait for."""
     rows = fetch_all(conn, _LOCK_HOLDERS, (table.oid,))
