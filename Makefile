@@ -33,6 +33,12 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	$$( [ "$$(id -u)" = 0 ] || echo sudo ) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
 
+# The reverse proxy the console's sub-path test puts in front of it: Debian's nginx
+# (only its binary is used; the test writes its own configuration).
+NGINX := /usr/sbin/nginx
+$(NGINX):
+	$$( [ "$$(id -u)" = 0 ] || echo sudo ) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check archiver tests bench
 	$(VENV)/bin/ruff format --check archiver tests bench
@@ -46,7 +52,7 @@ docs: $(STAMP)
 # Two pytest processes (pytest-xdist): each test makes its own database and container,
 # each process its own template database and Azurite. TEST_WORKERS=0 runs them in one.
 TEST_WORKERS ?= 2
-test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM)
+test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM) $(NGINX)
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS)
 
 # The fast tier alone: no PostgreSQL, no Azurite.
@@ -59,7 +65,8 @@ demo: install
 
 # The web console over the demo's (or any) queue database, on http://127.0.0.1:8080
 console: install
-	ARCHIVER_DATABASE_URL="$${ARCHIVER_DATABASE_URL:-$$(dev/postgres.sh)}" $(VENV)/bin/archiver console
+	ARCHIVER_DATABASE_URL="$${ARCHIVER_DATABASE_URL:-$$(dev/postgres.sh)}" \
+	ARCHIVER_CONSOLE_PUBLIC_READ="$${ARCHIVER_CONSOLE_PUBLIC_READ:-true}" $(VENV)/bin/archiver console
 
 bench: install
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m bench.run $(BENCH_ARGS)

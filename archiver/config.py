@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import os
 import re
 import tomllib
@@ -104,6 +105,34 @@ def _flag(variable: str, raw: str) -> bool:
     if value in ("false", "0", "no", "off"):
         return False
     raise ConfigError(f"{variable}: expected true or false, got {raw!r}")
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _networks(variable: str, raw: str) -> tuple[IPNetwork, ...]:
+    """`10.0.0.7, 10.1.0.0/16, ::1`: addresses or networks."""
+    out = []
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        try:
+            out.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise ConfigError(f"{variable}: {part!r} is not an IP address or network") from None
+    return tuple(out)
+
+
+def _header_name(variable: str, raw: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", raw):
+        raise ConfigError(f"{variable}: expected an HTTP header name, got {raw[:70]!r}")
+    return raw.lower()
+
+
+def sub_path(variable: str, raw: str) -> str:
+    path = raw.rstrip("/")
+    dots = {".", ".."} & set(path.split("/"))
+    if path and (dots or not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", path)):
+        raise ConfigError(f"{variable}: expected a path such as /archiver, got {raw[:70]!r}")
+    return path
 
 
 def _postgres_url(variable: str, raw: str) -> str:
@@ -319,15 +348,48 @@ class Settings:
     console_bind: str = _setting(
         "127.0.0.1:8080",
         "ARCHIVER_CONSOLE_BIND",
-        "where `archiver console` listens (HOST:PORT); beyond loopback only with an admin token",
+        "where `archiver console` listens (HOST:PORT); beyond loopback never with ARCHIVER_CONSOLE_PUBLIC_READ",
         _text,
     )
     console_admin_token: str | None = _setting(
         None,
         "ARCHIVER_CONSOLE_ADMIN_TOKEN",
-        "the console's admin credential: without it the console is read-only; with it, actions need a login with it (a secret: never logged or shown)",
+        "the console's admin credential: actions need a login with it; without it the console is read-only (a secret: never logged or shown)",
         _text,
         shown="—",
+    )
+    console_viewer_token: str | None = _setting(
+        None,
+        "ARCHIVER_CONSOLE_VIEWER_TOKEN",
+        "a credential that lets its holder read the console, not act (a secret: never logged or shown)",
+        _text,
+        shown="—",
+    )
+    console_proxy_header: str | None = _setting(
+        None,
+        "ARCHIVER_CONSOLE_PROXY_HEADER",
+        "the header in which an authenticating reverse proxy names its user (`X-Forwarded-User`, oauth2-proxy's `X-Auth-Request-User`, App Service's `X-MS-CLIENT-PRINCIPAL-NAME`); believed only from ARCHIVER_CONSOLE_PROXY_ADDRESSES",
+        _header_name,
+    )
+    console_proxy_addresses: tuple[IPNetwork, ...] = _setting(
+        (),
+        "ARCHIVER_CONSOLE_PROXY_ADDRESSES",
+        "the reverse proxies' addresses or networks, comma-separated: their identity header, X-Forwarded-For and X-Forwarded-Proto are believed, nobody else's",
+        _networks,
+        shown="none",
+    )
+    console_public_read: bool = _setting(
+        False,
+        "ARCHIVER_CONSOLE_PUBLIC_READ",
+        "`true`: whoever reaches the console reads it without a credential (loopback only)",
+        _flag,
+    )
+    console_root_path: str = _setting(
+        "",
+        "ARCHIVER_CONSOLE_ROOT_PATH",
+        "the sub-path a reverse proxy serves the console under (`/archiver`), which the proxy strips",
+        sub_path,
+        shown="none",
     )
     failpoints: str = _setting(
         "",

@@ -23,6 +23,7 @@ QUEUE_TABLES = (
     ("delta_tables", "SELECT, INSERT, UPDATE", "Delta Lake: each table's publications"),
     ("archive_ledger", "SELECT, INSERT, UPDATE", "restore: rows taken out of the archive"),
     ("archive_verifications", "SELECT, INSERT", "archiver verify: what it found"),
+    ("archiver_audit", "SELECT, INSERT", "who cancelled, retried, paused, throttled what"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
 )
 QUEUE_VIEWS = (
@@ -32,7 +33,12 @@ QUEUE_VIEWS = (
     "archiver_archive_files",
     "archiver_paused",
 )
-QUEUE_SEQUENCES = ("archive_files_id_seq", "archive_ledger_id_seq", "archive_verifications_id_seq")
+QUEUE_SEQUENCES = (
+    "archive_files_id_seq",
+    "archive_ledger_id_seq",
+    "archive_verifications_id_seq",
+    "archiver_audit_id_seq",
+)
 
 
 @dataclass(frozen=True)

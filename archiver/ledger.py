@@ -32,15 +32,14 @@ its rewrite and the database, never both, never neither.
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import json
 import logging
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from archiver import failpoints
+from archiver.audit import actor
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
 from archiver.db import query
@@ -50,15 +49,6 @@ from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
-
-
-def actor() -> str:
-    """Who runs this command, for the ledger: user@host."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for the uid (a container)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _run(conn: BulkConnection, name: str, *params: Any) -> list[Any]:

@@ -730,3 +730,12 @@ SELECT a.attname::text, format_type(a.atttypid, a.atttypmod),
            WHERE c.oid = a.attcollation) END
 FROM pg_attribute a
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+
+-- name: audit_record
+INSERT INTO archiver_audit (actor, address, via, action, target, outcome)
+VALUES ($1, $2, $3, $4, $5, $6)
+
+-- name: audit_of_target
+-- The latest actions on one job or table (its page's "changed by").
+SELECT at, actor, via, action, outcome FROM archiver_audit
+WHERE target = $1 ORDER BY at DESC LIMIT $2

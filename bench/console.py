@@ -35,7 +35,9 @@ def console_at_scale(bench: Bench) -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         console = subprocess.Popen(
-            archiver_cmd("console", "--bind", f"127.0.0.1:{port}"), env=env, cwd=ROOT
+            archiver_cmd("console", "--bind", f"127.0.0.1:{port}"),
+            env={**env, "ARCHIVER_CONSOLE_PUBLIC_READ": "true"},  # the bench reads unnamed
+            cwd=ROOT,
         )
         base = f"http://127.0.0.1:{port}"
         try:

@@ -56,9 +56,10 @@ echo "== archiver policies"; archiver policies
 set -a; . deploy/supervisor.env; set +a
 export ARCHIVER_RUN_DIR=$work/run ARCHIVER_LOG_DIR=$work/log ARCHIVER_WORKERS=2 \
   ARCHIVER_STARTSECS=1 ARCHIVER_SHUTDOWN_DEADLINE=10 ARCHIVER_STOPWAITSECS=20
-# the web console too, read-only, on a free loopback port (supervisorctl status exits 3
-# while any program of supervisor.conf is not running)
-export ARCHIVER_CONSOLE_AUTOSTART=true \
+# the web console too, read-only and open to read (a demo on loopback: production gives
+# readers a credential, docs/deployment.md), on a free loopback port (supervisorctl
+# status exits 3 while any program of supervisor.conf is not running)
+export ARCHIVER_CONSOLE_AUTOSTART=true ARCHIVER_CONSOLE_PUBLIC_READ=true \
   ARCHIVER_CONSOLE_BIND=127.0.0.1:$($py -c 'from archiver.testing.services import free_port; print(free_port())')
 mkdir -p "$ARCHIVER_RUN_DIR" "$ARCHIVER_LOG_DIR"
 echo "== supervisord -c supervisor.conf (scheduler + $ARCHIVER_WORKERS workers + console; logs in $ARCHIVER_LOG_DIR)"

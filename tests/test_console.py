@@ -12,72 +12,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
-from tests.console_check import TOKEN, Console
+from tests.console_check import Console, browser, failed_job, job_status, log_in, shot
 from tests.harness import Harness
 from tests.support import (
     ROOT,
     archiver_cmd,
+    assert_refused,
     outside_loop,
     start_worker,
     wait_until,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = ROOT / "build" / "screenshots"
+__all__ = ["browser"]  # a fixture
 
 
 @pytest.fixture
 def console(h: Harness, tmp_path: Path) -> Iterator[Console]:
     c = Console(h, tmp_path)
     yield c
-    c.proc.terminate()
-    c.proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
+    c.stop()
 
 
 def admin(browser: Browser, console: Console, *, phone: bool = False) -> Page:
-    size: ViewportSize = {"width": 390, "height": 844} if phone else {"width": 1280, "height": 900}
-    page = browser.new_context(viewport=size).new_page()
-    page.goto(console.url + "/login")
-    page.fill("input[name=name]", "ops-alice")
-    page.fill("input[name=token]", TOKEN)
-    page.click("button:text-is('Log in')")
-    page.wait_for_url(console.url + "/")
-    return page
-
-
-def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def job_status(h: Harness, job: str) -> str:
-    return str(h.value("SELECT status FROM background_jobs WHERE id = $1::uuid", job))
-
-
-def failed_job(
-    h: Harness, table: str = "orders", before: str = "2025-01-01", *, seed: int = 0
-) -> str:
-    """A job that really failed: its worker's upload raises, one attempt allowed.
-    `seed`: first fill the orders table with that many rows."""
-    if seed:
-        outside_loop(seed_orders, h.url, seed)
-    (job,) = h.enqueue("--table", table, "--before", before, "--max-attempts", "1")
-    worker = start_worker({**h.env, "ARCHIVER_FAILPOINTS": "before_upload=raise"}, "--burst")
-    assert worker.wait(60) == 0
-    assert job_status(h, job) == "failed"
-    return job
+    return log_in(browser, console.url, phone=phone)
 
 
 def test_overview_shows_progress_live_and_a_table_pause_stops_the_job(
@@ -155,7 +116,9 @@ def test_a_bulk_retry_takes_every_job_the_filter_matches(
     page.wait_for_url(f"{console.url}/jobs?**")
     assert [job_status(h, j) for j in ours] == ["queued", "queued"]
     assert job_status(h, other) == "failed"
-    assert "bulk retry on status=failed, table=orders: 2 of 2 jobs" in console.log.read_text()
+    said = "bulk retry status=failed, table=orders: 2 of 2 jobs by ops-alice from 127.0.0.1"
+    assert said in console.log.read_text()
+    assert h.value("SELECT target FROM archiver_audit") == "status=failed, table=orders"
 
 
 def test_a_visitor_cannot_act_and_a_post_needs_the_csrf_token(
@@ -164,7 +127,8 @@ def test_a_visitor_cannot_act_and_a_post_needs_the_csrf_token(
     job = failed_job(h, seed=1_000)
     visitor = browser.new_context().new_page()
     visitor.goto(f"{console.url}/jobs/{job}")
-    assert visitor.locator("button[data-action=retry]").count() == 0  # no buttons
+    visitor.wait_for_url(f"{console.url}/login?next=%2Fjobs%2F{job}")  # reading needs a login
+    assert visitor.locator("#job").count() == 0
     status = visitor.evaluate(
         "async (u) => (await fetch(u, {method: 'POST', body: new URLSearchParams({csrf: 'x'})})).status",
         f"{console.url}/jobs/{job}/retry",
@@ -237,7 +201,7 @@ def test_hostile_names_render_as_text_and_no_secret_reaches_a_page(
         assert secret not in console.get(path)[1]
 
 
-def test_bad_parameters_are_one_line_and_a_wide_bind_needs_the_token(
+def test_bad_parameters_are_one_line_and_a_console_nobody_could_read_does_not_start(
     h: Harness, console: Console
 ) -> None:
     for path, said in (
@@ -249,13 +213,15 @@ def test_bad_parameters_are_one_line_and_a_wide_bind_needs_the_token(
         status, body = console.get(path)
         assert status == 400 and body.strip().count("\n") == 0 and said in body, (path, body)
     assert console.get("/jobs/00000000-0000-0000-0000-000000000000")[0] == 404
-    wide = subprocess.run(
-        archiver_cmd("console", "--bind", f"0.0.0.0:{free_port()}"),
-        env={k: v for k, v in h.env.items() if k != "ARCHIVER_CONSOLE_ADMIN_TOKEN"},
-        capture_output=True, text=True, timeout=30, cwd=ROOT,
-    )  # fmt: skip
-    assert wide.returncode != 0
-    assert (
-        wide.stderr.strip().count("\n") == 0
-        and "without ARCHIVER_CONSOLE_ADMIN_TOKEN" in wide.stderr
-    )
+    env = {k: v for k, v in h.env.items() if not k.startswith("ARCHIVER_CONSOLE")}
+
+    def console_with(bind: str, **settings: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            archiver_cmd("console", "--bind", bind), env={**env, **settings},
+            capture_output=True, text=True, timeout=30, cwd=ROOT,
+        )  # fmt: skip
+
+    # nobody could read it; everybody could, from beyond this machine: refused at start
+    assert_refused(console_with(f"127.0.0.1:{free_port()}"), "nobody could read it")
+    wide = console_with(f"0.0.0.0:{free_port()}", ARCHIVER_CONSOLE_PUBLIC_READ="true")
+    assert_refused(wide, "beyond this machine", "ARCHIVER_CONSOLE_PUBLIC_READ")

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from archiver.audit import actor as audit_actor
 from archiver.testing.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
@@ -56,6 +57,17 @@ def test_paused_jobs_are_not_claimed_and_the_loop_stays_quiet(h: Harness) -> Non
 
     assert h.cli("resume", "--table", "events").stdout.strip() == "table public.events resumed"
     assert h.cli("resume", by_id).returncode == 0
+    # each change is in archiver_audit, naming the CLI's user@host (what changes nothing too)
+    audit = [(r["via"], r["action"], r["target"], r["outcome"]) for r in
+             h.sql("SELECT * FROM archiver_audit ORDER BY id")]  # fmt: skip
+    assert audit == [
+        ("cli", "pause", "table public.events", "paused"),
+        ("cli", "pause", "table public.events", "was already paused"),
+        ("cli", "pause", f"job {by_id}", "paused"),
+        ("cli", "resume", "table public.events", "resumed"),
+        ("cli", "resume", f"job {by_id}", "resumed"),
+    ]
+    assert {r["actor"] for r in h.sql("SELECT actor FROM archiver_audit")} == {audit_actor()}
     h.drain()
     for job_id in (by_table, by_id):
         assert h.wait_for(job_id, "completed")["attempts"] == 1
@@ -107,3 +119,4 @@ def test_pause_refuses_bad_input(h: Harness) -> None:
     ):
         result = h.cli(*args)
         assert_refused(result, needle, code=1)
+    assert h.value("SELECT count(*) FROM archiver_audit") == 0  # a refusal changes nothing

@@ -9,7 +9,7 @@ import sys
 import uuid
 from typing import Any
 
-from archiver import catalog_reads, db, jobqueue, terminal, text
+from archiver import audit, catalog_reads, db, jobqueue, terminal, text
 from archiver.commands.args import Subcommands, add_limits, positive_int
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed
@@ -226,20 +226,19 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     job_id = parse_job_id(args.job_id)
-    async with db.connection(settings.database_url) as conn:
+    async with db.connection(settings.database_url) as conn, conn.transaction():
         status = await jobqueue.cancel(conn, job_id)
-    print(
-        f"job {job_id} cancelled"
-        if status == Status.CANCELLED
-        else f"job {job_id} will stop at its next chunk boundary"
-    )
+        said = "cancelled" if status == Status.CANCELLED else "will stop at its next chunk boundary"
+        await audit.record(conn, "cancel", f"job {job_id}", said)
+    print(f"job {job_id} {said}")
     return 0
 
 
 async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     job_id = parse_job_id(args.job_id)
-    async with db.connection(settings.database_url) as conn:
+    async with db.connection(settings.database_url) as conn, conn.transaction():
         await jobqueue.retry(conn, job_id)
+        await audit.record(conn, "retry", f"job {job_id}", "queued again")
     print(f"job {job_id} queued again")
     return 0
 
@@ -254,16 +253,18 @@ async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
     job_id = _pause_target(args)
     if job_id is None:
         table = await inspect.qualified_table(settings, args.table)
-        async with db.connection(settings.database_url) as conn:
-            new = await jobqueue.pause_table(conn, table)
-        print(f"table {table} {'paused' if new else 'was already paused'}")
+        async with db.connection(settings.database_url) as conn, conn.transaction():
+            said = "paused" if await jobqueue.pause_table(conn, table) else "was already paused"
+            await audit.record(conn, "pause", f"table {table}", said)
+        print(f"table {table} {said}")
         return 0
-    async with db.connection(settings.database_url) as conn:
+    async with db.connection(settings.database_url) as conn, conn.transaction():
         status = await jobqueue.pause_job(conn, job_id)
-    print(
-        f"job {job_id} paused"
-        + (": it stops at its next chunk boundary" if status == Status.RUNNING else "")
-    )
+        said = "paused" + (
+            ": it stops at its next chunk boundary" if status == Status.RUNNING else ""
+        )
+        await audit.record(conn, "pause", f"job {job_id}", said)
+    print(f"job {job_id} {said}")
     return 0
 
 
@@ -271,12 +272,14 @@ async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
     job_id = _pause_target(args)
     if job_id is None:
         table = await inspect.qualified_table(settings, args.table)
-        async with db.connection(settings.database_url) as conn:
-            resumed = await jobqueue.resume_table(conn, table)
-        print(f"table {table} {'resumed' if resumed else 'was not paused'}")
+        async with db.connection(settings.database_url) as conn, conn.transaction():
+            said = "resumed" if await jobqueue.resume_table(conn, table) else "was not paused"
+            await audit.record(conn, "resume", f"table {table}", said)
+        print(f"table {table} {said}")
         return 0
-    async with db.connection(settings.database_url) as conn:
+    async with db.connection(settings.database_url) as conn, conn.transaction():
         await jobqueue.resume_job(conn, job_id)
+        await audit.record(conn, "resume", f"job {job_id}", "resumed")
     print(f"job {job_id} resumed")
     return 0
 
@@ -299,7 +302,9 @@ async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
             "throttle: give --max-rows-per-second N, --max-wal-per-second SIZE, "
             "--max-replica-lag LIMIT or --window HH:MM-HH:MM (0 or none removes one)"
         )
-    async with db.connection(settings.database_url) as conn:
+    async with db.connection(settings.database_url) as conn, conn.transaction():
         limits = await jobqueue.set_limits(conn, job_id, changes)
-    print(f"job {job_id} limits: {terminal.dumps(limits) if limits else 'none'}")
+        said = f"limits: {terminal.dumps(limits) if limits else 'none'}"
+        await audit.record(conn, "throttle", f"job {job_id}", said)
+    print(f"job {job_id} {said}")
     return 0

@@ -9,7 +9,8 @@ import logging
 import os
 
 from archiver.commands.args import Subcommands, positive_int
-from archiver.config import Settings
+from archiver.config import Settings, sub_path
+from archiver.errors import ConfigError
 from archiver.operations import enqueue
 
 
@@ -27,7 +28,20 @@ def add_parsers(sub: Subcommands) -> None:
 
     p = sub.add_parser("console", help="serve the web console for operators until SIGTERM")
     p.add_argument("--bind", help="HOST:PORT (default ARCHIVER_CONSOLE_BIND, 127.0.0.1:8080)")
+    p.add_argument(
+        "--root-path",
+        type=root_path,
+        metavar="PATH",
+        help="the sub-path a reverse proxy serves it under, e.g. /archiver (default ARCHIVER_CONSOLE_ROOT_PATH)",
+    )
     p.set_defaults(func=cmd_console)
+
+
+def root_path(text: str) -> str:
+    try:
+        return sub_path("--root-path", text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--root-path: ")) from None
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -59,5 +73,6 @@ async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from archiver.web.server import serve
 
-    await serve(settings, args.config_file, args.bind or settings.console_bind)
+    root = args.root_path if args.root_path is not None else settings.console_root_path
+    await serve(settings, args.config_file, args.bind or settings.console_bind, root)
     return 0

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db, jobqueue
+from archiver import audit, db, jobqueue
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError, OfflineError
 from archiver.model import ArchiveRequest, CatalogFile, FileState
@@ -30,7 +30,6 @@ async def verify(
     files cannot be read: refused in one line, or with `skip_offline` checked by what
     the service reports of them (size and MD5). Each file found sound is marked so
     (`archiver tier --tier Archive` takes only those)."""
-    from archiver import ledger
     from archiver.files import names
     from archiver.storage import open_storage
 
@@ -72,7 +71,7 @@ async def verify(
     async with db.connection(settings.database_url) as conn:  # the console shows it
         await conn.execute(db.query("files_verified"), sound)
         await conn.execute(
-            db.query("record_verification"), ledger.actor(), scope, json.dumps(checked),
+            db.query("record_verification"), audit.actor(), scope, json.dumps(checked),
             len(files), len(problems), json.dumps(problems[:10]),
         )  # fmt: skip
     return len(files), problems

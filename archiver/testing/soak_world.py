@@ -178,6 +178,7 @@ class World:
             "ARCHIVER_STOPWAITSECS": "20",
             "ARCHIVER_SHUTDOWN_DEADLINE": "3",
             "ARCHIVER_CONSOLE_AUTOSTART": "true",
+            "ARCHIVER_CONSOLE_PUBLIC_READ": "true",  # the soak's reader has no login
             "ARCHIVER_CONSOLE_BIND": f"127.0.0.1:{free_port()}",
             "ARCHIVER_POLL_INTERVAL": "0.5",
             "ARCHIVER_LEASE_SECONDS": "6",

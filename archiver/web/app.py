@@ -3,8 +3,8 @@ Jinja2 (autoescaped), every action through the same jobqueue calls the CLI makes
 
 Pages render whole on the server; console.js refreshes their `data-live` parts every
 two seconds by fetching the page again (no full reload, nothing from the internet).
-Every response carries a Content-Security-Policy that allows only the console's own
-files, and a Server-Timing header with the time spent answering (the bench reads it).
+Every page needs a reader (archiver.web.auth) and every link carries the root path a
+reverse proxy serves the console under (`root` in the templates).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import asyncpg
 import jinja2
@@ -31,19 +31,24 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from archiver import db, text
+from archiver import audit, db, text
 from archiver.config import ConfigFile, Settings
 from archiver.errors import InputError, JobStateError
 from archiver.web import pages
-from archiver.web.auth import SESSION_COOKIE, SESSION_SECONDS, Auth, valid_name
+from archiver.web.auth import (
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    VIEWER,
+    Auth,
+    LoginThrottle,
+    Who,
+    valid_name,
+)
+from archiver.web.middleware import PROXY_USER, Proxied, SecurityHeaders
 
 log = logging.getLogger(__name__)
 
 HERE = Path(str(resources.files("archiver.web")))
-CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
-)
 BULK_LIMIT = 10_000  # jobs one bulk action changes at most
 LOGIN_PAUSE = 1.0  # seconds a refused login waits before it is answered
 
@@ -54,7 +59,8 @@ class BadRequest(HTTPException):
 
 
 def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlette:
-    auth = Auth(settings.console_admin_token)
+    auth = Auth(settings.console_admin_token, settings.console_viewer_token)
+    throttle = LoginThrottle()  # in this process: one console per deployment
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
     )  # every value escaped: table names, errors, payloads come from the database
@@ -78,23 +84,50 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
     def pool() -> asyncpg.Pool:
         return state["pool"]
 
+    def who(request: Request) -> Who:
+        """The person behind a request: their session, else the proxy's word, else
+        nobody (who may read only where the operator opened reading)."""
+        vouched = request.scope.get(PROXY_USER)
+        session = auth.who(request.cookies.get(SESSION_COOKIE))
+        if session and vouched and session[0] != vouched:
+            session = None  # someone else's session in this browser
+        if session:
+            return Who(session[0], session[1], by_proxy=bool(vouched), session=True)
+        if vouched:
+            return Who(vouched, VIEWER, by_proxy=True)
+        return Who(None, VIEWER if settings.console_public_read else None)
+
     def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
         cookie = request.cookies.get(SESSION_COOKIE)
-        actor = auth.actor(cookie)
+        person = who(request)
         response: Response = templates.TemplateResponse(
             request,
             name,
             {
                 **context,
-                "actor": actor,
-                "can_act": actor is not None,
-                "admin_configured": auth.enabled,
-                "csrf": auth.csrf(cookie) if actor and cookie else "",
+                "who": person,
+                "can_act": person.can_act,
+                "login_possible": auth.enabled,
+                "csrf": auth.csrf(cookie) if cookie and person.session else "",
+                "root": request.scope.get("root_path", ""),
                 "now": dt.datetime.now(dt.UTC),
             },
             status_code=status,
         )
         return response
+
+    def reading(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+        """A page only a reader sees: anyone else is sent to the login page."""
+
+        async def guarded(request: Request) -> Response:
+            if not who(request).can_read:
+                if not request.headers.get("accept", "").startswith("text/html"):
+                    return PlainTextResponse("log in to read this console\n", status_code=401)
+                path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(_to(request, "/login?" + urlencode({"next": path})), 303)
+            return await handler(request)
+
+        return guarded
 
     async def overview(request: Request) -> Response:
         async with pool().acquire() as conn:
@@ -133,22 +166,37 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         return render(request, "table.html", data)
 
     async def login(request: Request) -> Response:
+        back = str(request.query_params.get("next", ""))
+        back = back if _local_path(back) else _to(request, "/")
         if request.method == "GET":
-            return render(request, "login.html", {"error": ""})
+            return render(request, "login.html", {"error": "", "next": back})
         form = await request.form()
-        name, token = str(form.get("name", "")).strip(), str(form.get("token", ""))
+        vouched, client = request.scope.get(PROXY_USER), _client(request)
+        name, token = vouched or str(form.get("name", "")).strip(), str(form.get("token", ""))
         if not auth.enabled:
-            return render(request, "login.html", {"error": "this console is read-only"}, 403)
-        if not valid_name(name) or not auth.accepts(token):
-            log.warning("console: refused login as %r from %s", name[:64], _client(request))
+            said = {"error": "no login: this console has no tokens", "next": back}
+            return render(request, "login.html", said, 403)
+        if wait := throttle.locked_for(client):
+            error = f"too many refused logins from {client}: try again in {wait / 60:.0f} min"
+            response = render(request, "login.html", {"error": error, "next": back}, 429)
+            response.headers["retry-after"] = str(int(wait) + 1)
+            return response
+        role = auth.role_of(token)
+        if not valid_name(name) or role is None:
+            locked = throttle.refused(client)
+            then = f" (locked out for {throttle.lockout / 60:.0f} min)" if locked else ""
+            log.warning("console: refused login as %r from %s%s", name[:64], client, then)
             await asyncio.sleep(LOGIN_PAUSE)  # a guess costs a second
-            return render(request, "login.html", {"error": "name or token refused"}, 403)
-        log.warning("console: %s logged in from %s", name, _client(request))
-        response = RedirectResponse("/", status_code=303)
+            said = {"error": "name or token refused", "next": back}
+            return render(request, "login.html", said, 403)
+        throttle.succeeded(client)
+        log.warning("console: %s logged in as %s from %s", name, role, client)
+        response = RedirectResponse(back, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
-            auth.session(name),
+            auth.session(name, role),
             max_age=SESSION_SECONDS,
+            path=_to(request, "/"),
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
@@ -158,39 +206,48 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
     async def logout(request: Request) -> Response:
         # no session check: an expired session must be able to leave too (SameSite=Strict
         # keeps other sites from logging anyone out)
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(SESSION_COOKIE)
+        response = RedirectResponse(_to(request, "/"), status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=_to(request, "/"))
         return response
 
-    async def _acting(request: Request) -> tuple[str, FormData]:
-        """The operator behind a POST, with its form: 403 without a session or CSRF token."""
+    async def _acting(request: Request) -> tuple[Who, FormData]:
+        """The operator behind a POST, with its form: 403 without an admin session or
+        without its CSRF token."""
         form = await request.form()
-        cookie = request.cookies.get(SESSION_COOKIE)
-        actor = auth.actor(cookie)
-        if actor is None:
+        person = who(request)
+        if not person.can_act:
             raise HTTPException(403, "read-only: log in with the admin token to act")
-        if not auth.csrf_ok(cookie, str(form.get("csrf", ""))):
+        if not auth.csrf_ok(request.cookies.get(SESSION_COOKIE), str(form.get("csrf", ""))):
             raise HTTPException(403, "missing or wrong CSRF token")
-        return actor, form
+        return person, form
+
+    async def _audit(
+        conn: asyncpg.Connection, person: Who, request: Request, action: str, target: str, said: str
+    ) -> None:
+        """One archiver_audit row (in the caller's transaction) and one log line per
+        action, naming who and from where."""
+        client = _client(request)
+        await audit.record(conn, action, target, said, who=str(person.name), address=client)
+        log.warning("console: %s %s: %s by %s from %s", action, target, said, person.name, client)
 
     async def job_action(request: Request) -> Response:
         actor, form = await _acting(request)
         job_id = _job_id(request.path_params["job_id"])
         action = request.path_params["action"]
-        async with pool().acquire() as conn:
+        async with pool().acquire() as conn, conn.transaction():
             said = await pages.act_on_job(conn, job_id, action, form)
-        _audit(actor, request, f"{action} job {job_id}: {said}")
-        return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+            await _audit(conn, actor, request, action, f"job {job_id}", said)
+        return RedirectResponse(_to(request, f"/jobs/{job_id}"), status_code=303)
 
     async def table_action(request: Request) -> Response:
         actor, _ = await _acting(request)
         name, action = request.path_params["table"], request.path_params["action"]
-        async with pool().acquire() as conn:
-            said = await pages.act_on_table(conn, name, action)
-        _audit(actor, request, f"{action} table {name}: {said}")
-        back = str((await request.form()).get("next", "/"))
+        async with pool().acquire() as conn, conn.transaction():
+            said, table = await pages.act_on_table(conn, name, action)
+            await _audit(conn, actor, request, action, f"table {table}", said)
+        back = str((await request.form()).get("next", ""))
         # only a path of this console: never another site (`//host`, `https:`)
-        return RedirectResponse(back if _local_path(back) else "/", status_code=303)
+        return RedirectResponse(back if _local_path(back) else _to(request, "/"), 303)
 
     async def bulk(request: Request) -> Response:
         actor, form = await _acting(request)
@@ -207,10 +264,9 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
                     {"action": action, "filters": filters, "count": len(ids)},
                 )
             changed = await pages.act_on_jobs(conn, ids, action)
-        _audit(
-            actor, request, f"bulk {action} on {filters.describe()}: {changed} of {len(ids)} jobs"
-        )
-        return RedirectResponse(f"/jobs?{filters.query()}", status_code=303)
+            said = f"{changed} of {len(ids)} jobs"
+            await _audit(conn, actor, request, f"bulk {action}", filters.describe(), said)
+        return RedirectResponse(_to(request, f"/jobs?{filters.query()}"), status_code=303)
 
     async def health(_: Request) -> Response:
         async with pool().acquire() as conn:
@@ -230,13 +286,13 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
 
     app = Starlette(
         routes=[
-            Route("/", overview),
-            Route("/jobs", jobs),
+            Route("/", reading(overview)),
+            Route("/jobs", reading(jobs)),
             Route("/jobs/bulk", bulk, methods=["POST"]),
-            Route("/jobs/{job_id}", job),
+            Route("/jobs/{job_id}", reading(job)),
             Route("/jobs/{job_id}/{action}", job_action, methods=["POST"]),
-            Route("/archive", archive),
-            Route("/archive/{table:path}", table),  # a table's name may hold a slash
+            Route("/archive", reading(archive)),
+            Route("/archive/{table:path}", reading(table)),  # a name may hold a slash
             Route("/tables/{table:path}/{action}", table_action, methods=["POST"]),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
@@ -246,37 +302,11 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         exception_handlers={HTTPException: http_error, InputError: input_error},
         lifespan=lifespan,
     )
-    app.add_middleware(_Headers)
+    app.add_middleware(SecurityHeaders)
+    app.add_middleware(
+        Proxied, proxies=settings.console_proxy_addresses, header=settings.console_proxy_header
+    )  # added last, so it runs first
     return app
-
-
-class _Headers:
-    """Security headers and Server-Timing on every response (pure ASGI: no buffering)."""
-
-    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-
-        async def sending(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                ms = (time.perf_counter() - started) * 1000
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"content-security-policy", CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"),
-                    (b"x-frame-options", b"DENY"),
-                    (b"cache-control", b"no-store"),
-                    (b"server-timing", f"app;dur={ms:.1f}".encode()),
-                ]
-            await send(message)
-
-        await self.app(scope, receive, sending)
 
 
 def _job_id(raw: str) -> uuid.UUID:
@@ -290,10 +320,10 @@ def _local_path(path: str) -> bool:
     return path.startswith("/") and not path.startswith("//") and "\\" not in path
 
 
+def _to(request: Request, path: str) -> str:
+    """A path of this console as the browser sees it: under the proxy's root path."""
+    return str(request.scope.get("root_path", "")) + path
+
+
 def _client(request: Request) -> str:
     return request.client.host if request.client else "?"
-
-
-def _audit(actor: str, request: Request, what: str) -> None:
-    """One log line per action, naming who did it (the login name) and from where."""
-    log.warning("console: %s by %s from %s", what, actor, _client(request))

@@ -1,11 +1,13 @@
-"""Who may act: the admin credential, sessions and CSRF tokens, all without server state.
+"""Who may read and who may act: credentials, sessions, CSRF tokens and the login
+throttle, all without a session store.
 
-Reading is open to whoever reaches the console (bind it to loopback, or put it behind a
-reverse proxy that authenticates). Acting needs the admin credential
-(ARCHIVER_CONSOLE_ADMIN_TOKEN): a login with it, under a name the audit log shows,
-gives a session cookie signed with a key derived from the credential (HttpOnly,
-SameSite=Strict), and every POST carries a CSRF token derived from that session.
-Comparisons are constant-time. Changing the credential ends every session.
+Reading needs a credential unless the operator opts out (ARCHIVER_CONSOLE_PUBLIC_READ):
+the viewer token (ARCHIVER_CONSOLE_VIEWER_TOKEN), the admin token
+(ARCHIVER_CONSOLE_ADMIN_TOKEN), or an identity a trusted reverse proxy vouches for
+(see archiver.web.proxy). Acting needs a login with the admin token. A login gives a
+session cookie signed with a key derived from the token it was made with (HttpOnly,
+SameSite=Strict), so changing a token ends every session made with it; every POST
+carries a CSRF token derived from the session. Comparisons are constant-time.
 """
 
 from __future__ import annotations
@@ -14,58 +16,138 @@ import hashlib
 import hmac
 import re
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 
 SESSION_COOKIE = "archiver_session"
 SESSION_SECONDS = 12 * 3600
-_NAME = re.compile(r"[\w .@-]{1,64}")
+ADMIN, VIEWER = "admin", "viewer"
+_NAME = re.compile(r"[\w .@+-]{1,64}")
+
+
+@dataclass(frozen=True)
+class Who:
+    """The person behind a request, as far as the console knows them."""
+
+    name: str | None  # the proxy's identity or the login's name; None: nobody known
+    role: str | None  # ADMIN, VIEWER (a viewer, or open reading), or None: may not read
+    by_proxy: bool = False  # the name came from the reverse proxy
+    session: bool = False  # a login's session cookie stands behind it
+
+    @property
+    def can_read(self) -> bool:
+        return self.role is not None
+
+    @property
+    def can_act(self) -> bool:
+        return self.role == ADMIN
 
 
 class Auth:
-    def __init__(self, admin_token: str | None) -> None:
-        self.admin_token = admin_token or ""
-        self._key = hashlib.sha256(b"archiver console " + self.admin_token.encode()).digest()
+    def __init__(self, admin_token: str | None, viewer_token: str | None = None) -> None:
+        self._tokens = {r: t for r, t in ((ADMIN, admin_token), (VIEWER, viewer_token)) if t}
+        self._keys = {
+            role: hashlib.sha256(f"archiver console {role} {token}".encode()).digest()
+            for role, token in self._tokens.items()
+        }
 
     @property
     def enabled(self) -> bool:
-        """Actions are possible at all (an admin credential is configured)."""
-        return bool(self.admin_token)
+        """A login is possible at all (some token is configured)."""
+        return bool(self._tokens)
 
-    def accepts(self, token: str) -> bool:
-        return self.enabled and hmac.compare_digest(token.encode(), self.admin_token.encode())
+    @property
+    def can_act(self) -> bool:
+        return ADMIN in self._tokens
 
-    def _sign(self, text: str) -> str:
-        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
+    def role_of(self, token: str) -> str | None:
+        """The role a token given at login grants (every token compared: no timing tell)."""
+        found = None
+        for role, expected in self._tokens.items():
+            if hmac.compare_digest(token.encode(), expected.encode()):
+                found = role
+        return found
 
-    def session(self, actor: str, now: float | None = None) -> str:
-        """A session cookie's value for `actor` (a name of word characters, checked)."""
+    def _sign(self, role: str, text: str) -> str:
+        return hmac.new(self._keys[role], text.encode(), hashlib.sha256).hexdigest()
+
+    def session(self, name: str, role: str, now: float | None = None) -> str:
+        """A session cookie's value for `name` (checked with valid_name) in `role`."""
         expires = int((now or time.time()) + SESSION_SECONDS)
-        body = f"{expires}.{actor.encode().hex()}"  # nothing a cookie must quote
-        return f"{body}.{self._sign(body)}"
+        body = f"{expires}.{role}.{name.encode().hex()}"  # nothing a cookie must quote
+        return f"{body}.{self._sign(role, body)}"
 
-    def actor(self, cookie: str | None, now: float | None = None) -> str | None:
-        """The name a valid, unexpired session cookie carries; None otherwise."""
-        if not self.enabled or not cookie or cookie.count(".") != 2:
+    def who(self, cookie: str | None, now: float | None = None) -> tuple[str, str] | None:
+        """(name, role) of a valid, unexpired session cookie; None otherwise."""
+        if not cookie or cookie.count(".") != 3:
             return None
         body, _, signature = cookie.rpartition(".")
-        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
+        expires, role, name = body.split(".")
+        if role not in self._keys:
             return None
-        expires, _, name = body.partition(".")
+        if not hmac.compare_digest(signature.encode(), self._sign(role, body).encode()):
+            return None
         if not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < (now or time.time()):
             return None
         try:
-            return bytes.fromhex(name).decode()
+            return bytes.fromhex(name).decode(), role
         except (ValueError, UnicodeDecodeError):  # signed, so only a key change gets here
             return None
 
     def csrf(self, cookie: str) -> str:
-        return self._sign("csrf " + cookie)
+        found = self.who(cookie)
+        return self._sign(found[1], "csrf " + cookie) if found else ""
 
     def csrf_ok(self, cookie: str | None, token: str) -> bool:
-        return bool(cookie) and hmac.compare_digest(
-            token.encode(), self.csrf(cookie or "").encode()
-        )
+        expected = self.csrf(cookie or "")
+        return bool(expected) and hmac.compare_digest(token.encode(), expected.encode())
 
 
 def valid_name(name: str) -> bool:
-    """An operator's name for the audit log: letters, digits, space, `.@-_`."""
+    """An operator's name for the audit log: letters, digits, space, `.@+-_`."""
     return bool(_NAME.fullmatch(name))
+
+
+class LoginThrottle:
+    """Refused logins per client address: after `limit` within `window` seconds, every
+    login from that address is refused for `lockout` seconds, the right token too.
+    Kept in memory by the console process (it forgets on restart), for at most
+    `addresses` addresses, the least recently refused dropped first."""
+
+    def __init__(
+        self,
+        limit: int = 5,
+        window: float = 900.0,
+        lockout: float = 900.0,
+        addresses: int = 10_000,
+    ) -> None:
+        self.limit, self.window, self.lockout, self.addresses = limit, window, lockout, addresses
+        self._refused: OrderedDict[str, list[float]] = OrderedDict()
+        self._locked: dict[str, float] = {}
+
+    def locked_for(self, address: str, now: float | None = None) -> float:
+        """Seconds the address is still locked out; 0 when it may try."""
+        now = time.monotonic() if now is None else now
+        until = self._locked.get(address, 0.0)
+        if until <= now:
+            self._locked.pop(address, None)
+            return 0.0
+        return until - now
+
+    def refused(self, address: str, now: float | None = None) -> bool:
+        """Count one refused login; True when it locks the address out."""
+        now = time.monotonic() if now is None else now
+        recent = [t for t in self._refused.pop(address, []) if t > now - self.window]
+        recent.append(now)
+        if len(recent) >= self.limit:
+            if len(self._locked) >= self.addresses:  # forget the lockouts that ended
+                self._locked = {a: t for a, t in self._locked.items() if t > now}
+            self._locked[address] = now + self.lockout
+            return True
+        self._refused[address] = recent
+        while len(self._refused) > self.addresses:
+            self._refused.popitem(last=False)
+        return False
+
+    def succeeded(self, address: str) -> None:
+        self._refused.pop(address, None)

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import asyncpg
 
-from archiver import catalog_reads, jobqueue
+from archiver import audit, catalog_reads, jobqueue
 from archiver.config import ConfigFile
 from archiver.db import query
 from archiver.errors import InputError, JobStateError
@@ -187,10 +187,11 @@ async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
     group = found.payload.get("group")
     members = [dict(r) for r in await conn.fetch(query("job_group"), group)] if group else []
     table = found.payload.get("table", "")
-    delta = None
+    delta, archived = None, False
     if table:
         rows = await conn.fetch(query("table_delta"), _qualified(table))
         delta = dict(rows[0]) if rows else None
+        archived = bool(await conn.fetch(query("table_archive"), _qualified(table)))
     return {
         "job": found,
         "payload": json.dumps(found.payload, indent=2, sort_keys=True, default=str),
@@ -199,6 +200,8 @@ async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
         "group": members,
         "delta": delta,
         "table": _qualified(table) if table else "",
+        "archived": archived,  # the table has an archive page
+        "audit": await audit.of_target(conn, f"job {job_id}"),
     }
 
 
@@ -224,6 +227,7 @@ async def table(
         "tiers": [dict(r) for r in await conn.fetch(query("table_tiers"), qualified)],
         "ledger": [dict(r) for r in await conn.fetch(query("table_ledger"), qualified)],
         "policies": [p for p in next_fires(config) if _qualified(p["table"]) == qualified],
+        "audit": await audit.of_target(conn, f"table {qualified}"),
     }
 
 
@@ -272,13 +276,14 @@ async def act_on_job(
         raise InputError(str(exc)) from None
 
 
-async def act_on_table(conn: asyncpg.Connection, name: str, action: str) -> str:
+async def act_on_table(conn: asyncpg.Connection, name: str, action: str) -> tuple[str, str]:
+    """(what happened, the table's qualified name)."""
     if action not in TABLE_ACTIONS:
         raise InputError(f"action: {action[:40]!r}, expected pause or resume")
     table = _qualified(name)
     if action == "pause":
-        return "paused" if await jobqueue.pause_table(conn, table) else "was already paused"
-    return "resumed" if await jobqueue.resume_table(conn, table) else "was not paused"
+        return "paused" if await jobqueue.pause_table(conn, table) else "was already paused", table
+    return "resumed" if await jobqueue.resume_table(conn, table) else "was not paused", table
 
 
 async def act_on_jobs(conn: asyncpg.Connection, ids: list[uuid.UUID], action: str) -> int:

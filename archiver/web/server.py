@@ -30,32 +30,60 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-async def serve(settings: Settings, config: ConfigFile | None, bind: str) -> None:
+def check_access(settings: Settings, host: str) -> str:
+    """Who will be able to read, in words; one line naming the problem when the settings
+    would let nobody in, or everybody in from beyond this machine."""
+    s = settings
+    if s.console_proxy_header and not s.console_proxy_addresses:
+        raise ConfigError(
+            "ARCHIVER_CONSOLE_PROXY_HEADER needs ARCHIVER_CONSOLE_PROXY_ADDRESSES: the "
+            "addresses of the proxies whose word it is (anyone else could send the header)"
+        )
+    if s.console_public_read:
+        if not is_loopback(host):
+            raise ConfigError(
+                f"console: refusing to listen on {host}, beyond this machine, with "
+                "ARCHIVER_CONSOLE_PUBLIC_READ (anyone could read): bind 127.0.0.1, or "
+                "give readers a credential (ARCHIVER_CONSOLE_VIEWER_TOKEN or a proxy's header)"
+            )
+        return "reading open to whoever reaches it"
+    ways = [
+        name
+        for name, on in (
+            ("the viewer token", s.console_viewer_token),
+            ("the admin token", s.console_admin_token),
+            (f"the {s.console_proxy_header} header of a trusted proxy", s.console_proxy_header),
+        )
+        if on
+    ]
+    if not ways:
+        raise ConfigError(
+            "console: nobody could read it: set ARCHIVER_CONSOLE_VIEWER_TOKEN, "
+            "ARCHIVER_CONSOLE_ADMIN_TOKEN or ARCHIVER_CONSOLE_PROXY_HEADER, or "
+            "ARCHIVER_CONSOLE_PUBLIC_READ=true to let whoever reaches it read"
+        )
+    return "reading with " + " or ".join(ways)
+
+
+async def serve(settings: Settings, config: ConfigFile | None, bind: str, root_path: str) -> None:
     """Run the console until SIGTERM or SIGINT."""
     import uvicorn
 
     from archiver.web.app import create_app
 
     host, port = parse_bind(bind)
-    if not is_loopback(host) and not settings.console_admin_token:
-        raise ConfigError(
-            f"console: refusing to listen on {host}, beyond this machine, without "
-            "ARCHIVER_CONSOLE_ADMIN_TOKEN (bind 127.0.0.1, or set the token)"
-        )
-    log.info(
-        "console on http://%s:%d (%s)",
-        host,
-        port,
-        "actions need the admin token" if settings.console_admin_token else "read-only",
-    )
+    readers = check_access(settings, host)
+    acting = "actions with the admin token" if settings.console_admin_token else "no actions"
+    log.info("console on http://%s:%d%s (%s; %s)", host, port, root_path, readers, acting)
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(settings, config),
             host=host,
             port=port,
+            root_path=root_path,
             log_config=None,  # archiver's logging (archiver.logs) as every command
             access_log=False,
-            proxy_headers=True,
+            proxy_headers=False,  # believed from the proxies' addresses only: web.middleware
             server_header=False,
         )
     )

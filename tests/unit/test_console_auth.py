@@ -1,33 +1,135 @@
-"""The console's credential, sessions and CSRF tokens, and where an action may send the
-browser back to (archiver.web): fast checks beside the browser tests."""
+"""The console's credentials, sessions, CSRF tokens, login throttle, the proxy's word and
+the start-up checks (archiver.web): fast checks beside the browser tests."""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+from typing import Any
+
+import pytest
+
+from archiver.config import Settings
+from archiver.errors import ConfigError
 from archiver.web.app import _local_path
-from archiver.web.auth import SESSION_SECONDS, Auth, valid_name
-from archiver.web.server import is_loopback, parse_bind
+from archiver.web.auth import ADMIN, SESSION_SECONDS, VIEWER, Auth, LoginThrottle, valid_name
+from archiver.web.middleware import PROXY_USER, Proxied
+from archiver.web.server import check_access, is_loopback, parse_bind
 
 
-def test_sessions_are_signed_expire_and_end_with_the_token() -> None:
-    auth = Auth("s3cret")
-    cookie = auth.session("ops-alice", now=1000.0)
-    assert auth.actor(cookie, now=1001.0) == "ops-alice"
-    assert auth.actor(cookie, now=1000.0 + SESSION_SECONDS + 1) is None  # expired
-    expires, _, signature = cookie.split(".")
-    forged = f"{expires}.{b'mallory'.hex()}.{signature}"
-    assert auth.actor(forged, now=1001.0) is None  # another name, the same signature
-    assert Auth("rotated").actor(cookie, now=1001.0) is None  # a new token ends sessions
-    assert Auth(None).actor(cookie, now=1001.0) is None and not Auth(None).enabled
+def test_sessions_are_signed_expire_and_end_with_their_token() -> None:
+    auth = Auth("s3cret", "look")
+    cookie = auth.session("ops-alice", ADMIN, now=1000.0)
+    assert auth.who(cookie, now=1001.0) == ("ops-alice", ADMIN)
+    assert auth.who(cookie, now=1000.0 + SESSION_SECONDS + 1) is None  # expired
+    expires, role, _, signature = cookie.split(".")
+    forged = f"{expires}.{role}.{b'mallory'.hex()}.{signature}"
+    assert auth.who(forged, now=1001.0) is None  # another name, the same signature
+    promoted = auth.session("bob", VIEWER, now=1000.0).replace(".viewer.", ".admin.")
+    assert auth.who(promoted, now=1001.0) is None  # a viewer cannot make itself admin
+    assert Auth("rotated", "look").who(cookie, now=1001.0) is None  # a new token ends them
+    viewer = auth.session("bob", VIEWER, now=1000.0)
+    assert Auth("rotated", "look").who(viewer, now=1001.0) == ("bob", VIEWER)  # not these
+    assert Auth("s3cret", "new").who(viewer, now=1001.0) is None
+    assert Auth(None).who(cookie, now=1001.0) is None and not Auth(None).enabled
 
 
-def test_tokens_and_names() -> None:
-    auth = Auth("s3cret")
-    assert auth.accepts("s3cret") and not auth.accepts("s3cre") and not Auth("").accepts("")
-    cookie = auth.session("a")
+def test_tokens_roles_and_names() -> None:
+    auth = Auth("s3cret", "look")
+    assert auth.role_of("s3cret") == ADMIN and auth.role_of("look") == VIEWER
+    assert auth.role_of("s3cre") is None and Auth(None, None).role_of("") is None
+    assert not Auth(None, "look").can_act and Auth(None, "look").enabled
+    cookie = auth.session("a", ADMIN)
     assert auth.csrf_ok(cookie, auth.csrf(cookie))
-    assert not auth.csrf_ok(cookie, auth.csrf(auth.session("b")))
-    assert not auth.csrf_ok(None, auth.csrf(cookie))
+    assert not auth.csrf_ok(cookie, auth.csrf(auth.session("b", ADMIN)))
+    assert not auth.csrf_ok(None, auth.csrf(cookie)) and not auth.csrf_ok("x", "")
     assert valid_name("ops-alice@example.com") and not valid_name("a\nb") and not valid_name("")
+
+
+def test_refused_logins_lock_an_address_out_then_let_it_try_again() -> None:
+    throttle = LoginThrottle(limit=3, window=60, lockout=120)
+    assert not throttle.refused("10.0.0.7", now=0) and not throttle.refused("10.0.0.7", now=1)
+    assert throttle.locked_for("10.0.0.7", now=2) == 0
+    assert throttle.refused("10.0.0.7", now=2)  # the third within the window locks it
+    assert throttle.locked_for("10.0.0.7", now=3) == 119
+    assert throttle.locked_for("10.0.0.8", now=3) == 0  # per address
+    assert throttle.locked_for("10.0.0.7", now=122) == 0  # over
+    for t in (200, 270, 340):  # refusals further apart than the window never lock
+        assert not throttle.refused("10.0.0.9", now=t)
+    throttle.refused("10.0.0.10", now=0)
+    throttle.succeeded("10.0.0.10")  # a login that succeeds forgets the refusals
+    assert not throttle.refused("10.0.0.10", now=1) and not throttle.refused("10.0.0.10", now=2)
+    small = LoginThrottle(limit=2, addresses=2)
+    for address in ("a", "b", "c"):
+        small.refused(address, now=0)
+    assert not small.refused("a", now=1)  # forgotten: only two addresses are kept
+
+
+def _through(proxied: Proxied, peer: str, headers: dict[str, str]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    async def app(scope: dict[str, Any], *_: Any) -> None:
+        seen.update(scope)
+
+    proxied.app = app
+    scope = {
+        "type": "http",
+        "client": (peer, 5000),
+        "scheme": "http",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    asyncio.run(proxied(scope, None, None))
+    return seen
+
+
+def test_the_proxy_is_believed_only_from_its_addresses() -> None:
+    proxied = Proxied(
+        None,  # type: ignore[arg-type]
+        [ipaddress.ip_network("10.0.0.2"), ipaddress.ip_network("fd00::/8")],
+        "X-Forwarded-User",
+    )
+    said = {"X-Forwarded-User": "alice", "X-Forwarded-For": "203.0.113.9, 10.0.0.2"}
+    said["X-Forwarded-Proto"] = "https"
+    scope = _through(proxied, "10.0.0.2", said)
+    assert scope[PROXY_USER] == "alice" and scope["client"] == ("203.0.113.9", 0)
+    assert scope["scheme"] == "https"
+    scope = _through(proxied, "10.0.0.3", said)  # straight to the port: nobody
+    assert scope[PROXY_USER] is None and scope["client"] == ("10.0.0.3", 5000)
+    assert scope["scheme"] == "http"
+    scope = _through(proxied, "fd00::1", {"X-Forwarded-User": "bob\nadmin"})
+    assert scope[PROXY_USER] is None  # no name the audit log can hold
+    assert _through(Proxied(None, [], None), "10.0.0.2", said)[PROXY_USER] is None  # type: ignore[arg-type]
+
+
+def test_start_up_refuses_a_console_nobody_or_everybody_could_read() -> None:
+    base = {"ARCHIVER_DATABASE_URL": "postgresql://h/db"}
+
+    def access(host: str = "127.0.0.1", **env: str) -> str:
+        return check_access(Settings.from_env({**base, **env}), host)
+
+    with pytest.raises(ConfigError, match="nobody could read it"):
+        access()
+    with pytest.raises(ConfigError, match="beyond this machine"):
+        access("0.0.0.0", ARCHIVER_CONSOLE_PUBLIC_READ="true")
+    with pytest.raises(ConfigError, match="needs ARCHIVER_CONSOLE_PROXY_ADDRESSES"):
+        access(ARCHIVER_CONSOLE_PROXY_HEADER="X-Forwarded-User")
+    assert access(ARCHIVER_CONSOLE_PUBLIC_READ="true") == "reading open to whoever reaches it"
+    assert "viewer token" in access("0.0.0.0", ARCHIVER_CONSOLE_VIEWER_TOKEN="v")
+    assert "x-forwarded-user header" in access(
+        "0.0.0.0",
+        ARCHIVER_CONSOLE_PROXY_HEADER="X-Forwarded-User",
+        ARCHIVER_CONSOLE_PROXY_ADDRESSES="10.0.0.2",
+    )
+    for variable, bad in (
+        ("ARCHIVER_CONSOLE_PROXY_ADDRESSES", "10.0.0.300"),
+        ("ARCHIVER_CONSOLE_PROXY_HEADER", "X User"),
+        ("ARCHIVER_CONSOLE_ROOT_PATH", "archiver"),
+        ("ARCHIVER_CONSOLE_ROOT_PATH", "/a/../b"),
+        ("ARCHIVER_CONSOLE_ROOT_PATH", "/a?b"),
+    ):
+        with pytest.raises(ConfigError, match=variable):
+            Settings.from_env({**base, variable: bad})
+    assert Settings.from_env({**base, "ARCHIVER_CONSOLE_ROOT_PATH": "/ops/archiver/"}).console_root_path == "/ops/archiver"  # fmt: skip
 
 
 def test_an_action_sends_the_browser_back_only_within_the_console() -> None:
@@ -44,6 +146,7 @@ def test_binds() -> None:
 
 def test_foreign_characters_in_a_cookie_or_token_are_refused_not_errors() -> None:
     auth = Auth("s3cret")
-    cookie = auth.session("a")
-    assert auth.actor("1.é.ü") is None and auth.actor("²²².00.ab") is None
+    cookie = auth.session("a", ADMIN)
+    assert auth.who("1.é.ü.x") is None and auth.who("²²².admin.00.ab") is None
+    assert auth.who("a.b.c") is None and auth.who("....") is None
     assert not auth.csrf_ok(cookie, "é")
