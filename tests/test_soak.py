@@ -1,8 +1,9 @@
 """The soak's short form (issue 42): three minutes of production's mix at once -- the
 scheduler, three workers and the console under a real supervisord; policies on an
 aggregate with its children, a range-partitioned table and a text-keyed table; restores,
-erasures, purges, tier moves and queries, some SIGKILLed mid-way; a worker SIGKILLed,
-PostgreSQL and Azurite restarted, backends terminated -- with every invariant of
+erasures, purges, tier moves (offline to the Archive tier among them), rehydrations and
+queries, some SIGKILLed mid-way; a worker and the scheduler SIGKILLed, PostgreSQL and
+Azurite restarted, backends terminated -- with every invariant of
 archiver.testing.soak_checks checked each minute and at the end. `python -m bench.soak
 --minutes 30` is the long form (docs/performance.md)."""
 
@@ -22,7 +23,7 @@ def test_three_minutes_of_everything_at_once(tmp_path: Path) -> None:
     figures = run_soak(3, tmp_path / "soak", seed=1, say=lambda line: None)
     assert figures.problems == [], "\n".join(figures.problems)
     attempted = {key.split()[0] for key in figures.operations}
-    assert attempted == set(OPERATIONS), figures.operations
+    assert attempted >= set(OPERATIONS), figures.operations  # and verify, before Archive
     assert set(figures.faults) == set(FAULTS), figures.faults
     assert figures.checks_passed >= 4  # two minutes, the end's, after the stop
     assert figures.rows_inserted > 10_000 and figures.subjects_erased >= 1

@@ -153,3 +153,34 @@ def test_a_publisher_holding_the_table_too_long_is_said(d: Harness) -> None:
     d.drain()  # the lock is free: a worker's publication finishes it
     assert seen_by_readers(d) == ROWS - back
     blobs_are_the_catalog(d)
+
+
+def test_a_publication_failing_after_the_commit_says_the_change_stands(d: Harness) -> None:
+    """Found by the soak: an erasure whose publication met Azurite restarting printed
+    delta-rs's traceback, and before that a `database error` line, as if nothing had
+    been erased. The change is committed; the command says so, exits 0, and the
+    workers' publication finishes what it could not."""
+    archived(d)
+    smallest = d.value(
+        "SELECT min(min_key[1]::bigint) FROM archive_files WHERE state = 'committed'"
+    )
+    failing = d.with_env(ARCHIVER_FAILPOINTS="before_delta_commit=raise")
+    erased = failing.cli("erase", "--table", "orders", "--where", f"id = {smallest}")
+    assert erased.returncode == 0, erased.stderr
+    assert "erased 1 row" in erased.stdout and "Traceback" not in erased.stderr
+    said = [line for line in erased.stderr.splitlines() if "committed" in line]
+    assert said == [
+        "public.orders: the change is committed, not published yet: publishing it failed "
+        "(FailpointError: failpoint before_delta_commit); the workers' next publication "
+        "finishes it, or `archiver publish --table public.orders`"
+    ], erased.stderr
+    assert d.value("SELECT count(*) FROM archive_ledger WHERE status = 'done'") == 1
+    assert (
+        d.value(
+            "SELECT count(*) FROM background_jobs WHERE status = 'queued' AND task_name = 'publish'"
+        )
+        == 1
+    )  # queued for the workers
+    d.drain()
+    assert seen_by_readers(d) == ROWS - 1  # readers see it once a worker published it
+    blobs_are_the_catalog(d)

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver import failpoints, ledger
+from archiver import failpoints, ledger, text
 from archiver.bulk import BulkConnection
 from archiver.db import query
 from archiver.files import names
@@ -164,8 +164,9 @@ def erase(
                 done.detail[table] = counts
                 report(
                     # said before the commit: "erased" only once it is (cmd_erase's line)
-                    f"{table}: {counts['rows']} rows to erase from {counts['retired']} of "
-                    f"{len(files)} files ({counts['rewritten']} rewritten)"
+                    f"{table}: {text.counted(counts['rows'], 'row')} to erase from "
+                    f"{counts['retired']} of {text.counted(len(files), 'file')} "
+                    f"({counts['rewritten']} rewritten)"
                 )
         return done
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from archiver import catalog_reads, db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
-from archiver.errors import InputError, PublisherBusy
+from archiver.errors import InputError, PublisherBusy, error_line
 
 if TYPE_CHECKING:
     from archiver.delta.publish import Published
@@ -64,7 +64,12 @@ async def make_visible(
     it retired, so that readers see the change when the command returns; say what had
     to stay, and what finishes it. With publishing off, only what left the archive is
     taken out of a Delta table that exists. `no_wait`: queue the publications for the
-    workers instead (as before ARCHIVER_PUBLISH_WAIT)."""
+    workers instead (as before ARCHIVER_PUBLISH_WAIT).
+
+    The command's change is committed before this runs: a publication that fails here
+    (storage or the database restarting, a lock held too long) does not undo it and is
+    not the command's failure. It is said, in a line that says the change stands, and
+    queued for the workers, whose publication finishes it."""
     here = str(settings.storage_location())
     names = sorted(set(tables))
     if not names:
@@ -77,22 +82,31 @@ async def make_visible(
             "change after their next publication"
         )
         return
-    busy = False
+    unfinished = False
     for table in names:
+        finishes = (
+            f"the workers' next publication finishes it, or `archiver publish --table {table}`"
+        )
         try:
             done = await publish_table(
                 settings, table, sweep_only=not settings.delta, lock_wait=settings.publish_wait
             )
+            async with db.connection(settings.database_url) as conn:
+                left = [r[0] for r in await conn.fetch(RETIRED_LEFT, here, table)]
         except PublisherBusy as exc:
-            busy = True
+            unfinished = True
             report(
                 f"{table}: not published yet: a worker held its publisher lock for over "
-                f"{exc.seconds:g} s (ARCHIVER_PUBLISH_WAIT); the workers' next publication "
-                f"finishes it, or `archiver publish --table {table}`"
+                f"{exc.seconds:g} s (ARCHIVER_PUBLISH_WAIT); {finishes}"
             )
             continue
-        async with db.connection(settings.database_url) as conn:
-            left = [r[0] for r in await conn.fetch(RETIRED_LEFT, here, table)]
+        except Exception as exc:  # the change stands: say which side of its commit this is
+            unfinished = True
+            report(
+                f"{table}: the change is committed, not published yet: publishing it "
+                f"failed ({error_line(exc)}); {finishes}"
+            )
+            continue
         version = "" if done.version is None else f", Delta version {done.version}"
         if left:
             report(
@@ -103,6 +117,9 @@ async def make_visible(
             )
         else:
             report(f"{table}: readers see it now{version}, the retired files deleted")
-    if busy:
-        async with db.connection(settings.database_url) as conn:
-            await jobqueue.enqueue_publications(conn, here, delta=settings.delta)
+    if unfinished:
+        try:
+            async with db.connection(settings.database_url) as conn:
+                await jobqueue.enqueue_publications(conn, here, delta=settings.delta)
+        except Exception as exc:  # the workers' periodic publication still finds it
+            report(f"the publications could not be queued ({error_line(exc)})")

@@ -2,8 +2,9 @@
 runs the scheduler, three workers and the console (archiver.testing.soak_world); policies
 archive an aggregate with its children, a range-partitioned table and a table with a
 text key every 20 s, and purge the oldest events; a feeder inserts rows of every age;
-a driver runs restores, erasures, purges, tier moves and queries as an operator would,
-SIGKILLing some mid-way; faults arrive at random moments: a worker SIGKILLed, PostgreSQL
+a driver runs restores, erasures, purges, tier moves (the Archive tier among them, after
+a verify), rehydrations and queries as an operator would, SIGKILLing some mid-way;
+faults arrive at random moments: a worker or the scheduler SIGKILLed, PostgreSQL
 restarted, Azurite restarted, archiver's backends terminated. Every minute and at the end
 the invariants of archiver.testing.soak_checks are checked. `bench/soak.py` runs it for
 30 minutes with its figures; tests/test_soak.py for three."""
@@ -29,16 +30,24 @@ from pathlib import Path
 import asyncpg
 
 from archiver.testing import soak_checks as checks
-from archiver.testing.soak_world import WORKERS, Ledger, World, insert, landed, make_batch
+from archiver.testing.soak_world import (
+    DATABASE_TROUBLE,
+    WORKERS,
+    Ledger,
+    World,
+    drained,
+    insert,
+    job_counts,
+    landed,
+    make_batch,
+)
 from archiver.testing.supervised import ctl, pid_of
 
 log = logging.getLogger(__name__)
 
-# What a restart of PostgreSQL does to the soak's own clients: each is retried.
-DATABASE_TROUBLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                    asyncpg.exceptions.InternalClientError)  # fmt: skip
-OPERATIONS = ("restore", "erase", "purge", "tier", "query")
-FAULTS = ("kill_worker", "restart_postgres", "restart_azurite", "terminate_backends")
+OPERATIONS = ("restore", "erase", "purge", "tier", "query", "rehydrate")
+FAULTS = ("kill_worker", "restart_postgres", "restart_azurite", "terminate_backends",
+          "kill_scheduler")  # fmt: skip
 
 
 @dataclass
@@ -225,6 +234,8 @@ class Soak:
             if not failed:
                 done = True
                 break
+            if any("archiver rehydrate" in r[2] for r in failed):  # some are offline
+                await self.op_rehydrate()
             await self.pause(1, 3)
         if done:
             self.ledger.erasing.discard(who)
@@ -237,9 +248,18 @@ class Soak:
         await self.command("purge", "purge", "--table", "events", "--older-than", "150 days")
 
     async def op_tier(self) -> None:
-        tier = self.rnd.choice(("Cool", "Hot"))
+        """Old audit files to Cool or Hot, or (once verify found them sound) offline to
+        the Archive tier, where restores and erasures refuse them until a rehydration.
+        The soak's checker reads them first: it cannot read an offline file either."""
+        tier = self.rnd.choice(("Cool", "Hot", "Archive"))
+        if tier == "Archive":
+            await self.check_rows(f"minute {self.minute():.1f}, before the Archive tier")
+            await self.command("verify", "verify", "--table", "audit", "--skip-offline", kill=False)
         await self.command("tier", "tier", "--table", "audit", "--tier", tier,
                            "--older-than", "60 days")  # fmt: skip
+
+    async def op_rehydrate(self) -> None:
+        await self.command("rehydrate", "rehydrate", "--table", "audit", "--tier", "Cool")
 
     async def op_query(self) -> None:
         await self.command(
@@ -263,6 +283,11 @@ class Soak:
     async def fault_kill_worker(self) -> None:
         name = f"archiver:worker-{self.rnd.randrange(WORKERS):02d}"
         pid = await asyncio.to_thread(pid_of, self.world.env, name)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+
+    async def fault_kill_scheduler(self) -> None:
+        pid = await asyncio.to_thread(pid_of, self.world.env, "archiver:scheduler")
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
 
@@ -300,7 +325,7 @@ class Soak:
             try:
                 found = await checks.rows_in_one_place(self.world, self.ledger, self.files)
                 break
-            except DATABASE_TROUBLE as exc:  # a restart meanwhile: counted, and said
+            except (*DATABASE_TROUBLE, checks.FileOffline) as exc:  # counted, and said
                 self.figures.checks_skipped += 1
                 self.say(f"soak {when}: rows check skipped ({exc!r})")
                 await asyncio.sleep(2)
@@ -335,9 +360,9 @@ class Soak:
         """The scheduler stopped, the queue drained, then every invariant once more."""
         env = self.world.env
         await asyncio.to_thread(ctl, env, "stop", "archiver:scheduler")
-        drained = await self.drain()
-        if not drained:
+        if not await drained(self.world):
             self.figures.problems.append("the queue did not drain within 5 minutes")
+        await self.op_rehydrate()  # the end of the day: every file online to be checked
         await self.check_rows("the end", final=True)
         found = await asyncio.to_thread(checks.delta_equals_catalog, self.world)
         found += await asyncio.to_thread(checks.erased_nowhere, self.world, self.ledger,
@@ -345,9 +370,10 @@ class Soak:
         verify = await asyncio.to_thread(self.world.cli, "verify")
         if verify.returncode != 0:
             found.append(f"archiver verify: {verify.stdout[-800:]}{verify.stderr[-400:]}")
+        found += checks.rss_flat(self.figures.worker_rss_mb, self.minutes)
         self.figures.checks_passed += not found
         self.figures.problems += [f"the end: {p}" for p in found]
-        self.figures.jobs = await self.jobs()
+        self.figures.jobs = await job_counts(self.world)
         self.figures.live_rows = await asyncio.to_thread(checks.counts, self.world)
         assert self.world.supervisord is not None
         await asyncio.to_thread(self.world.supervisord.stop)
@@ -355,34 +381,6 @@ class Soak:
         left = await checks.nothing_left_behind(self.world)
         self.figures.checks_passed += not left
         self.figures.problems += [f"after the stop: {p}" for p in left]
-
-    async def drain(self) -> bool:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            with contextlib.suppress(*DATABASE_TROUBLE):
-                conn = await asyncpg.connect(self.world.url, timeout=5)
-                try:
-                    busy = await conn.fetchval(
-                        "SELECT count(*) FROM background_jobs WHERE status = 'running' "
-                        "OR (status = 'queued' AND run_at < now() + interval '1 minute')"
-                    )
-                finally:
-                    await conn.close()
-                if busy == 0:
-                    return True
-            await asyncio.sleep(1)
-        return False
-
-    async def jobs(self) -> dict[str, int]:
-        conn = await asyncpg.connect(self.world.url)
-        try:
-            rows = await conn.fetch(
-                "SELECT task_name || ' ' || status AS k, count(*) AS n FROM background_jobs "
-                "GROUP BY 1 ORDER BY 1"
-            )
-        finally:
-            await conn.close()
-        return {r["k"]: int(r["n"]) for r in rows}
 
 
 def run_soak(

@@ -17,7 +17,7 @@ from pathlib import Path
 import asyncpg
 import pyarrow as pa
 import pyarrow.parquet as pq
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
 from archiver.testing.services import AZURITE_KEY
@@ -29,6 +29,11 @@ PREFIX = "archive"
 class FileGone(Exception):
     """A file committed at the snapshot was deleted before it was read (retired and
     reaped meanwhile): the check is taken again at a new snapshot."""
+
+
+class FileOffline(Exception):
+    """A committed file in the Archive tier that was never read while it was online:
+    its keys cannot be known until it is rehydrated, so this check cannot be whole."""
 
 
 def container(world: World) -> ContainerClient:
@@ -52,6 +57,10 @@ class FileKeys:
                 data = self.client.download_blob(blob_name(path)).readall()
             except ResourceNotFoundError:
                 raise FileGone(path) from None
+            except HttpResponseError as exc:
+                if getattr(exc, "error_code", None) == "BlobArchived":
+                    raise FileOffline(path) from None
+                raise
             table = pq.read_table(io.BytesIO(data), columns=[column])
             self.keys[path] = table.column(column).to_pylist()
         return self.keys[path]
@@ -269,3 +278,17 @@ async def nothing_left_behind(world: World) -> list[str]:
     if locks:
         problems.append(f"{locks} advisory locks left")
     return problems
+
+
+def rss_flat(samples: list[tuple[float, float]], minutes: float) -> list[str]:
+    """The workers' peak RSS over the last half (at most 10 minutes) of the run against
+    the first's: a leak shows as growth; 1.5x and 40 MB of slack absorb a worker
+    SIGKILLed and started again and chunks of different widths."""
+    span = min(minutes / 2, 10.0)
+    first = max((mb for at, mb in samples if at <= span), default=0.0)
+    last = max((mb for at, mb in samples if at >= minutes - span), default=0.0)
+    if first and last > first * 1.5 + 40:
+        return [
+            f"worker RSS grew: peak {first:.0f} MB in the first {span:g} min, {last:.0f} MB in the last"
+        ]
+    return []

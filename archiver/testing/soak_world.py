@@ -7,11 +7,13 @@ archiver records."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import random
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,9 @@ from archiver.testing.services import Azurite, free_port, with_database
 from archiver.testing.supervised import Supervisord, supervisor_defaults, wait_running
 
 CONTAINER = "soak"
+# What a restart of PostgreSQL does to the soak's own clients: each is retried.
+DATABASE_TROUBLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                    asyncpg.exceptions.InternalClientError)  # fmt: skip
 WORKERS = 3
 SUBJECTS = 40  # customers / actors: an erasure takes one of them out for good
 PURGE_AFTER = dt.timedelta(days=150)  # the events policy's `retain`
@@ -309,3 +314,35 @@ async def insert(conn: asyncpg.Connection, batch: Batch) -> None:
 async def landed(conn: asyncpg.Connection, batch: Batch) -> bool:
     """Whether a batch whose insert raised committed after all."""
     return bool(await conn.fetchval("SELECT count(*) FROM audit WHERE key = $1", batch.probe))
+
+
+async def drained(world: World, seconds: float = 300) -> bool:
+    """Wait until no job runs or is due within a minute (False after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(*DATABASE_TROUBLE):
+            conn = await asyncpg.connect(world.url, timeout=5)
+            try:
+                busy = await conn.fetchval(
+                    "SELECT count(*) FROM background_jobs WHERE status = 'running' "
+                    "OR (status = 'queued' AND run_at < now() + interval '1 minute')"
+                )
+            finally:
+                await conn.close()
+            if busy == 0:
+                return True
+        await asyncio.sleep(1)
+    return False
+
+
+async def job_counts(world: World) -> dict[str, int]:
+    """Jobs per task and status, as `archive completed`: count."""
+    conn = await asyncpg.connect(world.url)
+    try:
+        rows = await conn.fetch(
+            "SELECT task_name || ' ' || status AS k, count(*) AS n FROM background_jobs "
+            "GROUP BY 1 ORDER BY 1"
+        )
+    finally:
+        await conn.close()
+    return {r["k"]: int(r["n"]) for r in rows}

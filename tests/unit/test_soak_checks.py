@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 
-from archiver.testing.soak_checks import Seen, judge, one_error_line
+from archiver.testing.soak_checks import Seen, judge, one_error_line, rss_flat
 from archiver.testing.soak_world import KEYS, Ledger, Row
 
 NOW = dt.datetime(2026, 11, 26, tzinfo=dt.UTC)
@@ -72,3 +72,14 @@ def test_a_command_s_error_is_one_line_after_its_progress_never_a_traceback() ->
     assert one_error_line("t: 1 of 3 files\narchiver: error: database error: gone\n")
     assert not one_error_line("Traceback (most recent call last):\narchiver: error: x\n")
     assert not one_error_line("t: 1 of 3 files\n")
+
+
+def test_worker_memory_that_grows_over_the_run_is_a_problem() -> None:
+    steady = [(m / 3, 150.0 + (m % 4) * 10) for m in range(90)]  # 30 min, every 20 s
+    assert rss_flat(steady, 30) == []
+    restarted = [*steady[:40], (13.5, 60.0), *steady[41:]]  # a worker SIGKILLed: smaller
+    assert rss_flat(restarted, 30) == []
+    leaking = [(m / 3, 150.0 + m * 3) for m in range(90)]
+    [said] = rss_flat(leaking, 30)
+    assert said == "worker RSS grew: peak 240 MB in the first 10 min, 417 MB in the last"
+    assert rss_flat([(0.3, 150.0), (2.9, 400.0)], 3) != []  # a short run compares halves
