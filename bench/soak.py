@@ -13,24 +13,32 @@ import tempfile
 import time
 from pathlib import Path
 
-from archiver.testing.soak import Figures, run_soak
+from archiver.testing.soak import run_soak
+from archiver.testing.soak_world import Figures
 
 
 def table(figures: Figures, seconds: float) -> str:
-    rss = figures.worker_rss_mb
-    first = max((mb for minute, mb in rss if minute <= 1.5), default=0.0)
-    last = max((mb for minute, mb in rss if minute >= figures.minutes - 1.5), default=0.0)
+    rss, span = figures.worker_rss_mb, min(figures.minutes / 2, 10.0)  # as soak_checks.rss_flat
+    first = max((mb for minute, mb in rss if minute <= span), default=0.0)
+    last = max((mb for minute, mb in rss if minute >= figures.minutes - span), default=0.0)
     rows = [
         ("minutes of load (then the drain and the final checks)", f"{figures.minutes:g}"),
         ("wall time, set-up to tear-down", f"{seconds / 60:.1f} min"),
         ("rows inserted", f"{figures.rows_inserted:,}"),
         ("rows restored (moved back)", f"{figures.rows_restored:,}"),
         ("data subjects erased", str(figures.subjects_erased)),
+        (
+            "files moved offline (Archive tier) / rehydrated",
+            f"{figures.files_offline} / {figures.files_back_online}",
+        ),
         ("operations", ", ".join(f"{k} {n}" for k, n in sorted(figures.operations.items()))),
         ("faults injected", ", ".join(f"{k} {n}" for k, n in sorted(figures.faults.items()))),
         ("jobs at the end", ", ".join(f"{k} {n}" for k, n in figures.jobs.items())),
         ("live rows at the end", ", ".join(f"{k} {n:,}" for k, n in figures.live_rows.items())),
-        ("worker peak RSS, first 1.5 min / last 1.5 min", f"{first:.0f} MB / {last:.0f} MB"),
+        (
+            f"worker peak RSS, first {span:g} min / last {span:g} min",
+            f"{first:.0f} MB / {last:.0f} MB",
+        ),
         ("invariant checks passed", str(figures.checks_passed)),
         ("minute checks skipped (a restart meanwhile)", str(figures.checks_skipped)),
         ("problems", str(len(figures.problems))),

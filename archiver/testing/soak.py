@@ -17,14 +17,13 @@ import datetime as dt
 import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
@@ -33,6 +32,7 @@ from archiver.testing import soak_checks as checks
 from archiver.testing.soak_world import (
     DATABASE_TROUBLE,
     WORKERS,
+    Figures,
     Ledger,
     World,
     drained,
@@ -48,22 +48,6 @@ log = logging.getLogger(__name__)
 OPERATIONS = ("restore", "erase", "purge", "tier", "query", "rehydrate")
 FAULTS = ("kill_worker", "restart_postgres", "restart_azurite", "terminate_backends",
           "kill_scheduler")  # fmt: skip
-
-
-@dataclass
-class Figures:
-    minutes: float
-    rows_inserted: int = 0
-    operations: Counter[str] = field(default_factory=Counter)  # "erase ok", "restore killed", …
-    faults: Counter[str] = field(default_factory=Counter)
-    rows_restored: int = 0
-    subjects_erased: int = 0
-    checks_passed: int = 0
-    checks_skipped: int = 0  # a minute's check met a restart
-    problems: list[str] = field(default_factory=list)
-    worker_rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (minute, max MB)
-    jobs: dict[str, int] = field(default_factory=dict)  # final count per task and status
-    live_rows: dict[str, int] = field(default_factory=dict)
 
 
 class Soak:
@@ -255,11 +239,17 @@ class Soak:
         if tier == "Archive":
             await self.check_rows(f"minute {self.minute():.1f}, before the Archive tier")
             await self.command("verify", "verify", "--table", "audit", "--skip-offline", kill=False)
-        await self.command("tier", "tier", "--table", "audit", "--tier", tier,
-                           "--older-than", "60 days")  # fmt: skip
+        code, out, _ = await self.command("tier", "tier", "--table", "audit", "--tier", tier,
+                                          "--older-than", "60 days")  # fmt: skip
+        if code == 0 and (moved := re.search(r"moved (\d+) files? to Archive", out)):
+            self.figures.files_offline += int(moved[1])
 
     async def op_rehydrate(self) -> None:
-        await self.command("rehydrate", "rehydrate", "--table", "audit", "--tier", "Cool")
+        code, out, _ = await self.command(
+            "rehydrate", "rehydrate", "--table", "audit", "--tier", "Cool"
+        )
+        if code == 0 and (back := re.search(r"(\d+) back online", out)):
+            self.figures.files_back_online += int(back[1])
 
     async def op_query(self) -> None:
         await self.command(

@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,6 +245,24 @@ class World:
         finally:
             self.azurite.stop()
             self.cluster.stop()
+
+
+@dataclass
+class Figures:
+    minutes: float
+    rows_inserted: int = 0
+    operations: Counter[str] = field(default_factory=Counter)  # "erase ok", "restore killed", …
+    faults: Counter[str] = field(default_factory=Counter)
+    rows_restored: int = 0
+    subjects_erased: int = 0
+    files_offline: int = 0  # moved to the Archive tier
+    files_back_online: int = 0  # rehydrated
+    checks_passed: int = 0
+    checks_skipped: int = 0  # a minute's check met a restart
+    problems: list[str] = field(default_factory=list)
+    worker_rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (minute, max MB)
+    jobs: dict[str, int] = field(default_factory=dict)  # final count per task and status
+    live_rows: dict[str, int] = field(default_factory=dict)
 
 
 def _add_months(when: dt.datetime, months: int) -> dt.datetime:
