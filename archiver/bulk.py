@@ -41,7 +41,13 @@ class BulkCursor(Protocol):
     def fetch_record_batch(self) -> Any: ...  # a pyarrow.RecordBatchReader
     def fetch_arrow_table(self) -> Any: ...  # a pyarrow.Table
     def adbc_ingest(
-        self, table_name: str, data: Any, mode: str = ..., *, temporary: bool = ...
+        self,
+        table_name: str,
+        data: Any,
+        mode: str = ...,
+        *,
+        temporary: bool = ...,
+        db_schema_name: str | None = ...,
     ) -> int: ...
     def __enter__(self) -> BulkCursor: ...
     def __exit__(self, *exc: object) -> None: ...

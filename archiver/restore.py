@@ -18,7 +18,7 @@ import contextlib
 import logging
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,13 +29,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from archiver import failpoints, ledger
-from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip, fetch_all
+from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip
 from archiver.db import query
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.files import names
 from archiver.files.rewrite import key_ends, rewrite
 from archiver.files.stats import in_arrow_order
-from archiver.ident import TableName, quote_ident
+from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
 from archiver.pgtypes.arrow import staging_table
 from archiver.remap import (
@@ -46,9 +46,11 @@ from archiver.remap import (
     execute,
     map_columns,
 )
+from archiver.restore_direct import copy_in, straight_in
 from archiver.restore_range import in_range_sql, maybe_in_range
+from archiver.restore_target import parents_first_today, recreate_partition, target_of
 from archiver.source.guardrails import transaction_id
-from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
+from archiver.source.references import ForeignKey
 from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
@@ -90,24 +92,6 @@ class Restored:
         counts[key] += n
 
 
-def _target(cur: BulkCursor, plan: RestorePlan, source_table: str, columns: ArchivedColumns) -> str:
-    """The quoted target table; --into is created from the archived types when missing."""
-    name = TableName.parse(plan.into or source_table)
-    quoted = (
-        f"{quote_ident(name.schema)}.{quote_ident(name.name)}"
-        if name.schema
-        else quote_ident(name.name)
-    )
-    if execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
-        return quoted
-    if plan.into is None:
-        raise InputError(f"table {source_table} does not exist; restore --into a new table")
-    defs = [f"{quote_ident(n)} {t}" for n, t in columns.types.items()]
-    defs.append(f"PRIMARY KEY ({', '.join(quote_ident(k) for k in columns.key)})")
-    execute(cur, f"CREATE TABLE {quoted} ({', '.join(defs)})")
-    return quoted
-
-
 @dataclass(frozen=True)
 class FileRestore:
     """What restoring one file did: rows inserted, how its columns were matched, and in
@@ -118,6 +102,7 @@ class FileRestore:
     mapped: ColumnMap
     kept: list[int] | None = None
     ordered_keys: tuple[list[Any], list[Any]] | None = None
+    straight: bool = False  # by one COPY into the table (archiver.restore_direct)
 
 
 def _restore_file(
@@ -134,6 +119,15 @@ def _restore_file(
     a day's margin either side; PostgreSQL decides exactly), so restoring a day out of
     a file of a million rows stages about a day's rows."""
     positions = maybe_in_range(data, columns.cutoff, plan.cutoff_from, plan.cutoff_to)
+    if positions is None and not (plan.cutoff_from or plan.cutoff_to or plan.skip_conflicts):
+        mapped = map_columns(
+            cur, target, columns, set(data.column_names), plan.ignore_dropped_columns
+        )
+        straight = straight_in(cur, data, target, columns.types, mapped)
+        if straight is not None:  # every row goes in, by COPY alone (archiver.restore_direct)
+            with _conflicts(name, target, plan):
+                inserted = copy_in(cur, target, data, straight)
+            return FileRestore(inserted, mapped, [] if plan.moves_back else None, straight=True)
     subset = data if positions is None else data.take(positions)
     rows_of = pa.array(range(data.num_rows), pa.int64()) if positions is None else positions
     staged = staging_table(subset).append_column(ROW, rows_of)
@@ -158,17 +152,8 @@ def _restore_file(
     # too, every staged row went in when as many did.
     every_row = not plan.skip_conflicts and where == "true"
     returning = plan.moves_back and not every_row
-    try:
+    with _conflicts(name, target, plan):
         inserted = _insert(cur, insert, params, columns.key, values, returning)
-    except adbc_driver_manager.Error as exc:
-        if plan.skip_conflicts or getattr(exc, "sqlstate", None) != UNIQUE_VIOLATION:
-            raise
-        constraint = re.search(r'unique constraint "([^"]+)"', str(exc))
-        raise InputError(
-            f"archived rows of {name} have keys already in {target}"
-            f"{f' (constraint {constraint[1]})' if constraint else ''}; nothing restored "
-            "(--on-conflict skip restores the others)"
-        ) from None
     if not plan.moves_back:
         execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
         assert isinstance(inserted, int)
@@ -203,6 +188,22 @@ def _restore_file(
         ends = [(values[k], collations.get(k)) for k in columns.key]
         ordered = key_ends(cur, data.take(kept).select(used), ends, STAGE)
     return FileRestore(len(inserted), mapped, kept.to_pylist(), ordered)
+
+
+@contextlib.contextmanager
+def _conflicts(name: str, target: str, plan: RestorePlan) -> Iterator[None]:
+    """A key already in the table, in one line naming the constraint."""
+    try:
+        yield
+    except adbc_driver_manager.Error as exc:
+        if plan.skip_conflicts or getattr(exc, "sqlstate", None) != UNIQUE_VIOLATION:
+            raise
+        constraint = re.search(r'unique constraint "([^"]+)"', str(exc))
+        raise InputError(
+            f"archived rows of {name} have keys already in {target}"
+            f"{f' (constraint {constraint[1]})' if constraint else ''}; nothing restored "
+            "(--on-conflict skip restores the others)"
+        ) from None
 
 
 def _insert(
@@ -281,10 +282,10 @@ def restore(
                 columns = ArchivedColumns.of(local)
                 check_types(cur, columns)  # files may come from different schema versions
                 if f.source_table not in targets:
-                    targets[f.source_table] = _target(cur, plan, f.source_table, columns)
+                    targets[f.source_table] = target_of(cur, plan.into, f.source_table, columns)
                 target = targets[f.source_table]
                 if columns.partition and plan.into is None:
-                    _recreate_partition(cur, target, *columns.partition)
+                    recreate_partition(cur, target, *columns.partition)
                 parents = [k for k in keys if k.child == f.source_table]
                 data = pq.read_table(local)
                 one = _restore_file(cur, data, f.path, target, plan, columns, parents)
@@ -295,7 +296,8 @@ def restore(
                     report(f"{f.path}: columns: {said or 'as archived'}")
                 left = _take_out(storage, f, data, one, plan, Path(tmp), done)
                 report(
-                    f"{f.path}: {one.rows} of {f.row_count} rows {verb}{left} ({i}/{len(files)} files)"
+                    f"{f.path}: {one.rows} of {f.row_count} rows {verb}{left}"
+                    f"{' by COPY straight in' if one.straight else ''} ({i}/{len(files)} files)"
                 )
         if plan.dry_run:
             conn.rollback()
@@ -363,32 +365,3 @@ def _take_out(
     written = rewrite(storage, f, data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys)
     done.written.append(written)
     return f", the other {len(one.kept)} kept in {name}"
-
-
-_BOUND = re.compile(r"FOR VALUES FROM \((?:'[^']*'|MINVALUE)\) TO \((?:'[^']*'|MAXVALUE)\)")
-
-
-def _recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str) -> None:
-    """A partition archived whole and dropped comes back with its recorded bound (its
-    indexes from the parent's) before its rows are inserted; an existing one is kept."""
-    if not _BOUND.fullmatch(bound):  # from a file: only literals, never SQL
-        raise InputError(f"partition {name}: unexpected bound {bound!r} in the file's metadata")
-    partition = TableName.parse(name)
-    quoted = f"{quote_ident(partition.schema or 'public')}.{quote_ident(partition.name)}"
-    execute(cur, f"CREATE TABLE IF NOT EXISTS {quoted} PARTITION OF {parent} {bound}")
-
-
-def parents_first_today(
-    conn: BulkConnection, tables: list[str]
-) -> tuple[list[str], list[ForeignKey]]:
-    """The tables of a restore, each after every table it references today (an
-    aggregate's parents before its children), so foreign keys hold row by row; and the
-    keys between them. Read (and rolled back) before the restore writes anything."""
-    if len(tables) == 1:
-        return tables, []
-    keys = []
-    for table in tables:
-        found = fetch_all(conn, "SELECT to_regclass($1)::oid::bigint", (table,))
-        if found and found[0][0] is not None:
-            keys += [k for k in foreign_keys_to(conn, table, int(found[0][0])) if k.child in tables]
-    return parents_first(tables[0], tables, keys), keys

@@ -51,7 +51,7 @@ async def erase_rows(
     from archiver.lifecycle import erase as eraser
     from archiver.lifecycle.predicate import Predicate
     from archiver.query import engine
-    from archiver.restore import parents_first_today
+    from archiver.restore_target import parents_first_today
     from archiver.storage import open_storage
 
     name, files = await table_files(settings, table, "erase")

@@ -187,6 +187,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "archiver.source", "archiver.pgtypes", "archiver.parquet", "archiver.storage",
         "archiver.bulk", "archiver.catalog", "archiver.restore", "archiver.restore_range",
         "archiver.remap", "archiver.verify", "archiver.delta", "archiver.ledger",
+        "archiver.restore_direct", "archiver.restore_target",
         "archiver.files", "archiver.lifecycle", "archiver.audit",
     ),
     (  # foundations

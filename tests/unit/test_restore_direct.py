@@ -1,0 +1,58 @@
+"""Which archived columns go straight into their table by COPY (archiver.restore_direct):
+only the pairs of PostgreSQL type and Arrow type whose binary form is known to be read as
+the same value; everything else is staged."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from archiver.restore_direct import _converter, _uuid_bytes, _uuid_text
+
+
+def test_the_known_pairs_go_straight_in() -> None:
+    for type_sql, arrow in (
+        ("bigint", pa.int64()), ("integer", pa.int32()), ("smallint", pa.int16()),
+        ("double precision", pa.float64()), ("real", pa.float32()), ("boolean", pa.bool_()),
+        ("date", pa.date32()), ("bytea", pa.binary()), ("text", pa.string()),
+        ("json", pa.string()), ("jsonb", pa.string()), ("uuid", pa.string()),
+        ("character(3)", pa.string()), ("character varying(12)", pa.string()),
+        ("character varying", pa.string()), ("numeric(12,2)", pa.decimal128(12, 2)),
+        ("timestamp with time zone", pa.timestamp("us", tz="UTC")),
+        ("timestamp without time zone", pa.timestamp("us")),
+        ("text[]", pa.list_(pa.string())), ("bigint[]", pa.list_(pa.int64())),
+    ):  # fmt: skip
+        assert _converter(type_sql, False, arrow) is not None, (type_sql, arrow)
+    assert _converter("mood", True, pa.dictionary(pa.int32(), pa.string())) is not None
+
+
+def test_anything_else_is_staged() -> None:
+    for type_sql, arrow in (
+        ("bigint", pa.float64()),  # read without an error, as another number: never
+        ("double precision", pa.int64()),
+        ("integer", pa.int64()),
+        ("timestamp with time zone", pa.timestamp("us")),  # the zone decides the meaning
+        ("timestamp without time zone", pa.timestamp("us", tz="UTC")),
+        ("timestamp with time zone", pa.timestamp("ns", tz="UTC")),
+        ("numeric", pa.string()), ("numeric(12,2)", pa.decimal128(12, 3)),
+        ("numeric(1000,2)", pa.string()), ("interval", pa.string()),
+        ("time without time zone", pa.string()), ("mood", pa.string()),  # not known an enum
+        ("character varying(5)[]", pa.list_(pa.string())), ("integer[][]", pa.list_(pa.int32())),
+        ("uuid", pa.binary()), ("jsonb", pa.binary()), ("my_domain", pa.string()),
+    ):  # fmt: skip
+        assert _converter(type_sql, False, arrow) is None, (type_sql, arrow)
+
+
+def test_uuid_text_becomes_its_sixteen_bytes() -> None:
+    text = pa.array(
+        ["12345678-9abc-def0-1234-56789ABCDEF0", None, "00000000-0000-0000-0000-000000000001"]
+    )
+    assert _uuid_text(text)
+    raw = _uuid_bytes(text)
+    assert raw.type == pa.binary(16)
+    assert raw.to_pylist() == [bytes.fromhex("123456789abcdef0123456789abcdef0"), None,
+                               bytes(15) + b"\x01"]  # fmt: skip
+    assert _uuid_bytes(text.slice(1)).to_pylist() == raw.to_pylist()[1:]
+    assert _uuid_bytes(text.slice(0, 0)).to_pylist() == []
+    for bad in ("12345678123456781234567812345678", "12345678-1234-5678-1234-56781234567g",
+                "{12345678-1234-5678-1234-567812345678}"):  # fmt: skip
+        assert not _uuid_text(pa.array([bad, None]))
