@@ -191,7 +191,11 @@ class Soak:
         if len(self.ledger.subjects) <= 5:
             return
         who = self.rnd.choice(self.ledger.subjects)
-        self.ledger.subjects.remove(who)
+        self.ledger.subjects.remove(who)  # no new batch holds its rows; one in flight lands
+        for _ in range(600):  # first (else the application's DELETE below may take rows
+            if (u := self.ledger.unsure) is None or not u.holds(who):  # the ledger adds
+                break  # after it: the first 30-minute run at ae86d44 reported one lost)
+            await asyncio.sleep(0.05)
         self.ledger.erasing.add(who)
         self.ledger.forget_subject(who)
         for _ in range(60):
@@ -239,8 +243,9 @@ class Soak:
         if tier == "Archive":
             await self.check_rows(f"minute {self.minute():.1f}, before the Archive tier")
             await self.command("verify", "verify", "--table", "audit", "--skip-offline", kill=False)
-        code, out, _ = await self.command("tier", "tier", "--table", "audit", "--tier", tier,
-                                          "--older-than", "60 days")  # fmt: skip
+        # every file of the table: each holds rows of every age past the policy's 30 days,
+        # so none is wholly older than an age (with --older-than they moved nothing)
+        code, out, _ = await self.command("tier", "tier", "--table", "audit", "--tier", tier)
         if code == 0 and (moved := re.search(r"moved (\d+) files? to Archive", out)):
             self.figures.files_offline += int(moved[1])
 

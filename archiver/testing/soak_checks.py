@@ -155,9 +155,23 @@ def judge(seen: Seen, ledger: Ledger, now: dt.datetime) -> list[str]:
             ("found but not inserted, or erased", extra),
             ("lost", missing),
         ]
-        problems += [f"{table}: {len(keys)} rows {what}, e.g. {sorted(map(str, keys))[:3]}"
+        problems += [f"{table}: {len(keys)} rows {what}, e.g. {_named(keys, seen, ledger, table)}"
                      for what, keys in wrong if keys]  # fmt: skip
     return problems
+
+
+def _named(keys: list[object], seen: Seen, ledger: Ledger, table: str) -> list[str]:
+    """The first three keys, each with its subject and whether it was erased (what a
+    lost or extra row's story starts from)."""
+    out = []
+    for k in sorted(keys, key=str)[:3]:
+        row = seen.before[table].get(k) or seen.after[table].get(k) or ledger.removed[table].get(k)
+        who = row.subject if row else None
+        state = (
+            " erased" if who in ledger.erased else " being erased" if who in seen.erasing else ""
+        )
+        out.append(f"{k} ({who or 'no subject'}{state})")
+    return out
 
 
 def one_error_line(stderr: str) -> bool:

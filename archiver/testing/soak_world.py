@@ -288,6 +288,9 @@ class Batch:
     def count(self) -> int:
         return sum(len(r) for r in self.rows.values())
 
+    def holds(self, who: str) -> bool:
+        return any(r.subject == who for rows in self.rows.values() for r in rows.values())
+
 
 def make_batch(
     ledger: Ledger, rnd: random.Random, size: int, ages_days: float, event_days: float

@@ -40,10 +40,10 @@ def test_each_wrong_place_is_reported() -> None:
     ledger = ledger_of(orders={1: Row(NOW, "s"), 2: Row(NOW, "s"), 3: Row(NOW, "s")})
     found = judge(seen(ledger, {"orders": {1, 9}}, {"orders": [1, 2, 2]}), ledger, NOW)
     assert found == [
-        "orders: 1 rows archived twice, e.g. ['2']",
-        "orders: 1 rows live and archived, e.g. ['1']",
-        "orders: 1 rows found but not inserted, or erased, e.g. ['9']",
-        "orders: 1 rows lost, e.g. ['3']",
+        "orders: 1 rows archived twice, e.g. ['2 (s)']",
+        "orders: 1 rows live and archived, e.g. ['1 (s)']",
+        "orders: 1 rows found but not inserted, or erased, e.g. ['9 (no subject)']",
+        "orders: 1 rows lost, e.g. ['3 (s)']",
     ]
 
 
@@ -51,8 +51,8 @@ def test_a_purge_may_take_old_events_only() -> None:
     old, young = NOW - dt.timedelta(days=200), NOW - dt.timedelta(days=20)
     ledger = ledger_of(events={1: Row(old, None), 2: Row(young, None)}, audit={"a": Row(old, "s")})
     assert judge(seen(ledger, {}, {}), ledger, NOW) == [
-        "events: 1 rows lost, e.g. ['2']",
-        "audit: 1 rows lost, e.g. ['a']",
+        "events: 1 rows lost, e.g. ['2 (no subject)']",
+        "audit: 1 rows lost, e.g. ['a (s)']",
     ]
 
 
@@ -64,7 +64,7 @@ def test_a_subject_s_rows_may_stay_archived_only_while_it_is_erased() -> None:
     ledger.erasing.discard("subject-01")
     ledger.erased.add("subject-01")
     assert judge(seen(ledger, {}, {"audit": ["a", "b"]}), ledger, NOW) == [
-        "audit: 1 rows found but not inserted, or erased, e.g. ['a']"
+        "audit: 1 rows found but not inserted, or erased, e.g. ['a (subject-01 erased)']"
     ]
 
 
