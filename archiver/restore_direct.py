@@ -80,25 +80,26 @@ def _jsonb(arrow: pa.DataType) -> Convert | None:
 
 
 _NIL = "00000000-0000-0000-0000-000000000000"
-_UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
-def _uuid_text(column: pa.ChunkedArray | pa.Array) -> bool:
-    """Every value is uuid text (8-4-4-4-12 hex, as PostgreSQL prints it), or NULL."""
-    return bool(pc.all(pc.match_substring_regex(pc.fill_null(column, _NIL), _UUID)).as_py())
-
-
-def _uuid_bytes(a: pa.Array) -> pa.Array:
-    """uuid text, checked by _uuid_text, as its 16 bytes, decoded in one call."""
+def _uuid_bytes(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
+    """uuid text as its 16 bytes, the whole column in one call; None unless every value
+    is 32 hex digits and hyphens (PostgreSQL prints 8-4-4-4-12; its input takes a hyphen
+    after any group of four digits, so where they stand does not change the value)."""
+    a = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not len(a):
+        return pa.array([], pa.binary(16))
     hex_ = pc.replace_substring(pc.fill_null(a, _NIL), "-", "")  # new: its text from 0
-    offsets = memoryview(hex_.buffers()[1]).cast("i") if len(hex_) else [0]
-    if hex_.offset or offsets[0] != 0 or offsets[len(hex_)] != 32 * len(hex_):
-        raise ValueError("uuid text not laid out as expected")  # pyarrow changed: a bug
-    raw = (
-        bytes.fromhex(hex_.buffers()[2].to_pybytes()[: 32 * len(hex_)].decode("ascii"))
-        if len(hex_)
-        else b""
-    )
+    lengths = pc.min_max(pc.binary_length(hex_)).as_py()
+    offsets = memoryview(hex_.buffers()[1]).cast("i")
+    if (lengths["min"], lengths["max"]) != (32, 32) or hex_.offset or offsets[0] != 0:
+        return None
+    try:  # fromhex skips whitespace: a value holding some comes out short: refused below
+        raw = bytes.fromhex(hex_.buffers()[2].to_pybytes()[: 32 * len(hex_)].decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if len(raw) != 16 * len(hex_):
+        return None
     fixed = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(16), len(hex_), [None, pa.py_buffer(raw)]
     )
@@ -157,19 +158,30 @@ def _converter(type_sql: str, enum: bool, arrow: pa.DataType) -> Convert | None:
 
 @dataclass(frozen=True)
 class Straight:
-    """How each of a file's columns is written for COPY; converted a batch at a time, so
-    the copies it makes (a uuid's bytes, a jsonb's version byte) stay one batch big."""
+    """How each of a file's columns is written for COPY: converted a batch at a time, so
+    the copy a conversion makes (a jsonb's version byte) stays one batch big, or once for
+    the whole column where converting checks every value (a uuid's 16 bytes, smaller than
+    its text)."""
 
     converts: dict[str, Convert]
+    ready: dict[str, pa.Array]  # converted whole
     schema: pa.Schema
 
     def batches(self, data: pa.Table, rows: int = 65_536) -> pa.RecordBatchReader:
         def each() -> Iterator[pa.RecordBatch]:
-            for batch in data.select(list(self.converts)).to_batches(max_chunksize=rows):
-                arrays = [self.converts[n](batch.column(n)) for n in self.converts]
-                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+            for start in range(0, data.num_rows, rows):
+                yield pa.RecordBatch.from_arrays(
+                    [self._part(data, n, start, rows) for n in self.converts], schema=self.schema
+                )
 
         return pa.RecordBatchReader.from_batches(self.schema, each())
+
+    def _part(self, data: pa.Table, name: str, start: int, rows: int) -> pa.Array:
+        if name in self.ready:
+            return self.ready[name].slice(start, rows)
+        converted = self.converts[name](data.column(name).slice(start, rows).combine_chunks())
+        assert converted is not None  # only a whole-column conversion refuses values
+        return converted
 
 
 def straight_in(
@@ -183,6 +195,7 @@ def straight_in(
         return None
     enums = {r[0] for r in execute(cur, _ENUMS, (target,))}
     converts: dict[str, Convert] = {}
+    ready: dict[str, pa.Array] = {}
     fields = []
     for name in mapped.values:
         companion = name + PG_TEXT_SUFFIX
@@ -192,15 +205,16 @@ def straight_in(
         convert = _converter(types[name], name in enums, column.type)
         if convert is None:
             return None
-        if (
-            convert is _uuid_bytes
-            and not pc.all(pc.match_substring_regex(pc.fill_null(column, _NIL), _UUID)).as_py()
-        ):
-            return None
-        empty = convert(column.chunk(0).slice(0, 0))
+        if convert is _uuid_bytes:
+            whole = _uuid_bytes(column)
+            if whole is None:
+                return None
+            ready[name] = whole
         converts[name] = convert
-        fields.append(pa.field(name, empty.type))
-    return Straight(converts, pa.schema(fields))
+        sample = ready[name] if name in ready else convert(column.chunk(0)[:0])
+        assert sample is not None
+        fields.append(pa.field(name, sample.type))
+    return Straight(converts, ready, pa.schema(fields))
 
 
 def copy_in(cur: BulkCursor, target: str, data: pa.Table, straight: Straight) -> int:

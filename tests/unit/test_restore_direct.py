@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from archiver.restore_direct import _converter, _uuid_bytes, _uuid_text
+from archiver.restore_direct import _converter, _uuid_bytes
 
 
 def test_the_known_pairs_go_straight_in() -> None:
@@ -42,17 +42,19 @@ def test_anything_else_is_staged() -> None:
         assert _converter(type_sql, False, arrow) is None, (type_sql, arrow)
 
 
-def test_uuid_text_becomes_its_sixteen_bytes() -> None:
+def test_uuid_text_becomes_its_sixteen_bytes_or_nothing() -> None:
     text = pa.array(
         ["12345678-9abc-def0-1234-56789ABCDEF0", None, "00000000-0000-0000-0000-000000000001"]
     )
-    assert _uuid_text(text)
-    raw = _uuid_bytes(text)
-    assert raw.type == pa.binary(16)
+    raw = _uuid_bytes(pa.chunked_array([text[:1], text[1:]]))
+    assert raw is not None and raw.type == pa.binary(16)
     assert raw.to_pylist() == [bytes.fromhex("123456789abcdef0123456789abcdef0"), None,
                                bytes(15) + b"\x01"]  # fmt: skip
-    assert _uuid_bytes(text.slice(1)).to_pylist() == raw.to_pylist()[1:]
-    assert _uuid_bytes(text.slice(0, 0)).to_pylist() == []
-    for bad in ("12345678123456781234567812345678", "12345678-1234-5678-1234-56781234567g",
-                "{12345678-1234-5678-1234-567812345678}"):  # fmt: skip
-        assert not _uuid_text(pa.array([bad, None]))
+    assert _uuid_bytes(text.slice(1)).to_pylist() == raw.to_pylist()[1:]  # type: ignore[union-attr]
+    assert _uuid_bytes(text.slice(0, 0)).to_pylist() == []  # type: ignore[union-attr]
+    hyphens_elsewhere = "1234-5678-9abc-def0-1234-56789abcdef0"  # PostgreSQL reads it alike
+    assert _uuid_bytes(pa.array([hyphens_elsewhere])).to_pylist() == raw.to_pylist()[:1]  # type: ignore[union-attr]
+    for bad in ("12345678-1234-5678-1234-56781234567g", "{12345678-1234-5678-1234-567812345678}",
+                "12345678-1234-5678-1234-5678 2345678", "12345678-1234-5678-1234-5678123456789",
+                "ü2345678-1234-5678-1234-567812345678"):  # fmt: skip
+        assert _uuid_bytes(pa.array([bad, None])) is None, bad
