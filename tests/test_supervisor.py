@@ -48,7 +48,7 @@ def supervised(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
         "ARCHIVER_SHUTDOWN_DEADLINE": "3",
         "ARCHIVER_CONFIG": str(config),
         "ARCHIVER_CONSOLE_AUTOSTART": "true",
-        "ARCHIVER_CONSOLE_VIEWER_TOKEN": "a-viewer-token",  # it refuses to start unreadable
+        "ARCHIVER_CONSOLE_VIEWER_TOKEN": "a-viewer-token-long-enough",  # it refuses to start unreadable
         "ARCHIVER_CONSOLE_BIND": f"127.0.0.1:{free_port()}",
     }
 

@@ -44,7 +44,14 @@ from archiver.web.auth import (
     Who,
     valid_name,
 )
-from archiver.web.middleware import PROXY_USER, Proxied, SecurityHeaders
+from archiver.web.middleware import (
+    FORWARDED,
+    PROXY_USER,
+    VOUCHING,
+    Proxied,
+    SecurityHeaders,
+    is_loopback,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +93,18 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
 
     def who(request: Request) -> Who:
         """The person behind a request: their session, else the proxy's word, else
-        nobody (who may read only where the operator opened reading)."""
-        vouched = request.scope.get(PROXY_USER)
+        nobody (who may read only where the operator opened reading, and only from this
+        machine: a request some proxy passed on may come from anywhere)."""
+        vouching, vouched = request.scope.get(VOUCHING), request.scope.get(PROXY_USER)
         session = auth.who(request.cookies.get(SESSION_COOKIE))
-        if session and vouched and session[0] != vouched:
-            session = None  # someone else's session in this browser
+        if session and vouching and session[0] != vouched:
+            session = None  # someone else's session in this browser, or nobody named
         if session:
-            return Who(session[0], session[1], by_proxy=bool(vouched), session=True)
+            return Who(session[0], session[1], by_proxy=bool(vouching), session=True)
         if vouched:
             return Who(vouched, VIEWER, by_proxy=True)
-        return Who(None, VIEWER if settings.console_public_read else None)
+        opened = settings.console_public_read and not request.scope.get(FORWARDED)
+        return Who(None, VIEWER if opened and is_loopback(_client(request)) else None)
 
     def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
         cookie = request.cookies.get(SESSION_COOKIE)
@@ -108,6 +117,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
                 "who": person,
                 "can_act": person.can_act,
                 "login_possible": auth.enabled,
+                "names_by_proxy": bool(settings.console_proxy_header),
                 "csrf": auth.csrf(cookie) if cookie and person.session else "",
                 "root": request.scope.get("root_path", ""),
                 "now": dt.datetime.now(dt.UTC),
@@ -166,8 +176,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         return render(request, "table.html", data)
 
     async def login(request: Request) -> Response:
-        back = str(request.query_params.get("next", ""))
-        back = back if _local_path(back) else _to(request, "/")
+        back = _back(request, str(request.query_params.get("next", "")))
         if request.method == "GET":
             return render(request, "login.html", {"error": "", "next": back})
         form = await request.form()
@@ -175,6 +184,10 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         name, token = vouched or str(form.get("name", "")).strip(), str(form.get("token", ""))
         if not auth.enabled:
             said = {"error": "no login: this console has no tokens", "next": back}
+            return render(request, "login.html", said, 403)
+        if settings.console_proxy_header and not vouched:  # never a name typed instead
+            header = settings.console_proxy_header
+            said = {"error": f"log in through the proxy that names you ({header})", "next": back}
             return render(request, "login.html", said, 403)
         if wait := throttle.locked_for(client):
             error = f"too many refused logins from {client}: try again in {wait / 60:.0f} min"
@@ -185,11 +198,12 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         if not valid_name(name) or role is None:
             locked = throttle.refused(client)
             then = f" (locked out for {throttle.lockout / 60:.0f} min)" if locked else ""
-            log.warning("console: refused login as %r from %s%s", name[:64], client, then)
+            shown = repr(name) if vouched else f"a typed name of {len(name)} characters"
+            log.warning("console: refused login as %s from %s%s", shown, client, then)  # a
+            # typed "name" may be a token pasted in the wrong field: never logged
             await asyncio.sleep(LOGIN_PAUSE)  # a guess costs a second
             said = {"error": "name or token refused", "next": back}
             return render(request, "login.html", said, 403)
-        throttle.succeeded(client)
         log.warning("console: %s logged in as %s from %s", name, role, client)
         response = RedirectResponse(back, status_code=303)
         response.set_cookie(
@@ -204,8 +218,13 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         return response
 
     async def logout(request: Request) -> Response:
-        # no session check: an expired session must be able to leave too (SameSite=Strict
-        # keeps other sites from logging anyone out)
+        # a session's logout carries its CSRF token (a cross-site POST would not); an
+        # expired or foreign cookie may always leave
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if auth.who(cookie) and not auth.csrf_ok(
+            cookie, str((await request.form()).get("csrf", ""))
+        ):
+            raise HTTPException(403, "missing or wrong CSRF token")
         response = RedirectResponse(_to(request, "/"), status_code=303)
         response.delete_cookie(SESSION_COOKIE, path=_to(request, "/"))
         return response
@@ -245,9 +264,8 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         async with pool().acquire() as conn, conn.transaction():
             said, table = await pages.act_on_table(conn, name, action)
             await _audit(conn, actor, request, action, f"table {table}", said)
-        back = str((await request.form()).get("next", ""))
-        # only a path of this console: never another site (`//host`, `https:`)
-        return RedirectResponse(back if _local_path(back) else _to(request, "/"), 303)
+        back = _back(request, str((await request.form()).get("next", "")))
+        return RedirectResponse(back, 303)
 
     async def bulk(request: Request) -> Response:
         actor, form = await _acting(request)
@@ -318,6 +336,13 @@ def _job_id(raw: str) -> uuid.UUID:
 
 def _local_path(path: str) -> bool:
     return path.startswith("/") and not path.startswith("//") and "\\" not in path
+
+
+def _back(request: Request, path: str) -> str:
+    """Where to send the browser back to: a path of this console under its root path,
+    never another site (`//host`, `https:`) nor another application on the host."""
+    home = _to(request, "/")
+    return path if _local_path(path) and path.startswith(home) else home
 
 
 def _to(request: Request, path: str) -> str:

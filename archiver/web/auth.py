@@ -18,11 +18,14 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 SESSION_COOKIE = "archiver_session"
 SESSION_SECONDS = 12 * 3600
 ADMIN, VIEWER = "admin", "viewer"
-_NAME = re.compile(r"[\w .@+-]{1,64}")
+_NAME = re.compile(r"[A-Za-z0-9 .@+_'-]{1,128}")  # ASCII: no lookalike of another name
+MIN_TOKEN = 16  # characters: a session's key derives from its token, so guessing one
+# from a stolen cookie offline must be hopeless
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,17 @@ class Auth:
             return None
         if not hmac.compare_digest(signature.encode(), self._sign(role, body).encode()):
             return None
-        if not re.fullmatch(r"[0-9]{1,12}", expires) or int(expires) < (now or time.time()):
-            return None
+        now = now or time.time()
+        if (
+            not re.fullmatch(r"[0-9]{1,12}", expires)
+            or not now <= int(expires) <= now + SESSION_SECONDS
+        ):
+            return None  # expired, or minted to outlive a session by someone with the token
         try:
-            return bytes.fromhex(name).decode(), role
+            decoded = bytes.fromhex(name).decode()
         except (ValueError, UnicodeDecodeError):  # signed, so only a key change gets here
             return None
+        return (decoded, role) if valid_name(decoded) else None
 
     def csrf(self, cookie: str) -> str:
         found = self.who(cookie)
@@ -104,15 +112,18 @@ class Auth:
 
 
 def valid_name(name: str) -> bool:
-    """An operator's name for the audit log: letters, digits, space, `.@+-_`."""
+    """An operator's name for the audit log: ASCII letters, digits, space, `.@+_'-`."""
     return bool(_NAME.fullmatch(name))
 
 
 class LoginThrottle:
     """Refused logins per client address: after `limit` within `window` seconds, every
-    login from that address is refused for `lockout` seconds, the right token too.
-    Kept in memory by the console process (it forgets on restart), for at most
-    `addresses` addresses, the least recently refused dropped first."""
+    login from that address is refused for `lockout` seconds, the right token too. A
+    login that succeeds forgets nothing (else a viewer could interleave guesses at the
+    admin token with its own logins). Kept in memory by the console process (it forgets
+    on restart), for at most `addresses` addresses in each of its two tables, the least
+    recently refused or locked dropped first (under a flood of addresses, an early end
+    to an old lockout rather than unbounded memory)."""
 
     def __init__(
         self,
@@ -123,7 +134,7 @@ class LoginThrottle:
     ) -> None:
         self.limit, self.window, self.lockout, self.addresses = limit, window, lockout, addresses
         self._refused: OrderedDict[str, list[float]] = OrderedDict()
-        self._locked: dict[str, float] = {}
+        self._locked: OrderedDict[str, float] = OrderedDict()
 
     def locked_for(self, address: str, now: float | None = None) -> float:
         """Seconds the address is still locked out; 0 when it may try."""
@@ -140,14 +151,14 @@ class LoginThrottle:
         recent = [t for t in self._refused.pop(address, []) if t > now - self.window]
         recent.append(now)
         if len(recent) >= self.limit:
-            if len(self._locked) >= self.addresses:  # forget the lockouts that ended
-                self._locked = {a: t for a, t in self._locked.items() if t > now}
             self._locked[address] = now + self.lockout
+            _bound(self._locked, self.addresses)
             return True
         self._refused[address] = recent
-        while len(self._refused) > self.addresses:
-            self._refused.popitem(last=False)
+        _bound(self._refused, self.addresses)
         return False
 
-    def succeeded(self, address: str) -> None:
-        self._refused.pop(address, None)
+
+def _bound(table: OrderedDict[str, Any], size: int) -> None:
+    while len(table) > size:
+        table.popitem(last=False)

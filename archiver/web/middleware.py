@@ -15,6 +15,10 @@ from archiver.web.auth import valid_name
 log = logging.getLogger(__name__)
 
 PROXY_USER = "archiver.proxy_user"  # the scope key of the identity the proxy vouches for
+VOUCHING = "archiver.vouching"  # True: a trusted proxy that names users sent it; only its
+# identity counts then (a missing or unusable one: nobody)
+FORWARDED = "archiver.forwarded"  # True: some proxy, trusted or not, passed it on
+_FORWARDING = (b"x-forwarded-for", b"forwarded", b"x-real-ip")
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
@@ -42,7 +46,8 @@ class Proxied:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             scope = dict(scope)
-            scope[PROXY_USER] = None
+            scope[PROXY_USER], scope[VOUCHING] = None, False
+            scope[FORWARDED] = any(name in _FORWARDING for name, _ in scope["headers"])
             peer = (scope.get("client") or ("", 0))[0]
             if self.proxies and self.trusted(peer):
                 self._believe(scope)
@@ -52,10 +57,13 @@ class Proxied:
         values: dict[bytes, list[str]] = {}
         for name, value in scope["headers"]:
             values.setdefault(name, []).append(value.decode("latin-1"))
-        hops = [h.strip() for v in values.get(b"x-forwarded-for", []) for h in v.split(",")]
-        # the client is the last hop no trusted proxy added (as uvicorn reads it)
+        hops = [_address(h) for v in values.get(b"x-forwarded-for", []) for h in v.split(",")]
+        # the client is the last hop no trusted proxy added (as uvicorn reads it); a hop
+        # that is no address ends the chain there (the proxy's own address stands)
         for hop in reversed(hops):
-            if hop and not self.trusted(hop):
+            if hop is None:
+                break
+            if not self.trusted(hop):
                 scope["client"] = (hop, 0)
                 break
         proto = values.get(b"x-forwarded-proto", [""])[-1].strip().lower()
@@ -63,11 +71,35 @@ class Proxied:
             scope["scheme"] = proto
         if self.header is None:
             return
+        scope[VOUCHING] = True
         users = values.get(self.header, [])
         if len(users) == 1 and valid_name(user := users[0].strip()):
             scope[PROXY_USER] = user
         elif users:  # two of them, or no name the audit log can hold: nobody
             log.warning("console: ignored the proxy's identity header (%d values)", len(users))
+
+
+def _address(hop: str) -> str | None:
+    """An X-Forwarded-For hop as an address: `1.2.3.4`, `1.2.3.4:5678` (Azure App
+    Service's form), `2001:db8::1` or `[2001:db8::1]:443`; None if it is none."""
+    hop = hop.strip()
+    if hop.startswith("["):
+        hop = hop[1:].partition("]")[0]
+    elif hop.count(":") == 1:
+        hop = hop.partition(":")[0]
+    try:
+        return str(ipaddress.ip_address(hop))
+    except ValueError:
+        return None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class SecurityHeaders:

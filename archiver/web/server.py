@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import signal
 
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ConfigError
+from archiver.web.auth import MIN_TOKEN
+from archiver.web.middleware import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -21,25 +22,31 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_access(settings: Settings, host: str) -> str:
     """Who will be able to read, in words; one line naming the problem when the settings
     would let nobody in, or everybody in from beyond this machine."""
     s = settings
+    tokens = [t for t in (s.console_admin_token, s.console_viewer_token) if t]
+    if any(len(t) < MIN_TOKEN for t in tokens):
+        raise ConfigError(
+            f"console: a token of fewer than {MIN_TOKEN} characters (sessions are signed "
+            "with a key derived from it): use a long random one, e.g. `openssl rand -hex 32`"
+        )
+    if len(tokens) == 2 and tokens[0] == tokens[1]:
+        raise ConfigError(
+            "console: ARCHIVER_CONSOLE_VIEWER_TOKEN is the admin token: give viewers their own"
+        )
     if s.console_proxy_header and not s.console_proxy_addresses:
         raise ConfigError(
             "ARCHIVER_CONSOLE_PROXY_HEADER needs ARCHIVER_CONSOLE_PROXY_ADDRESSES: the "
             "addresses of the proxies whose word it is (anyone else could send the header)"
         )
     if s.console_public_read:
+        if s.console_proxy_addresses or s.console_proxy_header:
+            raise ConfigError(
+                "console: ARCHIVER_CONSOLE_PUBLIC_READ with a reverse proxy would open reading "
+                "to whoever reaches the proxy: give readers a credential instead"
+            )
         if not is_loopback(host):
             raise ConfigError(
                 f"console: refusing to listen on {host}, beyond this machine, with "
