@@ -2,7 +2,9 @@
 
 Restore is ONE transaction over all its files: each file is downloaded, bulk-loaded
 with COPY BINARY (ADBC ingest) into a temporary staging table, and inserted into the
-target with casts to the exact archived types (pgtypes.restore_expression). Any failure
+target with casts to the exact archived types (pgtypes.restore_expression) -- or, a whole
+file whose every column COPY writes as archived, by one COPY straight into the target
+(archiver.restore_direct). Any failure
 -- a conflict, a cast, a lost connection -- rolls everything back; a dry run is the same
 work, rolled back at the end.
 

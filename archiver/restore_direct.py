@@ -12,11 +12,10 @@ types whose binary form is their text (text, varchar, char, json, an enum's labe
 jsonb (its text behind the format's version byte), uuid (its 16 bytes, decoded from the
 archived text) and one-dimensional arrays of int8/int4/int2/float8/float4/boolean/text.
 Anything else -- a domain, an interval, a time or an unconstrained numeric (archived as
-text), a
-type changed since, a special value carried by a `__pg_text` companion -- and any target
-where COPY is not what INSERT is (a rule, a BEFORE INSERT row trigger that may skip
-rows, row-level security, a view) takes the staging path, whose casts decide. The
-pairs are a list of what is known, never a guess: a wrong pair (int8 into a float8
+text), a type changed since, a special value carried by a `__pg_text` companion -- and
+any target where COPY is not what INSERT is (a rule, a BEFORE INSERT row trigger that
+may skip rows, row-level security, a view) takes the staging path, whose casts decide.
+The pairs are a list of what is known, never a guess: a wrong pair (int8 into a float8
 column) would be read without an error, so nothing outside it goes straight in.
 """
 
