@@ -121,10 +121,9 @@ def _restore_file(
     a day's margin either side; PostgreSQL decides exactly), so restoring a day out of
     a file of a million rows stages about a day's rows."""
     positions = maybe_in_range(data, columns.cutoff, plan.cutoff_from, plan.cutoff_to)
+    # the staged table has the file's columns (and ROW): matched once, for either path
+    mapped = map_columns(cur, target, columns, set(data.column_names), plan.ignore_dropped_columns)
     if positions is None and not (plan.cutoff_from or plan.cutoff_to or plan.skip_conflicts):
-        mapped = map_columns(
-            cur, target, columns, set(data.column_names), plan.ignore_dropped_columns
-        )
         straight = straight_in(cur, data, target, columns.types, mapped)
         if straight is not None:  # every row goes in, by COPY alone (archiver.restore_direct)
             with _conflicts(name, target, plan):
@@ -134,9 +133,6 @@ def _restore_file(
     rows_of = pa.array(range(data.num_rows), pa.int64()) if positions is None else positions
     staged = staging_table(subset).append_column(ROW, rows_of)
     cur.adbc_ingest(STAGE, staged, mode="create", temporary=True)
-    mapped = map_columns(
-        cur, target, columns, set(staged.column_names), plan.ignore_dropped_columns
-    )
     values = mapped.values
     where, params = in_range_sql(plan.cutoff_from, plan.cutoff_to, columns, mapped, parents)
     stage = f"{quote_ident(STAGE)} s"
