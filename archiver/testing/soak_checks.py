@@ -21,7 +21,7 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
 from archiver.testing.services import AZURITE_KEY
-from archiver.testing.soak_world import CONTAINER, KEYS, PURGE_AFTER, Ledger, Row, World
+from archiver.testing.soak_world import CONTAINER, KEYS, PURGE_AFTER, Ledger, Row, World, fetch
 
 PREFIX = "archive"
 
@@ -210,14 +210,11 @@ def delta_equals_catalog(world: World) -> list[str]:
     }
 
     async def catalogued() -> dict[str, set[str]]:
-        conn = await asyncpg.connect(world.url)
-        try:
-            rows = await conn.fetch(
-                "SELECT source_table, path FROM archive_files "
-                "WHERE state = 'committed' AND delta AND NOT offline"
-            )
-        finally:
-            await conn.close()
+        rows = await fetch(
+            world,
+            "SELECT source_table, path FROM archive_files "
+            "WHERE state = 'committed' AND delta AND NOT offline",
+        )
         found: dict[str, set[str]] = {}
         for r in rows:
             found.setdefault(r["source_table"], set()).add(r["path"])

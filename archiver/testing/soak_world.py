@@ -338,19 +338,27 @@ async def landed(conn: asyncpg.Connection, batch: Batch) -> bool:
     return bool(await conn.fetchval("SELECT count(*) FROM audit WHERE key = $1", batch.probe))
 
 
+async def fetch(world: World, sql: str, timeout: float = 60) -> list[asyncpg.Record]:
+    """One query's rows, on a connection of its own."""
+    conn = await asyncpg.connect(world.url, timeout=timeout)
+    try:
+        rows: list[asyncpg.Record] = await conn.fetch(sql)
+        return rows
+    finally:
+        await conn.close()
+
+
 async def drained(world: World, seconds: float = 300) -> bool:
     """Wait until no job runs or is due within a minute (False after `seconds`)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with contextlib.suppress(*DATABASE_TROUBLE):
-            conn = await asyncpg.connect(world.url, timeout=5)
-            try:
-                busy = await conn.fetchval(
-                    "SELECT count(*) FROM background_jobs WHERE status = 'running' "
-                    "OR (status = 'queued' AND run_at < now() + interval '1 minute')"
-                )
-            finally:
-                await conn.close()
+            [(busy,)] = await fetch(
+                world,
+                "SELECT count(*) FROM background_jobs WHERE status = 'running' "
+                "OR (status = 'queued' AND run_at < now() + interval '1 minute')",
+                timeout=5,
+            )
             if busy == 0:
                 return True
         await asyncio.sleep(1)
@@ -359,12 +367,9 @@ async def drained(world: World, seconds: float = 300) -> bool:
 
 async def job_counts(world: World) -> dict[str, int]:
     """Jobs per task and status, as `archive completed`: count."""
-    conn = await asyncpg.connect(world.url)
-    try:
-        rows = await conn.fetch(
-            "SELECT task_name || ' ' || status AS k, count(*) AS n FROM background_jobs "
-            "GROUP BY 1 ORDER BY 1"
-        )
-    finally:
-        await conn.close()
+    rows = await fetch(
+        world,
+        "SELECT task_name || ' ' || status AS k, count(*) AS n FROM background_jobs "
+        "GROUP BY 1 ORDER BY 1",
+    )
     return {r["k"]: int(r["n"]) for r in rows}
