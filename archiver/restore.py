@@ -283,7 +283,7 @@ def restore(
                     targets[f.source_table] = target_of(cur, plan.into, f.source_table, columns)
                 target = targets[f.source_table]
                 if columns.partition and plan.into is None:
-                    recreate_partition(cur, target, *columns.partition)
+                    recreate_partition(cur, target, *columns.partition, columns.key)
                 parents = [k for k in keys if k.child == f.source_table]
                 data = pq.read_table(local)
                 one = _restore_file(cur, data, f.path, target, plan, columns, parents)

@@ -11,6 +11,7 @@ from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.remap import ArchivedColumns, execute
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
+from archiver.source.tables import KEY_NAMES
 
 
 def target_of(
@@ -36,14 +37,21 @@ def target_of(
 _BOUND = re.compile(r"FOR VALUES FROM \((?:'[^']*'|MINVALUE)\) TO \((?:'[^']*'|MAXVALUE)\)")
 
 
-def recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str) -> None:
+def recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str, key: list[str]) -> None:
     """A partition archived whole and dropped comes back with its recorded bound (its
-    indexes from the parent's) before its rows are inserted; an existing one is kept."""
+    indexes from the parent's) before its rows are inserted; an existing one is kept.
+    Where the table has no key of its own (each partition declares it), the partition's
+    is added back from the file's key columns, or the table's next job would be refused."""
     if not _BOUND.fullmatch(bound):  # from a file: only literals, never SQL
         raise InputError(f"partition {name}: unexpected bound {bound!r} in the file's metadata")
     partition = TableName.parse(name)
     quoted = f"{quote_ident(partition.schema or 'public')}.{quote_ident(partition.name)}"
-    execute(cur, f"CREATE TABLE IF NOT EXISTS {quoted} PARTITION OF {parent} {bound}")
+    if execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
+        return
+    execute(cur, f"CREATE TABLE {quoted} PARTITION OF {parent} {bound}")
+    if execute(cur, KEY_NAMES, (quoted,))[0][0] is None:  # none taken from the parent
+        columns = ", ".join(quote_ident(k) for k in key)
+        execute(cur, f"ALTER TABLE {quoted} ADD PRIMARY KEY ({columns})")
 
 
 def parents_first_today(

@@ -131,9 +131,12 @@ def test_old_partitions_dropped_whole_then_restored(h: Harness) -> None:
 def test_keys_declared_on_each_partition(h: Harness) -> None:
     """No key on the table, the same one on every partition, holding the partitioning
     column: walked by it (unique across partitions), old partitions whole and the rest by
-    rows, restored. A partitions' key without that column is refused, nothing queued."""
+    rows, restored, the dropped partitions with their keys, so the table can be archived
+    again. A partitions' key without that column is refused, nothing queued."""
     seed(h.url, per_month=10, key_on_each_partition=True)
     before = rows(h.url)
+    keys = "SELECT tablename::text, indexdef FROM pg_indexes WHERE tablename LIKE 'events%'"
+    declared = {tuple(r) for r in h.sql(keys)}
     jobs = enqueue(h.env)
     assert len(jobs) == 14
     assert start_worker(h.env, "--burst", "--concurrency", "2").wait(180) == 0
@@ -154,6 +157,13 @@ def test_keys_declared_on_each_partition(h: Harness) -> None:
     refused = h.cli("enqueue", "--table", "loose", "--before", CUTOFF)
     assert_refused(refused, "not unique across partitions")
     assert h.value("SELECT count(*) FROM background_jobs WHERE task_name = 'archive'") == 14
+
+    # the dropped partitions that held rows came back with their keys (the empty ones
+    # have no file): the table can be archived again
+    back_again = {f"events_2023_{m:02d}" for m in range(1, 9)}
+    assert back_again <= attached(h.url)
+    assert {tuple(r) for r in h.sql(keys)} == {k for k in declared if k[0] in attached(h.url)}
+    assert len(enqueue(h.env)) == 10  # the 8 back whole, January 2024 and DEFAULT by rows
 
 
 @pytest.mark.parametrize("mode", ["detach", "rows"])

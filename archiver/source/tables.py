@@ -76,6 +76,14 @@ FROM pg_partition_tree($1::bigint::oid) l
 LEFT JOIN LATERAL ({_KEY_INDEX_OF.format(table="l.relid")}) x ON true
 WHERE l.isleaf
 """
+# The key a table (or partition, by its quoted name) is walked by, as column names; NULL
+# when it has none.
+KEY_NAMES = f"""
+SELECT array_agg(a.attname::text ORDER BY k.n)
+FROM ({_KEY_INDEX_OF.format(table="to_regclass($1)")}) x
+CROSS JOIN unnest(x.cols) WITH ORDINALITY k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = to_regclass($1) AND a.attnum = k.attnum
+"""
 _PARTITION_COLUMNS = """
 SELECT DISTINCT a.attname::text
 FROM pg_partition_tree($1::bigint::oid) l
