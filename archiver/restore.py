@@ -105,30 +105,34 @@ class FileRestore:
     kept: list[int] | None = None
     ordered_keys: tuple[list[Any], list[Any]] | None = None
     straight: bool = False  # by one COPY into the table (archiver.restore_direct)
+    data: pa.Table | None = None  # the file's rows as read (None: streamed straight in)
 
 
 def _restore_file(
     cur: BulkCursor,
-    data: pa.Table,
+    file: pq.ParquetFile,
     name: str,
     target: str,
     plan: RestorePlan,
     columns: ArchivedColumns,
     parents: list[ForeignKey],
 ) -> FileRestore:
-    """Stage one file (`data`, read from `name` on storage) and insert its rows (in
-    range) into target. Only the rows that may be in range are staged (found in Arrow,
-    a day's margin either side; PostgreSQL decides exactly), so restoring a day out of
-    a file of a million rows stages about a day's rows."""
-    positions = maybe_in_range(data, columns.cutoff, plan.cutoff_from, plan.cutoff_to)
+    """Stage one file (read from `name` on storage) and insert its rows (in range) into
+    target. Only the rows that may be in range are staged (found in Arrow, a day's
+    margin either side; PostgreSQL decides exactly), so restoring a day out of a file
+    of a million rows stages about a day's rows. A whole file whose every column COPY
+    takes as it is goes straight in instead, read as COPY takes it."""
     # the staged table has the file's columns (and ROW): matched once, for either path
-    mapped = map_columns(cur, target, columns, set(data.column_names), plan.ignore_dropped_columns)
-    if positions is None and not (plan.cutoff_from or plan.cutoff_to or plan.skip_conflicts):
-        straight = straight_in(cur, data, target, columns.types, mapped)
+    names_in_file = set(file.schema_arrow.names)
+    mapped = map_columns(cur, target, columns, names_in_file, plan.ignore_dropped_columns)
+    if not (plan.cutoff_from or plan.cutoff_to or plan.skip_conflicts):
+        straight = straight_in(cur, file, target, columns.types, mapped)
         if straight is not None:  # every row goes in, by COPY alone (archiver.restore_direct)
             with _conflicts(name, target, plan):
-                inserted = copy_in(cur, target, data, straight)
+                inserted = copy_in(cur, target, file, straight)
             return FileRestore(inserted, mapped, [] if plan.moves_back else None, straight=True)
+    data = file.read()
+    positions = maybe_in_range(data, columns.cutoff, plan.cutoff_from, plan.cutoff_to)
     subset = data if positions is None else data.take(positions)
     rows_of = pa.array(range(data.num_rows), pa.int64()) if positions is None else positions
     staged = staging_table(subset).append_column(ROW, rows_of)
@@ -185,7 +189,7 @@ def _restore_file(
         ]
         ends = [(values[k], collations.get(k)) for k in columns.key]
         ordered = key_ends(cur, data.take(kept).select(used), ends, STAGE)
-    return FileRestore(len(inserted), mapped, kept.to_pylist(), ordered)
+    return FileRestore(len(inserted), mapped, kept.to_pylist(), ordered, data=data)
 
 
 @contextlib.contextmanager
@@ -285,14 +289,15 @@ def restore(
                 if columns.partition and plan.into is None:
                     recreate_partition(cur, target, *columns.partition, columns.key)
                 parents = [k for k in keys if k.child == f.source_table]
-                data = pq.read_table(local)
-                one = _restore_file(cur, data, f.path, target, plan, columns, parents)
+                one = _restore_file(
+                    cur, pq.ParquetFile(local), f.path, target, plan, columns, parents
+                )
                 done.rows += one.rows
                 done.count(f.source_table, "rows", one.rows)
                 if one.mapped.differences() != said:
                     said = one.mapped.differences()
                     report(f"{f.path}: columns: {said or 'as archived'}")
-                left = _take_out(storage, f, data, one, plan, Path(tmp), done)
+                left = _take_out(storage, f, one, plan, Path(tmp), done)
                 report(
                     f"{f.path}: {one.rows} of {f.row_count} rows {verb}{left}"
                     f"{' by COPY straight in' if one.straight else ''} ({i}/{len(files)} files)"
@@ -342,7 +347,6 @@ def restore(
 def _take_out(
     storage: Storage,
     f: CatalogFile,
-    data: pa.Table,
     one: FileRestore,
     plan: RestorePlan,
     tmp: Path,
@@ -350,8 +354,8 @@ def _take_out(
 ) -> str:
     """A move back: the file retired when all its rows went back, rewritten without them
     when some did (not in a dry run). Says what happened to the file."""
-    if one.kept is None or len(one.kept) == data.num_rows:
-        return ""
+    if one.kept is None or (one.data is not None and len(one.kept) == one.data.num_rows):
+        return ""  # a copy, or every row kept (none in range)
     done.retired.append(f.id)
     done.count(f.source_table, "retired")
     if not one.kept:
@@ -360,6 +364,9 @@ def _take_out(
     if plan.operation is None:  # a dry run
         return f", the file would be rewritten with the other {len(one.kept)}"
     name = names.rewritten_name(f.path, plan.operation)
-    written = rewrite(storage, f, data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys)
+    assert one.data is not None  # rows are kept only where the file was read whole
+    written = rewrite(
+        storage, f, one.data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys
+    )
     done.written.append(written)
     return f", the other {len(one.kept)} kept in {name}"

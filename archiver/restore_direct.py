@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from archiver.bulk import BulkCursor
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
@@ -157,69 +158,77 @@ def _converter(type_sql: str, enum: bool, arrow: pa.DataType) -> Convert | None:
 
 @dataclass(frozen=True)
 class Straight:
-    """How each of a file's columns is written for COPY: converted a batch at a time, so
-    the copy a conversion makes (a jsonb's version byte) stays one batch big, or once for
-    the whole column where converting checks every value (a uuid's 16 bytes, smaller than
-    its text)."""
+    """How each of a file's columns is written for COPY: read and converted a batch at a
+    time as COPY takes them, so reading the file overlaps with the COPY and holds one
+    batch (a jsonb's version byte is such a copy); or converted whole, before the COPY
+    starts, where converting checks every value (a uuid's 16 bytes, smaller than its
+    text), so no value found wrong stops a COPY half sent."""
 
     converts: dict[str, Convert]
     ready: dict[str, pa.Array]  # converted whole
     schema: pa.Schema
 
-    def batches(self, data: pa.Table, rows: int = 65_536) -> pa.RecordBatchReader:
+    def batches(self, file: pq.ParquetFile, rows: int = 65_536) -> pa.RecordBatchReader:
+        streamed = [n for n in self.converts if n not in self.ready]
+
         def each() -> Iterator[pa.RecordBatch]:
-            for start in range(0, data.num_rows, rows):
+            start = 0
+            for batch in file.iter_batches(batch_size=rows, columns=streamed):
                 yield pa.RecordBatch.from_arrays(
-                    [self._part(data, n, start, rows) for n in self.converts], schema=self.schema
+                    [
+                        self.ready[n].slice(start, batch.num_rows)
+                        if n in self.ready
+                        else self.converts[n](batch.column(n))
+                        for n in self.converts
+                    ],
+                    schema=self.schema,
                 )
+                start += batch.num_rows
 
         return pa.RecordBatchReader.from_batches(self.schema, each())
 
-    def _part(self, data: pa.Table, name: str, start: int, rows: int) -> pa.Array:
-        if name in self.ready:
-            return self.ready[name].slice(start, rows)
-        converted = self.converts[name](data.column(name).slice(start, rows).combine_chunks())
-        assert converted is not None  # only a whole-column conversion refuses values
-        return converted
-
 
 def straight_in(
-    cur: BulkCursor, data: pa.Table, target: str, types: dict[str, str], mapped: ColumnMap
+    cur: BulkCursor, file: pq.ParquetFile, target: str, types: dict[str, str], mapped: ColumnMap
 ) -> Straight | None:
     """How the file's columns go into `target` by COPY exactly as the staging path would
-    insert them; None when any column, or the target, needs the staging path."""
-    if not data.num_rows or mapped.retyped:
+    insert them; None when any column, or the target, needs the staging path. Reads the
+    columns it checks (special-value companions, uuids), not the file."""
+    schema = file.schema_arrow
+    if not file.metadata.num_rows or mapped.retyped:
         return None
     if not execute(cur, _COPY_IS_INSERT, (target,))[0][0]:
         return None
     enums = {r[0] for r in execute(cur, _ENUMS, (target,))}
     converts: dict[str, Convert] = {}
-    ready: dict[str, pa.Array] = {}
-    fields = []
     for name in mapped.values:
-        companion = name + PG_TEXT_SUFFIX
-        if companion in data.column_names and data.column(companion).null_count != data.num_rows:
-            return None  # special values (infinity, NaN, …) only their text keeps
-        column = data.column(name)
-        convert = _converter(types[name], name in enums, column.type)
+        convert = _converter(types[name], name in enums, schema.field(name).type)
         if convert is None:
             return None
-        if convert is _uuid_bytes:
-            whole = _uuid_bytes(column)
-            if whole is None:
-                return None
-            ready[name] = whole
         converts[name] = convert
-        sample = ready[name] if name in ready else convert(column.chunk(0)[:0])
-        assert sample is not None
+    companions = [n + PG_TEXT_SUFFIX for n in converts if n + PG_TEXT_SUFFIX in schema.names]
+    wholes = [n for n, convert in converts.items() if convert is _uuid_bytes]
+    checked = file.read(columns=companions + wholes)
+    if any(checked.column(c).null_count != checked.num_rows for c in companions):
+        return None  # special values (infinity, NaN, …) only their text keeps
+    ready: dict[str, pa.Array] = {}
+    for name in wholes:
+        whole = _uuid_bytes(checked.column(name))
+        if whole is None:
+            return None
+        ready[name] = whole
+    fields = []
+    for name, convert in converts.items():
+        sample = ready[name] if name in ready else convert(pa.array([], schema.field(name).type))
+        assert sample is not None  # only a whole-column conversion refuses values
         fields.append(pa.field(name, sample.type))
     return Straight(converts, ready, pa.schema(fields))
 
 
-def copy_in(cur: BulkCursor, target: str, data: pa.Table, straight: Straight) -> int:
+def copy_in(cur: BulkCursor, target: str, file: pq.ParquetFile, straight: Straight) -> int:
     """COPY the file's rows into `target` (quoted, as the restore names it): how many.
     (ADBC counts the rows it sent, not the server's count: were a BEFORE INSERT trigger
     to skip some, it would not say so, which is why straight_in refuses such a table.)"""
     [(schema, name)] = execute(cur, _NAMES, (target,))
-    rows = straight.batches(data)
+    rows = straight.batches(file)
     return int(cur.adbc_ingest(name, rows, mode="append", db_schema_name=schema))

@@ -4,9 +4,13 @@ the same value; everything else is staged."""
 
 from __future__ import annotations
 
-import pyarrow as pa
+import uuid
+from pathlib import Path
 
-from archiver.restore_direct import _converter, _uuid_bytes
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from archiver.restore_direct import Straight, _converter, _uuid_bytes
 
 
 def test_the_known_pairs_go_straight_in() -> None:
@@ -58,3 +62,31 @@ def test_uuid_text_becomes_its_sixteen_bytes_or_nothing() -> None:
                 "12345678-1234-5678-1234-5678 2345678", "12345678-1234-5678-1234-5678123456789",
                 "ü2345678-1234-5678-1234-567812345678"):  # fmt: skip
         assert _uuid_bytes(pa.array([bad, None])) is None, bad
+
+
+def test_batches_stream_the_file_beside_the_columns_converted_whole(tmp_path: Path) -> None:
+    """Read as COPY takes them, across row groups and batches, each uuid (converted whole
+    beforehand) stays on its own row."""
+    ids = list(range(23))
+    uuids = [None if i % 5 == 0 else f"{i:08x}-0000-4000-8000-{i:012x}" for i in ids]
+    path = tmp_path / "f.parquet"
+    table = pa.table({"id": ids, "customer": uuids, "mood": ["ok", "meh"] * 11 + ["ok"]})
+    pq.write_table(table, path, row_group_size=7)
+    file = pq.ParquetFile(path)
+    whole = _uuid_bytes(file.read(columns=["customer"]).column("customer"))
+    assert whole is not None
+    same = _converter("bigint", False, pa.int64())
+    text = _converter("text", False, pa.string())
+    assert same is not None and text is not None
+    straight = Straight(
+        {"id": same, "customer": _uuid_bytes, "mood": text},
+        {"customer": whole},
+        pa.schema([("id", pa.int64()), ("customer", pa.binary(16)), ("mood", pa.string())]),
+    )
+    batches = list(straight.batches(file, rows=4))
+    assert max(b.num_rows for b in batches) == 4 and len(batches) > 23 // 4
+    got = pa.Table.from_batches(batches)
+    assert got.column("id").to_pylist() == ids
+    assert got.column("mood").to_pylist() == table.column("mood").to_pylist()
+    expected = [None if u is None else uuid.UUID(u).bytes for u in uuids]
+    assert got.column("customer").to_pylist() == expected
