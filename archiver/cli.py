@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import adbc_driver_manager
 import asyncpg
 
-from archiver import bulk, commands, db, failpoints
+from archiver import bulk, commands, db, failpoints, memory
 from archiver.commands.args import Subcommands
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line, redact
@@ -62,18 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Arrow's buffers from the C library's allocator unless the operator chose a pool: with
-# pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB on 1M reference rows
-# and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the same CPU (8 MB driver
-# batches; docs/performance.md, "Memory"). pyarrow reads it once, as it loads (not yet,
-# here: pa.set_memory_pool() later would leave the Parquet writer's buffers behind). Empty
-# counts as unset (Arrow would take its default).
-ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    if not os.environ.get(ARROW_POOL_VARIABLE):
-        os.environ[ARROW_POOL_VARIABLE] = "system"
+    memory.settle()
     args = build_parser().parse_args(argv)
     try:
         config_path = args.config or os.environ.get(CONFIG_VARIABLE)

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from archiver import failpoints
+from archiver import failpoints, memory
 from archiver.archive.context import JobContext
 from archiver.archive.files import chunk_cursor
 from archiver.archive.take import (
@@ -103,6 +103,7 @@ def _archive_chunk(job: JobContext, progress: Progress, *, pair: bool) -> Progre
         if state == DEADLOCK_DETECTED:  # two chunks locking shared children in turn
             raise LockBusy(f"deadlock on rows of {job.queries.table.qualified}") from None
         raise
+    memory.give_back()  # a chunk's buffers, before the next chunk's
     if job.partition is not None:
         log.info(
             "job %s: partition %s archived whole (%s in %s) and %s",

@@ -1,0 +1,47 @@
+"""How an archiver process keeps its memory flat as a job grows: Arrow's buffers from the
+C library's allocator, that allocator's mmap threshold fixed, and what a chunk freed
+handed back to the system. Each is the operator's to override.
+
+Arrow's pool: with pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB
+on 1M reference rows and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the
+same CPU (8 MB driver batches; docs/performance.md, "Memory"). pyarrow reads the variable
+once, as it loads (pa.set_memory_pool() later would leave the Parquet writer's buffers
+behind). Empty counts as unset (Arrow would take its default).
+
+glibc's mmap threshold: a block at or above it is its own mapping, unmapped when freed;
+below it, heap memory that stays resident. glibc raises the threshold to the largest block
+freed (up to 32 MB), so after the first chunk a job's 8 MB batches and the Parquet
+writer's buffers come from the heap and each chunk peaks wherever fragmentation leaves it:
+in a copy job of 10M reference rows, chunks peaked at 166-189 MB (1M rows: 165-180 MB).
+Fixed at 512 KiB, 154-167 MB (1M: 156-162 MB), for ~0.1 CPU-s more of page faults per 1M
+rows (sys time); at 128 KiB 146-155 MB for ~0.3 CPU-s. Other C libraries have neither
+knob: nothing is done there."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
+MMAP_THRESHOLD_VARIABLE = "MALLOC_MMAP_THRESHOLD_"  # glibc's own, read as a process starts
+MMAP_THRESHOLD = 512 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt()'s parameter number (malloc.h)
+_LIBC = ctypes.CDLL(None)
+_MALLOPT = getattr(_LIBC, "mallopt", None)
+_MALLOC_TRIM = getattr(_LIBC, "malloc_trim", None)
+
+
+def settle() -> None:
+    """Before pyarrow loads: the pool, and the threshold unless the operator set glibc's."""
+    if not os.environ.get(ARROW_POOL_VARIABLE):
+        os.environ[ARROW_POOL_VARIABLE] = "system"
+    if _MALLOPT is not None and MMAP_THRESHOLD_VARIABLE not in os.environ:
+        _MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def give_back() -> None:
+    """Hand the heap's free memory back to the system (after a chunk: a few ms), so the
+    next chunk's peak does not land on what this one left (lows between chunks ~90 MB
+    either way; without it, later chunks of a 10M-row job peaked 5-8 MB higher)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
