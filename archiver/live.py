@@ -40,8 +40,8 @@ from archiver.config import Settings, StorageLocation
 from archiver.errors import InputError, StorageError, first_line
 from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
+from archiver.query import SOURCE
 
-SOURCE = "_archiver_source"  # 'live' or 'archive'
 LIVE_DB = "archiver_live"  # the attached source database, in DuckDB
 RETRIES = 3
 

@@ -18,6 +18,7 @@ from archiver.delta.location import connection_string_parts, table_uri
 from archiver.errors import ConfigError
 
 EXTENSIONS = ("delta", "azure")
+SOURCE = "_archiver_source"  # the column archiver.live's views add: 'live' or 'archive'
 
 
 def _extension(name: str) -> str:
@@ -92,7 +93,9 @@ def check_format(fmt: str, output: str | None) -> None:
         raise InputError("query: --format parquet needs --output FILE")
 
 
-def execute(con: Any, sql: str, fmt: str, output: str | None, *, explain: bool) -> Any:
+def execute(
+    con: Any, sql: str, fmt: str, output: str | None, *, explain: bool, live: bool = False
+) -> Any:
     """Run `sql` on `con`: the text of a table or of EXPLAIN ANALYZE, or an Arrow table."""
     import duckdb
 
@@ -109,7 +112,30 @@ def execute(con: Any, sql: str, fmt: str, output: str | None, *, explain: bool) 
         result = relation.arrow()
         return result.read_all() if hasattr(result, "read_all") else result
     except duckdb.Error as exc:
-        raise InputError(f"query: {first_line(exc)}") from None
+        raise InputError(f"query: {first_line(exc)}{_hint(con, exc, live)}") from None
+
+
+def _hint(con: Any, exc: Exception, live: bool) -> str:
+    """What DuckDB's error cannot know: which tables have an archive here, and where the
+    column a view adds comes from."""
+    import duckdb
+
+    text = str(exc)
+    if isinstance(exc, duckdb.BinderException) and SOURCE in text:
+        return (
+            f" ({SOURCE} is a column of the tables archiver has archived or queued; "
+            "a table never archived is read as it is, all of it live)"
+        )
+    if live or not (isinstance(exc, duckdb.CatalogException) and "does not exist" in text):
+        return ""
+    archived = con.sql(
+        "SELECT DISTINCT schema_name || '.' || view_name FROM duckdb_views() "
+        "WHERE NOT internal AND schema_name <> 'main' ORDER BY 1"
+    ).fetchall()
+    return (
+        f" (archived tables here: {', '.join(r[0] for r in archived) or 'none yet'}; "
+        "a table's live rows are read with --with-live)"
+    )
 
 
 def write(result: Any, fmt: str, output: str | None) -> str | None:

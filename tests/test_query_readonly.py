@@ -49,3 +49,31 @@ def test_a_select_still_runs(h: Harness) -> None:
     done = h.cli("query", "SELECT 42 AS answer", "--format", "csv")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ['"answer"', "42"]
+
+
+def test_a_table_with_nothing_archived_is_named_as_such(h: Harness) -> None:
+    """DuckDB's own line, and what it cannot know: which tables have an archive here,
+    and that `_archiver_source` is a column of those alone."""
+    h.sql(
+        "CREATE TABLE kept (id int PRIMARY KEY, created_at date);"
+        "INSERT INTO kept SELECT i, DATE '2020-01-01' + i FROM generate_series(1, 10) i;"
+        "CREATE TABLE never (id int PRIMARY KEY, created_at date);"
+        "INSERT INTO never VALUES (1, '2020-01-01')"
+    )
+    assert "none yet;" in refused(h, "SELECT count(*) FROM never")
+    enqueued = h.cli("enqueue", "--table", "kept", "--before", "2020-01-06")
+    assert enqueued.returncode == 0, enqueued.stderr
+    h.drain()
+    line = refused(h, "SELECT count(*) FROM never")
+    assert "Table with name never does not exist" in line, line
+    assert (
+        "(archived tables here: public.kept; a table's live rows are read with --with-live)" in line
+    )
+    live = h.cli("query", "--with-live", "SELECT _archiver_source FROM never")
+    assert live.returncode == 1 and len(live.stderr.strip().splitlines()) == 1, live.stderr
+    assert (
+        "_archiver_source is a column of the tables archiver has archived or queued" in live.stderr
+    )
+    both = h.cli("query", "--with-live", "--format", "csv",
+                 "SELECT _archiver_source, count(*) FROM kept GROUP BY 1 ORDER BY 1")  # fmt: skip
+    assert both.stdout.splitlines()[1:] == ['"archive",4', '"live",6'], both.stdout

@@ -27,7 +27,7 @@ async def query(
             conn,
             settings,
             sql,
-            lambda con: engine.execute(con, sql, fmt, output, explain=explain),
+            lambda con: engine.execute(con, sql, fmt, output, explain=explain, live=with_live),
             live=with_live,
         ),
     )
