@@ -29,13 +29,21 @@ _M_MMAP_THRESHOLD = -3  # mallopt()'s parameter number (malloc.h)
 _LIBC = ctypes.CDLL(None)
 _MALLOPT = getattr(_LIBC, "mallopt", None)
 _MALLOC_TRIM = getattr(_LIBC, "malloc_trim", None)
+if _MALLOPT is not None:
+    _MALLOPT.argtypes, _MALLOPT.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+if _MALLOC_TRIM is not None:
+    _MALLOC_TRIM.argtypes, _MALLOC_TRIM.restype = [ctypes.c_size_t], ctypes.c_int
 
 
 def settle() -> None:
-    """Before pyarrow loads: the pool, and the threshold unless the operator set glibc's."""
+    """Before pyarrow loads: the pool, and the threshold unless the operator set glibc's
+    (`MALLOC_MMAP_THRESHOLD_`, or `glibc.malloc.mmap_threshold` in `GLIBC_TUNABLES`)."""
     if not os.environ.get(ARROW_POOL_VARIABLE):
         os.environ[ARROW_POOL_VARIABLE] = "system"
-    if _MALLOPT is not None and MMAP_THRESHOLD_VARIABLE not in os.environ:
+    chosen = MMAP_THRESHOLD_VARIABLE in os.environ or "mmap_threshold" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    )
+    if _MALLOPT is not None and not chosen:
         _MALLOPT(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 

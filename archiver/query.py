@@ -117,21 +117,26 @@ def execute(
 
 def _hint(con: Any, exc: Exception, live: bool) -> str:
     """What DuckDB's error cannot know: which tables have an archive here, and where the
-    column a view adds comes from."""
+    column the live views add comes from."""
     import duckdb
 
     text = str(exc)
     if isinstance(exc, duckdb.BinderException) and SOURCE in text:
+        if not live:
+            return f" ({SOURCE} is a column of query --with-live, over live and archived rows)"
         return (
             f" ({SOURCE} is a column of the tables archiver has archived or queued; "
             "a table never archived is read as it is, all of it live)"
         )
-    if live or not (isinstance(exc, duckdb.CatalogException) and "does not exist" in text):
+    if live or not (isinstance(exc, duckdb.CatalogException) and "Table with name" in text):
         return ""
-    archived = con.sql(
-        "SELECT DISTINCT schema_name || '.' || view_name FROM duckdb_views() "
-        "WHERE NOT internal AND schema_name <> 'main' ORDER BY 1"
-    ).fetchall()
+    try:
+        archived = con.sql(
+            "SELECT DISTINCT schema_name || '.' || view_name FROM duckdb_views() "
+            "WHERE NOT internal AND schema_name <> 'main' ORDER BY 1"
+        ).fetchall()
+    except duckdb.Error:
+        return ""
     return (
         f" (archived tables here: {', '.join(r[0] for r in archived) or 'none yet'}; "
         "a table's live rows are read with --with-live)"

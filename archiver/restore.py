@@ -289,9 +289,8 @@ def restore(
                 if columns.partition and plan.into is None:
                     recreate_partition(cur, target, *columns.partition, columns.key)
                 parents = [k for k in keys if k.child == f.source_table]
-                one = _restore_file(
-                    cur, pq.ParquetFile(local), f.path, target, plan, columns, parents
-                )
+                with pq.ParquetFile(local) as file:
+                    one = _restore_file(cur, file, f.path, target, plan, columns, parents)
                 done.rows += one.rows
                 done.count(f.source_table, "rows", one.rows)
                 if one.mapped.differences() != said:

@@ -208,12 +208,13 @@ def straight_in(
         converts[name] = convert
     companions = [n + PG_TEXT_SUFFIX for n in converts if n + PG_TEXT_SUFFIX in schema.names]
     wholes = [n for n, convert in converts.items() if convert is _uuid_bytes]
-    checked = file.read(columns=companions + wholes)
-    if any(checked.column(c).null_count != checked.num_rows for c in companions):
+    if companions and any(
+        c.null_count != c.length() for c in file.read(columns=companions).itercolumns()
+    ):
         return None  # special values (infinity, NaN, …) only their text keeps
     ready: dict[str, pa.Array] = {}
     for name in wholes:
-        whole = _uuid_bytes(checked.column(name))
+        whole = _uuid_bytes(file.read(columns=[name]).column(name))
         if whole is None:
             return None
         ready[name] = whole

@@ -24,7 +24,7 @@ def target_of(
         if name.schema
         else quote_ident(name.name)
     )
-    if execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
+    if _exists(cur, quoted):
         return quoted
     if into is None:
         raise InputError(f"table {source_table} does not exist; restore --into a new table")
@@ -32,6 +32,10 @@ def target_of(
     defs.append(f"PRIMARY KEY ({', '.join(quote_ident(k) for k in columns.key)})")
     execute(cur, f"CREATE TABLE {quoted} ({', '.join(defs)})")
     return quoted
+
+
+def _exists(cur: BulkCursor, quoted: str) -> bool:
+    return bool(execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0])
 
 
 _BOUND = re.compile(r"FOR VALUES FROM \((?:'[^']*'|MINVALUE)\) TO \((?:'[^']*'|MAXVALUE)\)")
@@ -46,12 +50,27 @@ def recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str, key:
         raise InputError(f"partition {name}: unexpected bound {bound!r} in the file's metadata")
     partition = TableName.parse(name)
     quoted = f"{quote_ident(partition.schema or 'public')}.{quote_ident(partition.name)}"
-    if execute(cur, "SELECT to_regclass($1) IS NOT NULL", (quoted,))[0][0]:
+    if _exists(cur, quoted):
         return
     execute(cur, f"CREATE TABLE {quoted} PARTITION OF {parent} {bound}")
-    if execute(cur, KEY_NAMES, (quoted,))[0][0] is None:  # none taken from the parent
-        columns = ", ".join(quote_ident(k) for k in key)
-        execute(cur, f"ALTER TABLE {quoted} ADD PRIMARY KEY ({columns})")
+    if execute(cur, KEY_NAMES, (quoted,))[0][0] is not None:  # taken from the parent
+        return
+    # (Were the file's key the parent's own, dropped since, the partition gets it alone:
+    # unique all the same, its rows having come from a table keyed so.)
+    missing = [k for k in key if not execute(cur, _HAS_COLUMN, (quoted, k))[0][0]]
+    if not key or missing:
+        raise InputError(
+            f"partition {name}: its archived key ({', '.join(key)}) is not a key of the table "
+            f"today ({', '.join(missing) or 'no columns'} missing); nothing restored"
+        )
+    columns = ", ".join(quote_ident(k) for k in key)
+    execute(cur, f"ALTER TABLE {quoted} ADD PRIMARY KEY ({columns})")
+
+
+_HAS_COLUMN = """
+SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2
+                                         AND attnum > 0 AND NOT attisdropped)
+"""
 
 
 def parents_first_today(

@@ -166,6 +166,21 @@ def test_keys_declared_on_each_partition(h: Harness) -> None:
     assert len(enqueue(h.env)) == 10  # the 8 back whole, January 2024 and DEFAULT by rows
 
 
+def test_a_partition_whose_key_is_gone_is_not_restored(h: Harness) -> None:
+    """A dropped partition's archived key, renamed in the table since: refused in one
+    line before anything is written, the partition not recreated."""
+    seed(h.url, per_month=10, key_on_each_partition=True)
+    jobs = enqueue(h.env)
+    assert start_worker(h.env, "--burst", "--concurrency", "2").wait(180) == 0
+    for job_id in jobs:
+        h.wait_for(job_id, "completed", timeout=10)
+    h.sql("ALTER TABLE events RENAME COLUMN id TO event_id")
+    refused = h.cli("restore", "--table", "events", "--from", "2023-03-01", "--to", "2023-04-01")
+    assert_refused(refused, "partition public.events_2023_03: its archived key (id, created_at)",
+                   "(id missing); nothing restored")  # fmt: skip
+    assert "events_2023_03" not in attached(h.url)
+
+
 @pytest.mark.parametrize("mode", ["detach", "rows"])
 def test_detach_and_rows_modes(h: Harness, mode: str) -> None:
     seed(h.url, per_month=10)

@@ -69,6 +69,8 @@ def test_a_table_with_nothing_archived_is_named_as_such(h: Harness) -> None:
     assert (
         "(archived tables here: public.kept; a table's live rows are read with --with-live)" in line
     )
+    archive_only = refused(h, "SELECT _archiver_source FROM kept")
+    assert "(_archiver_source is a column of query --with-live" in archive_only, archive_only
     live = h.cli("query", "--with-live", "SELECT _archiver_source FROM never")
     assert live.returncode == 1 and len(live.stderr.strip().splitlines()) == 1, live.stderr
     assert (

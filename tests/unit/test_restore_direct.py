@@ -90,3 +90,17 @@ def test_batches_stream_the_file_beside_the_columns_converted_whole(tmp_path: Pa
     assert got.column("mood").to_pylist() == table.column("mood").to_pylist()
     expected = [None if u is None else uuid.UUID(u).bytes for u in uuids]
     assert got.column("customer").to_pylist() == expected
+
+
+def test_a_file_of_uuids_alone_streams_its_row_count(tmp_path: Path) -> None:
+    """Nothing left to stream but the rows' count: each batch as long as the file's."""
+    uuids = [f"{i:08x}-0000-4000-8000-{i:012x}" for i in range(9)]
+    path = tmp_path / "u.parquet"
+    pq.write_table(pa.table({"customer": uuids}), path, row_group_size=4)
+    file = pq.ParquetFile(path)
+    whole = _uuid_bytes(file.read().column("customer"))
+    assert whole is not None
+    straight = Straight({"customer": _uuid_bytes}, {"customer": whole},
+                        pa.schema([("customer", pa.binary(16))]))  # fmt: skip
+    got = pa.Table.from_batches(list(straight.batches(file, rows=3)))
+    assert got.column("customer").to_pylist() == [uuid.UUID(u).bytes for u in uuids]
