@@ -96,6 +96,19 @@ def server_share(url: str, mode: Mode, *, chosen: bool = False) -> list[str]:
     ]
 
 
+def copy_statement(url: str) -> str:
+    """archiver's copy statement for the whole job as one chunk, its settings written in
+    (for a reader that runs it on a session of its own: DuckDB's postgres_query)."""
+    with connect_bulk(url) as conn:
+        statement = describe_archive(conn, "orders", "created_at", Mode.COPY).read(after_key=False)
+    written = statement.replace(
+        "(SELECT current_setting('archiver.cutoff')::timestamptz)", f"'{CUTOFF}'::timestamptz"
+    ).replace("current_setting('archiver.limit')::bigint", "1000000000")
+    if "current_setting('archiver." in written:
+        raise RuntimeError(f"a setting of archiver's copy statement not written in: {written}")
+    return written
+
+
 class Databases:
     """Template databases holding the reference table, and throw-away copies of them."""
 
@@ -214,10 +227,10 @@ def run_workers(env: dict[str, str], count: int, *args: str, root: Path = ROOT) 
     return peaks
 
 
-def duckdb_seconds(url: str, target: str, env: dict[str, str]) -> float:
+def duckdb_seconds(url: str, target: str, env: dict[str, str], statement: str = "") -> float:
     """bench.duckdb_export's seconds, in a process of its own."""
     out = subprocess.run(
-        [sys.executable, "-m", "bench.duckdb_export", url, target, CUTOFF],
+        [sys.executable, "-m", "bench.duckdb_export", url, target, CUTOFF, statement],
         check=True,
         capture_output=True,
         text=True,
@@ -227,10 +240,25 @@ def duckdb_seconds(url: str, target: str, env: dict[str, str]) -> float:
     return float(out)
 
 
-def high_water_mark() -> int:
-    """This process's peak RSS in bytes, since its exec (VmHWM)."""
-    status = Path("/proc/self/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) * 1024
+def high_water_mark(pid: int | str = "self") -> int:
+    """A process's peak RSS in bytes, since its exec (VmHWM; 0 once it has ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024 if "VmHWM:" in status else 0
+
+
+def wait_measured(proc: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """Wait for `proc`: (exit code, its peak RSS). The peak is its own VmHWM, read every
+    10 ms until it exits (a zombie has none), not the ru_maxrss wait4 reports, which
+    starts at the bench's own peak (see run_workers): a command lighter than the bench
+    could not be told apart from it."""
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, high_water_mark(proc.pid))
+        time.sleep(0.01)
+    return proc.returncode, peak
 
 
 def job_seconds(url: str) -> float:

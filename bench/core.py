@@ -81,13 +81,14 @@ class Bench:
             )
         return job_seconds(url), peak, time.monotonic() - started
 
-    def duckdb_export(self, url: str, kind: str) -> float:
-        """bench.duckdb_export's seconds, writing to a local file or to a new container."""
+    def duckdb_export(self, url: str, kind: str, statement: str = "") -> float:
+        """bench.duckdb_export's seconds, writing to a local file or to a new container
+        (`statement`: that SQL's rows instead of the table's, to a local file)."""
         env = {**os.environ, "AZURE_STORAGE_CONNECTION_STRING": self.azurite.connection_string}
         if kind == "file":
             path = self.tmp / "duckdb.parquet"
             try:
-                return duckdb_seconds(url, str(path), env)
+                return duckdb_seconds(url, str(path), env, statement)
             finally:
                 path.unlink(missing_ok=True)
         container = f"d{uuid.uuid4().hex[:12]}"

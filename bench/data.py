@@ -10,6 +10,7 @@ from bench.common import (
     FLOOR_SQL,
     TWO_CONNECTIONS,
     best,
+    copy_statement,
     psql_seconds,
     server_share,
 )
@@ -33,6 +34,11 @@ def data_path(bench: Bench) -> None:
              floor, "s", "(reported: the best exporter here)", None)  # fmt: skip
     bench.add("copy mode -> file://, against that DuckDB export", copy_file, duck, "s",
              "(reported: 'as fast as the best exporter')", None)  # fmt: skip
+    statement = copy_statement(url)
+    duck_own = best(repeat, lambda: bench.duckdb_export(url, "file", statement))
+    bench.add("DuckDB postgres_scanner running archiver's copy statement (postgres_query: "
+              "one connection, exact types, key order) -> one zstd Parquet file", duck_own,
+              copy_file, "s", "(reported: against copy mode -> file://)", None)  # fmt: skip
     # end to end: `archiver enqueue … && archiver worker --burst`, process start-up,
     # claim and completion included, against the job's own time in the same run
     whole, own = min((w, s) for s, _, w in file_runs)

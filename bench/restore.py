@@ -7,7 +7,6 @@ back, with its peak RSS; ARCHIVER_DELTA=false, so no publication is waited for."
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
 import time
 
@@ -17,10 +16,10 @@ from bench.common import (
     archiver_cmd,
     enqueue_orders,
     env_for,
-    high_water_mark,
     psql_seconds,
     run_workers,
     sql,
+    wait_measured,
 )
 from bench.core import Bench
 
@@ -107,13 +106,10 @@ def restore(env: dict[str, str], *args: str) -> tuple[float, int]:
     started = time.monotonic()
     proc = subprocess.Popen(archiver_cmd("restore", "--table", "orders", *args), env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    _, status, usage = os.wait4(proc.pid, 0)
+    code, peak = wait_measured(proc)
     seconds = time.monotonic() - started
-    if os.waitstatus_to_exitcode(status) != 0:
+    if code != 0:
         raise RuntimeError(f"restore {' '.join(args)} failed")
-    peak = usage.ru_maxrss * 1024
-    if peak <= high_water_mark():
-        raise RuntimeError("the restore's peak RSS reads as the bench's own")
     return seconds, peak
 
 
