@@ -12,10 +12,11 @@ glibc's mmap threshold: a block at or above it is its own mapping, unmapped when
 below it, heap memory that stays resident. glibc raises the threshold to the largest block
 freed (up to 32 MB), so after the first chunk a job's 8 MB batches and the Parquet
 writer's buffers come from the heap and each chunk peaks wherever fragmentation leaves it:
-in a copy job of 10M reference rows, chunks peaked at 166-189 MB (1M rows: 165-180 MB).
-Fixed at 512 KiB, 154-167 MB (1M: 156-162 MB), for ~0.1 CPU-s more of page faults per 1M
-rows (sys time); at 128 KiB 146-155 MB for ~0.3 CPU-s. Other C libraries have neither
-knob: nothing is done there."""
+in copy jobs of 10M reference rows, chunks peaked at 162-197 MB (1M rows: 165-180 MB).
+Fixed at 512 KiB, 154-168 MB (1M: 156-163 MB), for ~0.1-0.15 CPU-s more of page faults
+per 1M rows (system time; the job's own time the same in an interleaved A/B); at 128 KiB
+146-155 MB for ~0.3 CPU-s (docs/performance.md, "At 30M rows"). Other C libraries have
+neither knob: nothing is done there."""
 
 from __future__ import annotations
 
