@@ -91,10 +91,15 @@ class ColumnMap:
         return "; ".join(parts)
 
 
+def columns_today(cur: BulkCursor, target: str) -> dict[str, tuple[str, bool]]:
+    """`target`'s columns as it is today: name -> (type, generated), in table order."""
+    return {str(n): (str(t), bool(g)) for n, t, g in execute(cur, _TARGET_COLUMNS, (target,))}
+
+
 def map_columns(
     cur: BulkCursor, target: str, archived: ArchivedColumns, staged: set[str], ignore_dropped: bool
 ) -> ColumnMap:
-    today = {str(n): (str(t), bool(g)) for n, t, g in execute(cur, _TARGET_COLUMNS, (target,))}
+    today = columns_today(cur, target)
     values: dict[str, str] = {}
     dropped, generated, retyped = [], [], []
     for name, type_sql in archived.types.items():

@@ -9,7 +9,7 @@ import re
 from archiver.bulk import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
-from archiver.remap import ArchivedColumns, execute
+from archiver.remap import ArchivedColumns, columns_today, execute
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.source.tables import KEY_NAMES
 
@@ -57,7 +57,8 @@ def recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str, key:
         return
     # (Were the file's key the parent's own, dropped since, the partition gets it alone:
     # unique all the same, its rows having come from a table keyed so.)
-    missing = [k for k in key if not execute(cur, _HAS_COLUMN, (quoted, k))[0][0]]
+    today = columns_today(cur, quoted)
+    missing = [k for k in key if k not in today]
     if not key or missing:
         raise InputError(
             f"partition {name}: its archived key ({', '.join(key)}) is not a key of the table "
@@ -65,12 +66,6 @@ def recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str, key:
         )
     columns = ", ".join(quote_ident(k) for k in key)
     execute(cur, f"ALTER TABLE {quoted} ADD PRIMARY KEY ({columns})")
-
-
-_HAS_COLUMN = """
-SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2
-                                         AND attnum > 0 AND NOT attisdropped)
-"""
 
 
 def parents_first_today(
