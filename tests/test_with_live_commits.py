@@ -139,4 +139,6 @@ def test_every_shape_exact_while_chunks_commit(h: Harness, tmp_path: Path) -> No
 
 
 def moving(h: Harness) -> bool:
-    return bool(h.value("SELECT count(*) FROM background_jobs WHERE status IN ('queued', 'running')"))
+    return bool(
+        h.value("SELECT count(*) FROM background_jobs WHERE status IN ('queued', 'running')")
+    )
