@@ -5,6 +5,8 @@ row stays in one place."""
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from archiver.testing.cluster import PrivateCluster
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite, with_database
+from tests.console_check import Console
 from tests.crash_support import enqueue, old_ids, stop
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
@@ -141,6 +144,68 @@ def test_postgres_restart_during_a_job(
         assert w.poll() is None  # the same worker process carried on
         assert stop(w) == 0
         assert_exactly_once(url, azurite.connection_string, container, expected)
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+def test_postgres_away_is_a_503_in_the_console_and_one_line_in_each_log(
+    h: Harness, tmp_path: Path
+) -> None:
+    """PostgreSQL stopped under a worker, a scheduler and the console: the console's
+    pages answer 503 "database unavailable" (an HTML page reloading itself), not a 500,
+    and come back by themselves when the server does; no process logs a traceback
+    (asyncpg's pool logged one per retry while it refilled: the soak's logs were full)."""
+    cluster = PrivateCluster()
+    cluster.init()
+    cluster.start()
+    try:
+        sql(cluster.admin_url, "CREATE DATABASE app")
+        url = with_database(cluster.admin_url, "app")
+        world = h.with_env(ARCHIVER_DATABASE_URL=url, ARCHIVER_POLL_INTERVAL="0.3")
+        assert run_cli(world.env, "migrate").returncode == 0
+        sql(url, "CREATE TABLE events (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+        sql(url, "INSERT INTO events SELECT g, '2020-01-01' FROM generate_series(1, 100) g")
+        config = tmp_path / "archiver.toml"
+        config.write_text(
+            '[[policy]]\nname = "events"\ntable = "public.events"\ncolumn = "created_at"\n'
+            'older_than = "365 days"\nschedule = "0 3 * * *"\nmode = "move"\n'
+        )
+        logs = {name: tmp_path / f"{name}.log" for name in ("worker", "scheduler")}
+        worker = start_worker(world.env, log=logs["worker"])
+        scheduler = start_process(
+            archiver_cmd("--config", str(config), "scheduler"), world.env, logs["scheduler"]
+        )
+        console = Console(world, tmp_path)
+        assert console.get("/")[0] == 200
+        wait_for_text(logs["worker"], "started (concurrency")
+        wait_for_text(logs["scheduler"], "scheduler caught up")
+        cluster.halt()
+        time.sleep(2)  # the pools' refills fail meanwhile
+        status, body = console.get("/")
+        assert status == 503 and body.startswith("database unavailable ("), (status, body)
+        html = urllib.request.Request(console.url + "/jobs", headers={
+            "Accept": "text/html", "Cookie": f"archiver_session={console.login()[1]}"})  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(html, timeout=10)
+        page = answer.value.read().decode()
+        assert answer.value.code == 503 and answer.value.headers["Retry-After"] == "5"
+        assert '<meta http-equiv="refresh" content="5">' in page and "database unavailable" in page
+        cluster.start()
+        wait_until(lambda: console.get("/")[0] == 200, 30, what="the console back")
+        job = run_cli(world.env, "enqueue", "--table", "events", "--before", "2021-01-01")
+        assert job.returncode == 0, job.stderr
+        wait_for_status(url, job.stdout.strip(), "completed", timeout=60)  # the worker is back
+        console.stop()
+        assert stop(worker) == 0
+        scheduler.terminate()
+        assert scheduler.wait(30) == 0
+        for log in [*logs.values(), console.log]:
+            text = log.read_text()
+            assert "Traceback" not in text, (log.name, text[-3000:])
+        assert (
+            "Failed to restore the pool connection floor; retrying (" in logs["worker"].read_text()
+        )
     finally:
         cluster.stop()
 

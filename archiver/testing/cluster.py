@@ -95,6 +95,10 @@ class PrivateCluster:
             "restart",
         )
 
+    def halt(self) -> None:
+        """Stop the server, keeping its files (start() brings it back)."""
+        self._pg_ctl("-m", "fast", "stop")
+
     def stop(self) -> None:
         """Stop the server and delete its files."""
         try:

@@ -33,7 +33,13 @@ from starlette.templating import Jinja2Templates
 
 from archiver import audit, db, text
 from archiver.config import ConfigFile, Settings
-from archiver.errors import InputError, JobStateError
+from archiver.errors import (
+    DatabaseUnavailable,
+    InputError,
+    JobStateError,
+    error_line,
+    first_line,
+)
 from archiver.web import pages
 from archiver.web.auth import (
     SESSION_COOKIE,
@@ -58,6 +64,19 @@ log = logging.getLogger(__name__)
 HERE = Path(str(resources.files("archiver.web")))
 BULK_LIMIT = 10_000  # jobs one bulk action changes at most
 LOGIN_PAUSE = 1.0  # seconds a refused login waits before it is answered
+RETRY_AFTER = 5  # seconds a page answered while the database is away waits to ask again
+# What the database being away raises: asyncpg's connection errors, a refused or timed
+# out connect, the server shutting down or starting up (not every OSError: a missing
+# template is no outage)
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    DatabaseUnavailable,
+    ConnectionError,
+    TimeoutError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    *(e for e in db.CONNECTION_ERRORS if e is not OSError),
+)
 
 
 class BadRequest(HTTPException):
@@ -302,6 +321,20 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
     async def input_error(request: Request, exc: Exception) -> Response:
         return await http_error(request, BadRequest(str(exc)))
 
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        """The database away (restarting, unreachable): 503, not a traceback and a 500;
+        an HTML page reloads itself every few seconds, so it is back when the database is
+        (the pool reconnects by itself)."""
+        log.warning("database unavailable: %s", error_line(exc))
+        detail = f"database unavailable ({first_line(exc)}); retrying every {RETRY_AFTER} s"
+        headers = {"Retry-After": str(RETRY_AFTER)}
+        if request.headers.get("accept", "").startswith("text/html"):
+            page = {"status": 503, "detail": detail, "retry": RETRY_AFTER}
+            response = render(request, "error.html", page, 503)
+            response.headers.update(headers)
+            return response
+        return PlainTextResponse(detail + "\n", status_code=503, headers=headers)
+
     app = Starlette(
         routes=[
             Route("/", reading(overview)),
@@ -317,7 +350,11 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
             Route("/healthz", health),
             Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ],
-        exception_handlers={HTTPException: http_error, InputError: input_error},
+        exception_handlers={
+            HTTPException: http_error,
+            InputError: input_error,
+            **dict.fromkeys(UNAVAILABLE, unavailable),
+        },
         lifespan=lifespan,
     )
     app.add_middleware(SecurityHeaders)

@@ -8,10 +8,23 @@
     if (document.hidden) { return; }
     var live = document.querySelectorAll("[data-live][id]");
     if (!live.length) { return; }
+    var banner = document.getElementById("unavailable");
     fetch(window.location.href, { headers: { "X-Archiver-Live": "1" }, credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (r) {
+        // the database away: say so above the page (its last figures stay), until it is back
+        if (r.status === 503 && banner) {
+          r.text().then(function (html) {
+            var said = new DOMParser().parseFromString(html, "text/html").getElementById("error-detail");
+            banner.textContent = said ? said.textContent : "database unavailable";
+            banner.hidden = false;
+          });
+          return null;
+        }
+        return r.ok ? r.text() : null;
+      })
       .then(function (html) {
         if (!html) { return; }
+        if (banner) { banner.hidden = true; }
         var fresh = new DOMParser().parseFromString(html, "text/html");
         live.forEach(function (el) {
           if (el.contains(document.activeElement) && document.activeElement !== document.body) { return; }
