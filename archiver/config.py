@@ -303,6 +303,12 @@ class Settings:
         check_adbc_driver,
         shown="the wheel's",
     )
+    orphan_grace: float = _setting(
+        86400.0,
+        "ARCHIVER_ORPHAN_GRACE",
+        "seconds an archived file in no catalog row, whose job or operation is over, is kept before the workers' orphan sweep deletes it; the sweep runs once per this period on each storage (see [Lifecycle](lifecycle.md))",
+        _number(float, 0.0),
+    )
     retry_base_seconds: float = _setting(
         5.0,
         "ARCHIVER_RETRY_BASE_SECONDS",

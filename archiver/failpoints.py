@@ -38,6 +38,8 @@ NAMES = (
     "restore_source_committed",  # ...its source transaction committed, the intent not applied
     "purge_before_commit",  # a purge (archiver.lifecycle.purge): its ledger row written
     "purge_committed",  # its files retired, their blobs not yet deleted
+    "rewrite_checked",  # a rewrite (archiver.files.rewrite): its session checked, not uploaded
+    "rewrite_uploaded",  # ...uploaded, its session not checked again
     "erase_rewritten",  # an erase (archiver.lifecycle.erase): a file's rewrite uploaded
     "erase_before_commit",  # every rewrite uploaded, nothing catalogued yet
     "erase_committed",  # the rewrites catalogued, the originals retired, not yet deleted

@@ -24,6 +24,7 @@ QUEUE_TABLES = (
     ("archive_ledger", "SELECT, INSERT, UPDATE", "restore: rows taken out of the archive"),
     ("archive_verifications", "SELECT, INSERT", "archiver verify: what it found"),
     ("archiver_audit", "SELECT, INSERT", "who cancelled, retried, paused, throttled what"),
+    ("archiver_maintenance", "SELECT, INSERT, UPDATE", "when each maintenance duty last ran"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
 )
 QUEUE_VIEWS = (

@@ -18,7 +18,7 @@ from archiver.bulk import BulkConnection, fetch_all
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
-from archiver.model import ArchiveRequest, Job, PublishRequest, Status
+from archiver.model import ArchiveRequest, Job, OrphansRequest, PublishRequest, Status
 
 ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
@@ -29,6 +29,9 @@ NOOP_TASK = "noop"
 PUBLISH_TASK = "publish"
 # A policy's `retain`: its table's old archived files purged (archiver.lifecycle).
 PURGE_TASK = "purge"
+# Archived files nothing references, deleted once past the grace period; one a storage
+# per period (archiver.lifecycle.orphans).
+ORPHANS_TASK = "orphans"
 
 
 async def enqueue(
@@ -378,3 +381,22 @@ async def enqueue_publications(
         )
         new += created
     return new
+
+
+async def enqueue_orphan_sweep(pool: asyncpg.Pool, storage_url: str, period: float) -> bool:
+    """The orphan sweep of `storage_url` when none was queued in the last `period`
+    seconds (by any worker; the first a period after the storage is first seen): one a
+    period. True when queued."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(query("maintenance_seen"), ORPHANS_TASK, storage_url)
+        if await conn.fetchval(query("maintenance_due"), ORPHANS_TASK, storage_url, period) is None:
+            return False
+        await enqueue(
+            conn,
+            OrphansRequest(storage_url).payload(),
+            dedup_key=f"orphans:{storage_url}",
+            lock_key=f"orphans:{storage_url}",
+            task_name=ORPHANS_TASK,
+            max_attempts=3,
+        )
+    return True

@@ -31,7 +31,14 @@ from archiver.archive.job import open_job, run_job
 from archiver.bulk import BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError
-from archiver.model import ArchiveRequest, Job, Progress, PublishRequest, PurgeRequest
+from archiver.model import (
+    ArchiveRequest,
+    Job,
+    OrphansRequest,
+    Progress,
+    PublishRequest,
+    PurgeRequest,
+)
 from archiver.storage.seam import Storage
 from archiver.text import counted
 
@@ -193,6 +200,47 @@ async def _purge(w: Resources, run: JobRun) -> Progress:
     )
 
 
+# -- orphans: archived files nothing references ------------------------------------
+
+
+async def _orphans(w: Resources, run: JobRun) -> Progress:
+    """Each table folder of the job's storage looked through; its orphans deleted."""
+    from archiver.operations.orphans import remove_orphans
+
+    request = run.request
+    assert isinstance(request, OrphansRequest)
+    if request.storage_url != str(w.storage.location):
+        raise ArchiverError(
+            f"orphans: files on {request.storage_url}, this worker writes to another storage"
+        )
+    found = await remove_orphans(w.settings, None)
+    for table in found:
+        if table.found:
+            log.warning(
+                "job %s: %s: %s nothing references deleted (%s)",
+                run.job.id, table.table, counted(len(table.found), "archived file"),
+                ", ".join(o.name for o in table.found[:3]) + (", …" if len(table.found) > 3 else ""),
+            )  # fmt: skip
+        if table.foreign:
+            log.warning(
+                "job %s: %s: %s archiver did not name left as they are (%s)",
+                run.job.id, table.table, counted(len(table.foreign), "object"),
+                ", ".join(table.foreign[:3]),
+            )  # fmt: skip
+    return Progress(
+        extra={
+            "orphans_deleted": sum(len(t.found) for t in found),
+            "orphan_bytes": sum(t.bytes for t in found),
+            "tables": len(found),
+        }
+    )
+
+
+def _swept(p: Progress) -> str:
+    deleted, tables = p.extra["orphans_deleted"], p.extra["tables"]
+    return f"{counted(deleted, 'orphan')} deleted in {counted(tables, 'table folder')}"
+
+
 def _nothing(w: Resources, run: JobRun) -> Progress:
     return Progress()
 
@@ -208,6 +256,13 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(jobqueue.PUBLISH_TASK, _publish, payload=PublishRequest.from_payload, done=_published),
         Kind(jobqueue.PURGE_TASK, _purge, payload=PurgeRequest.from_payload, threaded=False),
+        Kind(
+            jobqueue.ORPHANS_TASK,
+            _orphans,
+            payload=OrphansRequest.from_payload,
+            done=_swept,
+            threaded=False,
+        ),
         Kind(jobqueue.NOOP_TASK, _nothing, batch=True),  # the bench's queue figures
     )
 }

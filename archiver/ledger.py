@@ -24,7 +24,9 @@ settled by the sweep, which asks the source (pg_xact_status) whether it committe
 A crash before 3 leaves the catalog as it was and rewritten blobs nobody catalogued;
 the ledger row stays `running` with its lock free, and the next sweep (a publish job of
 the table, queued by any worker's maintenance) deletes those blobs and marks it
-abandoned. A crash after 3 leaves retired files, which the sweep takes out of the Delta
+abandoned. A session that ends while its process lives on frees the lock too: so each
+rewrite's upload is guarded (`guard`: the lock checked before and after it), and what a
+process killed between the two leaves, the orphan sweep deletes (lifecycle.orphans). A crash after 3 leaves retired files, which the sweep takes out of the Delta
 log and deletes. So at every moment each row is catalogued once: in the old file or in
 its rewrite and the database, never both, never neither.
 """
@@ -38,12 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import adbc_driver_manager
+
 from archiver import failpoints
 from archiver.audit import actor
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
 from archiver.db import query
-from archiver.errors import ArchiverError, InputError, StorageError
+from archiver.errors import ArchiverError, InputError, StorageError, first_line
 from archiver.files import names
 from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
@@ -76,6 +80,34 @@ def begin(
     )
     conn.commit()
     return int(rows[0][0])
+
+
+class OperationLost(ArchiverError):
+    """An operation's session ended (killed, or its connection lost) while its process
+    went on: the sweep may already have taken it for dead, so it writes nothing more."""
+
+
+def guard(conn: BulkConnection, operation: int) -> Callable[[], None]:
+    """A check, run before and after each upload of a rewrite, that `conn`'s session
+    still holds `operation`'s lock; OperationLost when not. (A soak found a process
+    whose session had been terminated upload 23 rewrites after the sweep had abandoned
+    its operation: catalogued nowhere, never swept again.)"""
+
+    def check() -> None:
+        try:
+            held = bool(_run(conn, "ledger_held", operation)[0][0])
+        except adbc_driver_manager.Error as exc:
+            raise OperationLost(
+                f"operation {operation}: its database session ended ({first_line(exc)}); "
+                "nothing of it was committed"
+            ) from None
+        if not held:
+            raise OperationLost(
+                f"operation {operation}: its session no longer holds its lock; nothing of "
+                "it was committed"
+            )
+
+    return check
 
 
 def end(conn: BulkConnection, operation: int) -> None:
@@ -142,18 +174,33 @@ def take_out(
         commit_changes(conn, ledger_id, done.retired, done.written, done.rows, done.detail)
         conn.commit()
     except BaseException:
-        conn.rollback()
-        abandon(conn, storage, ledger_id, tables)
+        give_up(conn, storage, ledger_id, tables)
         raise
-    finally:
-        end(conn, ledger_id)
     failpoints.reach(f"{operation}_committed")
     try:  # files never published go now; the others once out of the Delta log
+        end(conn, ledger_id)  # its lock also goes with the session
         for table in tables:
             reap_now(conn, storage, table)
     except Exception as exc:  # committed: what is left, the sweep deletes
         log.warning("%s committed; retired files left for the sweep: %s", operation, exc)
     return ledger_id, done
+
+
+def give_up(conn: BulkConnection, storage: Storage, operation: int, tables: list[str]) -> None:
+    """An operation failing before its commit: abandoned now (its rewrites deleted, its
+    lock given back) where its session still works; otherwise -- the session is what
+    failed -- left to the sweep, which abandons it once its lock is free. Never raises:
+    the failure the caller is raising says what happened."""
+    try:
+        conn.rollback()
+        abandon(conn, storage, operation, tables)
+        end(conn, operation)
+    except Exception as exc:
+        log.warning(
+            "operation %s did not commit; what it wrote is left to the sweep: %s",
+            operation,
+            first_line(exc),
+        )
 
 
 def abandon(

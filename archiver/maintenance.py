@@ -20,10 +20,11 @@ PRUNE_EVERY = 300.0  # seconds between retention sweeps
 PRUNE_BATCH = 1_000  # finished jobs deleted in one transaction
 PRUNE_PAUSE = 0.1  # seconds between two batches: at most ~10,000 jobs pruned a second
 PUBLISH_EVERY = 30.0  # seconds between looks for files not yet in their Delta table
+ORPHANS_EVERY = 60.0  # seconds between looks at whether the storage's orphan sweep is due
 
 
 class Maintenance:
-    """The rescuer, the pruner and the publication sweep of one worker. `once()` runs
+    """The rescuer, the pruner, the publication sweep and the orphan sweep of one worker. `once()` runs
     them before the first claim (a burst worker takes rescued jobs, prunes and publishes
     before it exits); `start()` then keeps each on its own timer until the tasks are
     cancelled."""
@@ -71,11 +72,21 @@ class Maintenance:
         if await jobqueue.enqueue_publications(self.pool, location, delta=self.settings.delta):
             self.wake()
 
+    async def orphans(self) -> None:
+        """Queue the storage's orphan sweep once per grace period, whichever worker
+        asks first (archiver.lifecycle.orphans)."""
+        if not self.settings.storage_url:
+            return
+        location = str(self.settings.storage_location())
+        if await jobqueue.enqueue_orphan_sweep(self.pool, location, self.settings.orphan_grace):
+            self.wake()
+
     async def once(self) -> None:
         for name, duty in (
             ("rescuer", self.rescue),
             ("pruner", self.prune),
             ("publication sweep", self.publications),
+            ("orphan sweep", self.orphans),
         ):
             await _logged(duty, name)
 
@@ -85,6 +96,7 @@ class Maintenance:
             asyncio.create_task(_every(rescue_every, self.rescue, "rescuer")),
             asyncio.create_task(_every(PRUNE_EVERY, self.prune, "pruner")),
             asyncio.create_task(_every(PUBLISH_EVERY, self.publications, "publication sweep")),
+            asyncio.create_task(_every(ORPHANS_EVERY, self.orphans, "orphan sweep")),
         ]
 
 

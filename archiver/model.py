@@ -68,6 +68,21 @@ class PublishRequest:
 
 
 @dataclass(frozen=True)
+class OrphansRequest:
+    """An orphan sweep's payload: the storage whose table folders it looks through
+    (archiver.lifecycle.orphans)."""
+
+    storage_url: str
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> OrphansRequest:
+        return cls(str(payload["storage_url"]))
+
+    def payload(self) -> dict[str, Any]:
+        return {"storage_url": self.storage_url}
+
+
+@dataclass(frozen=True)
 class PurgeRequest:
     """A purge job's payload: a policy's `retain` on its table (archiver.lifecycle.purge)."""
 

@@ -521,6 +521,16 @@ WITH l AS (
 )
 SELECT id, pg_advisory_lock(hashtextextended('archiver.ledger ' || id, 0))::text FROM l
 
+-- name: ledger_held
+-- Whether this session still holds operation $1's lock (a bigint key: classid holds its
+-- high 32 bits, objid its low ones). False once the session ended: the sweep may have
+-- taken the operation for dead and deleted what it had written.
+WITH k AS (SELECT hashtextextended('archiver.ledger ' || $1::bigint, 0) AS key)
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks, k
+    WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1
+      AND classid::bigint = (k.key >> 32) & 4294967295 AND objid::bigint = k.key & 4294967295)
+
 -- name: ledger_unlock
 SELECT pg_advisory_unlock(hashtextextended('archiver.ledger ' || $1::bigint, 0))
 
@@ -739,3 +749,27 @@ VALUES ($1, $2, $3, $4, $5, $6)
 -- The latest actions on one job or table (its page's "changed by").
 SELECT at, actor, via, action, outcome FROM archiver_audit
 WHERE target = $1 ORDER BY at DESC LIMIT $2
+
+-- name: orphans_catalogued
+-- Every name the catalog holds of a table's files, in any state (archiver.lifecycle.orphans).
+SELECT path FROM archive_files WHERE storage_url = $1 AND source_table = $2
+
+-- name: orphans_writers_at_work
+-- Of jobs $1 and ledger operations $2, those still at work: a job queued or running
+-- (its next attempt deletes what an earlier one left), an operation running.
+SELECT j.id::text FROM jsonb_array_elements_text($1::jsonb) a (id)
+JOIN background_jobs j ON j.id = a.id::uuid WHERE j.status IN ('queued', 'running')
+UNION ALL
+SELECT 'op:' || l.id FROM jsonb_array_elements_text($2::jsonb) a (id)
+JOIN archive_ledger l ON l.id = a.id::bigint WHERE l.status = 'running'
+
+-- name: maintenance_seen
+-- Duty $1 for scope $2 first seen: its clock starts (its first run is one period on).
+INSERT INTO archiver_maintenance (duty, scope) VALUES ($1, $2) ON CONFLICT DO NOTHING
+
+-- name: maintenance_due
+-- Take duty $1's period for scope $2 when its last began $3 seconds ago or more: a row
+-- back when this caller is to queue it, none when it is not due or another took it.
+UPDATE archiver_maintenance SET last_queued = now()
+WHERE duty = $1 AND scope = $2 AND last_queued <= now() - make_interval(secs => $3::float8)
+RETURNING last_queued

@@ -296,7 +296,7 @@ def restore(
                 if one.mapped.differences() != said:
                     said = one.mapped.differences()
                     report(f"{f.path}: columns: {said or 'as archived'}")
-                left = _take_out(storage, f, one, plan, Path(tmp), done)
+                left = _take_out(storage, f, one, plan, Path(tmp), done, catalog or conn)
                 report(
                     f"{f.path}: {one.rows} of {f.row_count} rows {verb}{left}"
                     f"{' by COPY straight in' if one.straight else ''} ({i}/{len(files)} files)"
@@ -350,9 +350,11 @@ def _take_out(
     plan: RestorePlan,
     tmp: Path,
     done: Restored,
+    holder: BulkConnection,
 ) -> str:
     """A move back: the file retired when all its rows went back, rewritten without them
-    when some did (not in a dry run). Says what happened to the file."""
+    when some did (not in a dry run; `holder` holds the operation's lock). Says what
+    happened to the file."""
     if one.kept is None or (one.data is not None and len(one.kept) == one.data.num_rows):
         return ""  # a copy, or every row kept (none in range)
     done.retired.append(f.id)
@@ -364,8 +366,9 @@ def _take_out(
         return f", the file would be rewritten with the other {len(one.kept)}"
     name = names.rewritten_name(f.path, plan.operation)
     assert one.data is not None  # rows are kept only where the file was read whole
+    guard = ledger.guard(holder, plan.operation)
     written = rewrite(
-        storage, f, one.data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys
+        storage, f, one.data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys, guard
     )
     done.written.append(written)
     return f", the other {len(one.kept)} kept in {name}"

@@ -1,5 +1,5 @@
 """The archive's lifecycle (docs/lifecycle.md): `purge`, `erase`, `tier`, `rehydrate`,
-`protect`."""
+`protect`, `remove-orphans`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from archiver.commands.args import Subcommands, add_no_wait
 from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age
-from archiver.operations import erase, purge, tiers
+from archiver.operations import erase, orphans, purge, tiers
 from archiver.operations.enqueue import parse_cutoff
 
 
@@ -68,6 +68,19 @@ def add_parsers(sub: Subcommands) -> None:
     hold.add_argument("--legal-hold", dest="legal_hold", action="store_true", default=None)
     hold.add_argument("--no-legal-hold", dest="legal_hold", action="store_false")
     p.set_defaults(func=cmd_protect)
+
+    p = sub.add_parser(
+        "remove-orphans",
+        help="delete archived files no catalog row names, their job or operation over",
+    )
+    p.add_argument("--table", help="schema.table or table (default: every table folder)")
+    p.add_argument(
+        "--grace",
+        type=float,
+        help="keep those written in the last this many seconds (default ARCHIVER_ORPHAN_GRACE)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list them; delete nothing")
+    p.set_defaults(func=cmd_remove_orphans)
 
 
 def _say(line: str) -> None:
@@ -157,4 +170,34 @@ async def cmd_protect(args: argparse.Namespace, settings: Settings) -> int:
         settings, args.table, _age(args), until, args.legal_hold, report=_say
     )
     print(f"protected {text.counted(count, 'file')}")
+    return 0
+
+
+async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> int:
+    if args.grace is not None and args.grace < 0:
+        raise InputError(f"--grace: expected seconds, 0 or more, got {args.grace:g}")
+    grace = dt.timedelta(seconds=args.grace) if args.grace is not None else None
+
+    def say(table: orphans.Orphans) -> None:
+        for o in table.found:
+            print(f"{o.name}: {text.size(o.size)}")
+        kept = []
+        if table.young:
+            kept.append(f"{table.young} within the grace period")
+        if table.busy:
+            kept.append(f"{table.busy} of a job or operation still running")
+        if table.foreign:
+            kept.append(f"{len(table.foreign)} archiver did not name")
+        if kept:
+            _say(f"{table.table}: kept {', '.join(kept)}")
+
+    done = await orphans.remove_orphans(
+        settings, args.table, grace=grace, dry_run=args.dry_run, report=say
+    )
+    found = [o for t in done for o in t.found]
+    verb = "would delete" if args.dry_run else "deleted"
+    print(
+        f"{verb} {text.counted(len(found), 'orphan')} ({text.size(sum(o.size for o in found))}) "
+        f"in {text.counted(len(done), 'table folder')}"
+    )
     return 0

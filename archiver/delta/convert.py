@@ -119,9 +119,9 @@ def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] |
                 cur.execute(query("delta_unnumber"), (file_id,))
             name = names.rewritten_name(original.path, operation)
             ends = (original.min_key, original.max_key)  # every row kept: the same ends
-            written = rewrite(
-                storage, original, table, range(table.num_rows), name, Path(tmp) / "new", ends
-            )
+            kept = range(table.num_rows)
+            guard = ledger.guard(conn, operation)
+            written = rewrite(storage, original, table, kept, name, Path(tmp) / "new", ends, guard)
             return ledger.TakenOut([file_id], [written], 0, {"columns": columns})
 
         request = {"file": original.path, "columns": columns}

@@ -5,13 +5,14 @@ catalog and the Delta log as the original was."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from archiver import failpoints
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
@@ -56,12 +57,16 @@ def rewrite(
     keep: Sequence[int],
     name: str,
     local: Path,
-    ordered_keys: tuple[list[Any], list[Any]] | None = None,
+    ordered_keys: tuple[list[Any], list[Any]] | None,
+    guard: Callable[[], None],
 ) -> ArchivedFile:
     """Write rows `keep` (positions in `data`, the original file as read, ascending) to
     `local`, store it as `name`, and return its catalog row. `ordered_keys`: the
     smallest and largest kept key in PostgreSQL's order, for keys Arrow orders
-    differently (text, numeric); None: computed here."""
+    differently (text, numeric); None: computed here. `guard` (ledger.guard) raises
+    once the operation's session is gone: checked before the upload, and after it, when
+    the blob just stored is deleted again (what a process killed in between leaves, the
+    orphan sweep deletes)."""
     kept = data.take(pa.array(keep, pa.int64()))
     meta = dict(data.schema.metadata or {})
     meta[(METADATA_PREFIX + "row_count").encode()] = str(len(keep)).encode()
@@ -89,7 +94,16 @@ def rewrite(
     md5 = file_md5(local)
     tags = file_tags(original.source_table, original.job_id, min_cutoff, max_cutoff)
     tier = "" if original.tier == ARCHIVE_TIER else original.tier  # as it was written
-    size = check_stored(name, local, md5, put_file(storage, name, local, tags, tier))
+    guard()
+    failpoints.reach("rewrite_checked")
+    stored = put_file(storage, name, local, tags, tier)
+    failpoints.reach("rewrite_uploaded")
+    try:
+        guard()
+    except BaseException:
+        storage.delete(name)
+        raise
+    size = check_stored(name, local, md5, stored)
     rows, _ = read_metadata(local)
     if rows != len(keep):
         raise VerificationError(f"{name}: file holds {rows} rows, {len(keep)} were kept")

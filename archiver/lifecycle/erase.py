@@ -192,7 +192,8 @@ def _without(
     if not in_arrow_order([data.schema.field(k).type for k in f.key_columns]):
         ordered = _key_ends(conn, data.take(pa.array(keep, pa.int64())), f)
     name = names.rewritten_name(f.path, operation)
-    return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered)
+    guard = ledger.guard(conn, operation)
+    return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered, guard)
 
 
 def _key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:

@@ -288,4 +288,5 @@ def _stored(name: str, props: Any) -> StoredObject:
         rehydrating=props.archive_status,
         immutable_until=policy.expiry_time if policy is not None else None,
         legal_hold=bool(getattr(props, "has_legal_hold", False)),
+        modified=getattr(props, "creation_time", None) or props.last_modified,
     )

@@ -54,7 +54,7 @@ class LocalStorage:
         target = self.root / name
         if not target.is_file():
             return None
-        return StoredObject(name, target.stat().st_size, file_md5(target))
+        return StoredObject(name, target.stat().st_size, file_md5(target), modified=_mtime(target))
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         """Objects whose name starts with `prefix` (a name prefix, as Azure's)."""
@@ -65,7 +65,7 @@ class LocalStorage:
         for path in sorted(base.rglob("*")):
             name = path.relative_to(self.root).as_posix()
             if path.is_file() and name.startswith(prefix) and not name.endswith(".partial"):
-                yield StoredObject(name, path.stat().st_size, None)
+                yield StoredObject(name, path.stat().st_size, None, modified=_mtime(path))
 
     def download(self, name: str, dest: Path) -> None:
         shutil.copyfile(self.root / name, dest)
@@ -153,3 +153,7 @@ class _LocalUpload:
     def abort(self) -> None:
         self._file.close()
         self._partial.unlink(missing_ok=True)
+
+
+def _mtime(path: Path) -> dt.datetime:
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)

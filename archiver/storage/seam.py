@@ -32,6 +32,7 @@ class StoredObject:
     rehydrating: str | None = None  # Azure's archive status: rehydrate-pending-to-hot...
     immutable_until: dt.datetime | None = None
     legal_hold: bool = False
+    modified: dt.datetime | None = None  # when it was written (None: not reported)
 
     @property
     def offline(self) -> bool:

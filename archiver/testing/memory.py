@@ -150,6 +150,7 @@ class MemoryStorage:
         self.tiers: dict[str, str] = {}
         self.tags: dict[str, dict[str, str]] = {}
         self.protection: dict[str, tuple[dt.datetime | None, bool | None]] = {}
+        self.written: dict[str, dt.datetime] = {}
 
     def check(self) -> None:
         pass
@@ -176,6 +177,7 @@ class MemoryStorage:
             tier=self.tiers.get(name, "Hot"),
             immutable_until=until,
             legal_hold=bool(hold),
+            modified=self.written.get(name),
         )
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
@@ -192,6 +194,7 @@ class MemoryStorage:
 
     def delete(self, name: str) -> None:
         self.objects.pop(name, None)
+        self.written.pop(name, None)
         self.tiers.pop(name, None)
         self.tags.pop(name, None)
 
@@ -208,6 +211,7 @@ class MemoryStorage:
         if name in self.objects:
             return False
         self.objects[name] = data
+        self.written[name] = dt.datetime.now(dt.UTC)
         return True
 
 
@@ -227,6 +231,7 @@ class _MemoryUpload:
         if self._name in self._storage.objects:
             raise StorageError(f"{self._name} already exists; archiver never overwrites a file")
         self._storage.objects[self._name] = bytes(self._buffer)
+        self._storage.written[self._name] = dt.datetime.now(dt.UTC)
         self._storage.tiers[self._name] = tier or "Hot"
         self._storage.tags[self._name] = dict(tags or {})
         stored = self._storage.stat(self._name)

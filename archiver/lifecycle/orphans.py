@@ -1,0 +1,110 @@
+"""Blobs nothing references (orphans): found under a table's folder and deleted.
+
+An object there is an orphan when no catalog row names it, in any state (committed,
+pending, retired: what the Delta log references is among them until it is out of the
+log), the one who wrote it is done (its job is neither queued nor running; its ledger
+operation is not running) and it was written longer ago than a grace period. Such a blob
+can never be referenced again: an attempt catalogues a file only while it holds its job
+(catalog.add_committed checks the lease in the chunk's transaction), and an operation
+commits only while its ledger row is running. Who leaves them: a chunk's upload whose
+transaction then rolled back, with no later attempt to delete it; a rewrite uploaded by
+a process whose operation the sweep had abandoned (its session killed, the process not:
+a soak's find); a process killed between an upload and its commit.
+
+The Delta log's own objects (`_delta_log/`) are the publisher's. A name archiver does
+not make is never deleted: it is counted, for the operator to look at."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from archiver.bulk import BulkConnection, fetch_all
+from archiver.db import query
+from archiver.files import names
+from archiver.storage.seam import Storage, StoredObject
+
+_JOB = re.compile(r"/(?:rewrite-\d+-)?job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet$")
+_OPERATION = re.compile(r"/rewrite-(\d+)-[^/]*$")
+
+
+@dataclass
+class Orphans:
+    """One table's look: the orphans (deleted unless a dry run), and what was kept."""
+
+    table: str
+    found: list[StoredObject] = field(default_factory=list)
+    young: int = 0  # uncatalogued, their writer done, but written within the grace period
+    busy: int = 0  # uncatalogued, their job or operation still running
+    foreign: list[str] = field(default_factory=list)  # names archiver does not make
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.found)
+
+
+def find(
+    conn: BulkConnection,
+    storage: Storage,
+    table: str,
+    listed: Iterable[StoredObject],
+    grace: dt.timedelta,
+    now: dt.datetime,
+) -> Orphans:
+    """The orphans of `table` (schema.table) among `listed`, the objects of its folder on
+    `storage`: one query of its catalogued names, one of the writers still at work."""
+    here = str(storage.location)
+    prefix = storage.object_name(names.job_prefix(table))
+    catalogued = {r[0] for r in fetch_all(conn, query("orphans_catalogued"), (here, table))}
+    result = Orphans(table)
+    candidates: list[tuple[StoredObject, str, int | None]] = []
+    for stored in listed:  # catalogued paths are full object names
+        if stored.name in catalogued or stored.name.startswith(f"{prefix}_delta_log/"):
+            continue
+        by_job, by_operation = _JOB.search(stored.name), _OPERATION.search(stored.name)
+        if by_job is None:
+            result.foreign.append(stored.name)
+            continue
+        candidates.append((stored, by_job[1], int(by_operation[1]) if by_operation else None))
+    if not candidates:
+        return result
+    jobs = sorted({j for _, j, _ in candidates})
+    operations = sorted({o for _, _, o in candidates if o is not None})
+    working = {
+        str(r[0])
+        for r in fetch_all(
+            conn, query("orphans_writers_at_work"), (json.dumps(jobs), json.dumps(operations))
+        )
+    }
+    for stored, job, operation in candidates:
+        writer = f"op:{operation}" if operation is not None else job
+        if writer in working:
+            result.busy += 1
+        elif stored.modified is None or now - stored.modified < grace:
+            result.young += 1
+        else:
+            result.found.append(stored)
+    return result
+
+
+def remove(
+    conn: BulkConnection,
+    storage: Storage,
+    table: str,
+    grace: dt.timedelta,
+    *,
+    listed: Iterable[StoredObject] | None = None,
+    dry_run: bool = False,
+) -> Orphans:
+    """`find` (among `listed`, or a listing of the table's folder), then delete each
+    orphan (not in a dry run). A blob deleted meanwhile is no error."""
+    if listed is None:
+        listed = storage.list(storage.object_name(names.job_prefix(table)))
+    orphans = find(conn, storage, table, listed, grace, dt.datetime.now(dt.UTC))
+    if not dry_run:
+        for stored in orphans.found:
+            storage.delete(stored.name)
+    return orphans

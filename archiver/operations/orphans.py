@@ -1,0 +1,68 @@
+"""`archiver remove-orphans` and the workers' orphan sweep: archived files nothing
+references, deleted once older than the grace period (archiver.lifecycle.orphans), one
+table folder at a time. The tables are the storage's own folders, not the catalog's: a
+table whose every chunk rolled back has blobs and no catalog row."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+
+from archiver.bulk import BulkConnection, on_source
+from archiver.config import Settings
+from archiver.errors import InputError
+from archiver.lifecycle.orphans import Orphans, remove
+
+__all__ = ["Orphans", "remove_orphans"]
+from archiver.storage.seam import StoredObject
+
+Report = Callable[[Orphans], None]
+
+
+async def remove_orphans(
+    settings: Settings,
+    table: str | None,
+    *,
+    grace: dt.timedelta | None = None,
+    dry_run: bool = False,
+    report: Report = lambda orphans: None,
+) -> list[Orphans]:
+    """Each table folder's orphans (of `table` alone: schema.table, or a bare name one
+    schema has), deleted unless `dry_run`; `report` is told each table's as it is done."""
+    from archiver.storage import open_storage
+
+    storage = open_storage(settings)
+    wait = grace if grace is not None else dt.timedelta(seconds=settings.orphan_grace)
+
+    def run(conn: BulkConnection) -> list[Orphans]:
+        root = storage.object_name("")
+        by_table = by_folder(storage.list(root), root)  # one listing of the whole storage
+        tables = sorted(by_table) if table is None else [_one(table, sorted(by_table))]
+        done = []
+        for name in tables:
+            done.append(remove(conn, storage, name, wait, listed=by_table[name], dry_run=dry_run))
+            report(done[-1])
+        return done
+
+    return await on_source(settings.database_url, run)
+
+
+def by_folder(objects: Iterable[StoredObject], root: str) -> dict[str, list[StoredObject]]:
+    """Objects under `root` by the first folder of their name: archiver's table folders."""
+    found: dict[str, list[StoredObject]] = {}
+    for o in objects:
+        folder, slash, _ = o.name[len(root) :].lstrip("/").partition("/")
+        if slash:
+            found.setdefault(folder, []).append(o)
+    return found
+
+
+def _one(table: str, folders: list[str]) -> str:
+    matches = [f for f in folders if f == table or ("." not in table and f.endswith(f".{table}"))]
+    if not matches:
+        raise InputError(f"remove-orphans: no archived files of table {table!r} on this storage")
+    if len(matches) > 1:
+        raise InputError(
+            f"remove-orphans: {table!r} is ambiguous ({', '.join(matches)}): name the schema"
+        )
+    return matches[0]
