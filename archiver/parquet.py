@@ -3,13 +3,15 @@ bytes, and metadata that says exactly what each column was. No I/O beyond the fi
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from archiver.pgtypes.arrow import converter_for, split_special, unscaled_column
@@ -117,6 +119,31 @@ class ParquetFileWriter:
         # The file is thrown away: the error that stopped it is the one raised.
         with contextlib.suppress(Exception):
             self._writer.close()
+
+
+def rows_at(
+    source: pq.ParquetFile | pa.Table, positions: pa.Array
+) -> Iterator[tuple[pa.Table, pa.Array]]:
+    """The rows of `source` at `positions` (int64, ascending), each piece with its
+    positions: a file a row group at a time, so a file of a million rows is never all in
+    memory (restoring a day out of one read it whole: 519-583 MB); a table in one piece."""
+    if isinstance(source, pa.Table):
+        yield source.take(positions), positions
+        return
+    start = 0
+    for group in range(source.num_row_groups):
+        end = start + source.metadata.row_group(group).num_rows
+        lo = bisect.bisect_left(positions, start, key=_as_int)
+        hi = bisect.bisect_left(positions, end, lo, key=_as_int)
+        if hi > lo:
+            mine = positions[lo:hi]
+            rows = source.read_row_group(group)
+            yield rows.take(pc.subtract(mine, pa.scalar(start, pa.int64()))), mine
+        start = end
+
+
+def _as_int(value: pa.Scalar) -> int:
+    return int(value.as_py())
 
 
 def file_metadata(

@@ -39,7 +39,9 @@ from archiver.files.rewrite import key_ends, rewrite
 from archiver.files.stats import in_arrow_order
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
+from archiver.parquet import rows_at
 from archiver.pgtypes.arrow import staging_table
+from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.remap import (
     ArchivedColumns,
     ColumnMap,
@@ -102,10 +104,9 @@ class FileRestore:
 
     rows: int
     mapped: ColumnMap
-    kept: list[int] | None = None
+    kept: pa.Array | None = None  # int64 positions, ascending
     ordered_keys: tuple[list[Any], list[Any]] | None = None
     straight: bool = False  # by one COPY into the table (archiver.restore_direct)
-    data: pa.Table | None = None  # the file's rows as read (None: streamed straight in)
 
 
 def _restore_file(
@@ -130,13 +131,16 @@ def _restore_file(
         if straight is not None:  # every row goes in, by COPY alone (archiver.restore_direct)
             with _conflicts(name, target, plan):
                 inserted = copy_in(cur, target, file, straight)
-            return FileRestore(inserted, mapped, [] if plan.moves_back else None, straight=True)
-    data = file.read()
-    positions = maybe_in_range(data, columns.cutoff, plan.cutoff_from, plan.cutoff_to)
-    subset = data if positions is None else data.take(positions)
-    rows_of = pa.array(range(data.num_rows), pa.int64()) if positions is None else positions
-    staged = staging_table(subset).append_column(ROW, rows_of)
-    cur.adbc_ingest(STAGE, staged, mode="create", temporary=True)
+            kept = pa.array([], pa.int64()) if plan.moves_back else None
+            return FileRestore(inserted, mapped, kept, straight=True)
+    total = file.metadata.num_rows
+    cutoff = [c for c in (columns.cutoff, columns.cutoff + PG_TEXT_SUFFIX) if c in names_in_file]
+    probe = file.read(columns=cutoff) if cutoff else None  # the cutoff alone, not the file
+    positions = None
+    if probe is not None:
+        positions = maybe_in_range(probe, columns.cutoff, plan.cutoff_from, plan.cutoff_to)
+    rows_of = pa.array(range(total), pa.int64()) if positions is None else positions
+    staged = _stage(cur, file, rows_of)
     values = mapped.values
     where, params = in_range_sql(plan.cutoff_from, plan.cutoff_to, columns, mapped, parents)
     stage = f"{quote_ident(STAGE)} s"
@@ -163,7 +167,7 @@ def _restore_file(
     # A move back: the rows the file keeps are those not inserted (not staged, outside
     # the range, skipped as a conflict or by a trigger).
     if isinstance(inserted, int):
-        if inserted == staged.num_rows:
+        if inserted == staged:
             inserted = rows_of  # every staged row went in
         else:  # a trigger skipped some: the inserted are those whose key is there now
             in_target = " AND ".join(f"t.{quote_ident(k)} = {values[k]}" for k in columns.key)
@@ -172,24 +176,37 @@ def _restore_file(
                 f"WHERE EXISTS (SELECT FROM {target} t WHERE {in_target})"
             )
             inserted = cur.fetch_arrow_table().column(0).combine_chunks()
-    kept_mask = pc.invert(pc.is_in(pa.array(range(data.num_rows), pa.int64()), value_set=inserted))
-    kept = pc.indices_nonzero(kept_mask)
+    kept_mask = pc.invert(pc.is_in(pa.array(range(total), pa.int64()), value_set=inserted))
+    kept = pc.indices_nonzero(kept_mask).cast(pa.int64())
     execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
     ordered = None
-    if 0 < len(kept) < data.num_rows and not in_arrow_order(
-        [data.schema.field(k).type for k in columns.key]
-    ):
+    schema = file.schema_arrow
+    if 0 < len(kept) < total and not in_arrow_order([schema.field(k).type for k in columns.key]):
         # each key column as restored, under its collation in the table (the archive's
         # order); a key's value may read its PostgreSQL-only companion (key__pg_text)
         collations = dict(execute(cur, query("key_collations"), (target,)))
         used = [
-            n
-            for n in data.column_names
-            if any(n == k or n.startswith(k + "__") for k in columns.key)
+            n for n in schema.names if any(n == k or n.startswith(k + "__") for k in columns.key)
         ]
         ends = [(values[k], collations.get(k)) for k in columns.key]
-        ordered = key_ends(cur, data.take(kept).select(used), ends, STAGE)
-    return FileRestore(len(inserted), mapped, kept.to_pylist(), ordered, data=data)
+        ordered = key_ends(cur, file.read(columns=used).take(kept), ends, STAGE)
+    return FileRestore(len(inserted), mapped, kept, ordered)
+
+
+def _stage(cur: BulkCursor, file: pq.ParquetFile, positions: pa.Array) -> int:
+    """The file's rows at `positions` into the staging table (created here, with the
+    file's columns and ROW, their position), a row group at a time: how many."""
+    staged = 0
+    for piece, rows in rows_at(file, positions):
+        table = staging_table(piece).append_column(ROW, rows)
+        cur.adbc_ingest(STAGE, table, mode="append" if staged else "create", temporary=True)
+        staged += piece.num_rows
+    if not staged:  # no row may be in range: the table, empty, for the statements after
+        empty = staging_table(file.schema_arrow.empty_table()).append_column(
+            ROW, pa.array([], pa.int64())
+        )
+        cur.adbc_ingest(STAGE, empty, mode="create", temporary=True)
+    return staged
 
 
 @contextlib.contextmanager
@@ -291,12 +308,12 @@ def restore(
                 parents = [k for k in keys if k.child == f.source_table]
                 with pq.ParquetFile(local) as file:
                     one = _restore_file(cur, file, f.path, target, plan, columns, parents)
+                    left = _take_out(storage, f, file, one, plan, Path(tmp), done, catalog or conn)
                 done.rows += one.rows
                 done.count(f.source_table, "rows", one.rows)
                 if one.mapped.differences() != said:
                     said = one.mapped.differences()
                     report(f"{f.path}: columns: {said or 'as archived'}")
-                left = _take_out(storage, f, one, plan, Path(tmp), done, catalog or conn)
                 report(
                     f"{f.path}: {one.rows} of {f.row_count} rows {verb}{left}"
                     f"{' by COPY straight in' if one.straight else ''} ({i}/{len(files)} files)"
@@ -346,6 +363,7 @@ def restore(
 def _take_out(
     storage: Storage,
     f: CatalogFile,
+    file: pq.ParquetFile,
     one: FileRestore,
     plan: RestorePlan,
     tmp: Path,
@@ -355,20 +373,20 @@ def _take_out(
     """A move back: the file retired when all its rows went back, rewritten without them
     when some did (not in a dry run; `holder` holds the operation's lock). Says what
     happened to the file."""
-    if one.kept is None or (one.data is not None and len(one.kept) == one.data.num_rows):
-        return ""  # a copy, or every row kept (none in range)
+    rows = file.metadata.num_rows
+    if one.kept is None or 0 < rows == len(one.kept):
+        return ""  # a copy, or every row kept (none in range); an empty partition's file goes
     done.retired.append(f.id)
     done.count(f.source_table, "retired")
-    if not one.kept:
+    if len(one.kept) == 0:
         return ", the file leaves the archive"
     done.count(f.source_table, "rewritten")
     if plan.operation is None:  # a dry run
         return f", the file would be rewritten with the other {len(one.kept)}"
     name = names.rewritten_name(f.path, plan.operation)
-    assert one.data is not None  # rows are kept only where the file was read whole
     guard = ledger.guard(holder, plan.operation)
     written = rewrite(
-        storage, f, one.data, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys, guard
+        storage, f, file, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys, guard
     )
     done.written.append(written)
     return f", the other {len(one.kept)} kept in {name}"

@@ -144,6 +144,13 @@ def test_keys_declared_on_each_partition(h: Harness) -> None:
         h.wait_for(job_id, "completed", timeout=10)
     assert "events_2023_05" not in attached(h.url)
     check(h.url, h.azurite, h.container, before)
+    empty = h.sql(  # September to December held no rows: a file of none each, its bound
+        "SELECT min_key, min_cutoff_value::date::text AS lo, max_cutoff_value::date::text AS hi "
+        "FROM archive_files WHERE row_count = 0 ORDER BY min_cutoff_value"
+    )
+    assert [(r["min_key"], r["lo"], r["hi"]) for r in empty] == [
+        ([], f"2023-{m:02d}-01", f"{2023 + (m == 12)}-{m % 12 + 1:02d}-01") for m in range(9, 13)
+    ]
     back = h.cli("restore", "--table", "events")
     assert back.returncode == 0, back.stderr
     assert rows(h.url) == before
@@ -158,12 +165,14 @@ def test_keys_declared_on_each_partition(h: Harness) -> None:
     assert_refused(refused, "not unique across partitions")
     assert h.value("SELECT count(*) FROM background_jobs WHERE task_name = 'archive'") == 14
 
-    # the dropped partitions that held rows came back with their keys (the empty ones
-    # have no file): the table can be archived again
-    back_again = {f"events_2023_{m:02d}" for m in range(1, 9)}
+    # every dropped partition came back with its key, the four that were empty too (each
+    # left a file of no rows naming it; on a84fc94 they left none, and stayed gone): the
+    # table can be archived again
+    assert h.value("SELECT count(*) FROM archive_files WHERE row_count = 0") == 0  # restored
+    back_again = {f"events_2023_{m:02d}" for m in range(1, 13)}
     assert back_again <= attached(h.url)
     assert {tuple(r) for r in h.sql(keys)} == {k for k in declared if k[0] in attached(h.url)}
-    assert len(enqueue(h.env)) == 10  # the 8 back whole, January 2024 and DEFAULT by rows
+    assert len(enqueue(h.env)) == 14  # the 12 back whole, January 2024 and DEFAULT by rows
 
 
 def test_a_partition_whose_key_is_gone_is_not_restored(h: Harness) -> None:

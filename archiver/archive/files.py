@@ -22,6 +22,7 @@ from archiver.model import ArchivedFile
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
 from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import FIRST_KEY, LAST_KEY
+from archiver.source.partitions import bound_range
 from archiver.storage.seam import HashingSink, StoredObject, check_stored, file_tags
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
@@ -48,10 +49,13 @@ def archive_file(
     tmp: Path,
     part: int,
     of: FileOf,
+    *,
+    keep_empty: bool = False,
 ) -> ArchivedFile | None:
     """Steps 2-4 for the rows the statement just run returns: write, upload, verify.
     The file is uploaded while it is written (and hashed on the way); a local copy is
-    kept for the verification. None when the statement returned no row."""
+    kept for the verification. None when the statement returned no row, unless
+    `keep_empty` (a whole partition with no rows: a file of none)."""
     local = tmp / f"part-{part}.parquet"
     name = job.object_name(part, of.table.qualified)
     upload = job.storage.upload(name)
@@ -59,7 +63,7 @@ def archive_file(
         with local.open("wb") as f:
             sink = HashingSink(f, upload)
             stats, rows_taken = write_parquet(job, record_batches(cur), sink, part, of)
-        if rows_taken == 0:
+        if rows_taken == 0 and not keep_empty:
             return None
         failpoints.reach("before_upload")
         tags = file_tags(of.table.qualified, job.job_id, *stats.cutoff_range())
@@ -134,8 +138,16 @@ def verify(
     file_rows, _ = read_metadata(local)
     if file_rows != rows_taken:
         raise VerificationError(f"{name}: file holds {file_rows} rows, {rows_taken} were taken")
-    assert stats.min_key is not None and stats.max_key is not None
-    min_cutoff, max_cutoff = stats.cutoff_range()
+    if rows_taken:
+        assert stats.min_key is not None and stats.max_key is not None
+        min_key, max_key = (
+            [key_text(v) for v in stats.min_key],
+            [key_text(v) for v in stats.max_key],
+        )
+        min_cutoff, max_cutoff = stats.cutoff_range()
+    else:  # an empty partition's file: no key range; its cutoff range is its bound
+        min_key, max_key = [], []
+        min_cutoff, max_cutoff = bound_range(str(of.metadata.get("partition_bound", "")))
     try:
         delta_schema, delta_stats = file_facts(local)
     except NotDeltaType:  # the move goes on; the publisher names the file it leaves out
@@ -150,8 +162,8 @@ def verify(
         byte_size=size,
         md5=md5,
         key_columns=of.keys,
-        min_key=[key_text(v) for v in stats.min_key],
-        max_key=[key_text(v) for v in stats.max_key],
+        min_key=min_key,
+        max_key=max_key,
         cutoff_column=of.cutoff,
         min_cutoff_value=min_cutoff,
         max_cutoff_value=max_cutoff,

@@ -49,10 +49,14 @@ def take_partition(
     while True:
         bind_chunk(cur, job.request.cutoff, last_key, progress.chunk_rows, None, limits)
         cur.execute(job.queries.read(after_key=last_key is not None))
-        taken = archive_file(job, cur, tmp, part + len(files), of)
+        # an empty partition leaves a file too, holding no rows but its name and bound:
+        # restore recreates the partition from it (else rows of its range land in DEFAULT)
+        taken = archive_file(job, cur, tmp, part + len(files), of, keep_empty=not files)
         if taken is None:
             break
         files.append(taken)
+        if not taken.row_count:
+            break
         last_key = taken.max_key
     failpoints.reach("before_detach")
     for statement in whole.statements():

@@ -119,7 +119,7 @@ def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] |
                 cur.execute(query("delta_unnumber"), (file_id,))
             name = names.rewritten_name(original.path, operation)
             ends = (original.min_key, original.max_key)  # every row kept: the same ends
-            kept = range(table.num_rows)
+            kept = pa.array(range(table.num_rows), pa.int64())
             guard = ledger.guard(conn, operation)
             written = rewrite(storage, original, table, kept, name, Path(tmp) / "new", ends, guard)
             return ledger.TakenOut([file_id], [written], 0, {"columns": columns})

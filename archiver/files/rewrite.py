@@ -5,7 +5,7 @@ catalog and the Delta log as the original was."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from archiver.errors import VerificationError
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata
+from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata, rows_at
 from archiver.pgtypes.arrow import staging_table
 from archiver.storage.seam import (
     ARCHIVE_TIER,
@@ -53,39 +53,41 @@ def key_ends(
 def rewrite(
     storage: Storage,
     original: CatalogFile,
-    data: pa.Table,
-    keep: Sequence[int],
+    source: pq.ParquetFile | pa.Table,
+    keep: pa.Array,
     name: str,
     local: Path,
     ordered_keys: tuple[list[Any], list[Any]] | None,
     guard: Callable[[], None],
 ) -> ArchivedFile:
-    """Write rows `keep` (positions in `data`, the original file as read, ascending) to
-    `local`, store it as `name`, and return its catalog row. `ordered_keys`: the
-    smallest and largest kept key in PostgreSQL's order, for keys Arrow orders
-    differently (text, numeric); None: computed here. `guard` (ledger.guard) raises
-    once the operation's session is gone: checked before the upload, and after it, when
-    the blob just stored is deleted again (what a process killed in between leaves, the
-    orphan sweep deletes)."""
-    kept = data.take(pa.array(keep, pa.int64()))
-    meta = dict(data.schema.metadata or {})
+    """Write rows `keep` (int64 positions in `source`, the original file, ascending) to
+    `local`, a row group of the original at a time (parquet.rows_at: a file of a million
+    rows is never all in memory), store it as `name`, and return its catalog row.
+    `ordered_keys`: the smallest and largest kept key in PostgreSQL's order, for keys
+    Arrow orders differently (text, numeric); None: computed here. `guard`
+    (ledger.guard) raises once the operation's session is gone: checked before the
+    upload, and after it, when the blob just stored is deleted again (what a process
+    killed in between leaves, the orphan sweep deletes)."""
+    schema = source.schema_arrow if isinstance(source, pq.ParquetFile) else source.schema
+    meta = dict(schema.metadata or {})
     meta[(METADATA_PREFIX + "row_count").encode()] = str(len(keep)).encode()
     meta[(METADATA_PREFIX + "rewrite_of").encode()] = original.path.encode()
-    kept = kept.replace_schema_metadata(meta)
-    per_row = max(1, kept.nbytes // max(1, kept.num_rows))
-    pq.write_table(
-        kept,
-        local,
-        compression="zstd",
-        use_dictionary=[f.name for f in kept.schema if pa.types.is_dictionary(f.type)],
-        write_statistics=True,
-        row_group_size=max(1, ROW_GROUP_BYTES // per_row),
-    )
+    schema = schema.with_metadata(meta)
     keys, cutoff = original.key_columns, original.cutoff_column
-    stats = ChunkStats(arrow_order=in_arrow_order([kept.schema.field(k).type for k in keys]))
-    for batch in kept.to_batches():
-        if batch.num_rows:
-            stats.observe(batch, keys, cutoff)
+    stats = ChunkStats(arrow_order=in_arrow_order([schema.field(k).type for k in keys]))
+    dictionary = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    with pq.ParquetWriter(
+        local, schema, compression="zstd", use_dictionary=dictionary, write_statistics=True
+    ) as writer:
+        pending: list[pa.Table] = []
+        for piece, _ in rows_at(source, keep):
+            for batch in piece.to_batches():
+                if batch.num_rows:
+                    stats.observe(batch, keys, cutoff)
+            pending.append(piece)
+            if sum(p.nbytes for p in pending) >= ROW_GROUP_BYTES:  # a few pieces a group
+                _write_group(writer, pending)
+        _write_group(writer, pending)
     if not stats.arrow_order:
         assert ordered_keys is not None, "keys Arrow does not order need PostgreSQL's ends"
         stats.min_key, stats.max_key = (tuple(k) for k in ordered_keys)
@@ -131,3 +133,11 @@ def rewrite(
         delta=original.delta,
         tier=tier,
     )
+
+
+def _write_group(writer: pq.ParquetWriter, pieces: list[pa.Table]) -> None:
+    """The pieces as one row group (each write call ends one: buffered to ~32 MB)."""
+    if pieces:
+        group = pa.concat_tables(pieces)
+        writer.write_table(group, row_group_size=group.num_rows + 1)
+        pieces.clear()

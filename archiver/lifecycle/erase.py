@@ -185,15 +185,15 @@ def _without(
     """`f` rewritten without rows `gone` (positions): its catalog row."""
     local = tmp / "original.parquet"
     storage.download(f.path, local)
-    data = pq.read_table(local)
-    drop = set(gone)
-    keep = [i for i in range(data.num_rows) if i not in drop]
-    ordered = None
-    if not in_arrow_order([data.schema.field(k).type for k in f.key_columns]):
-        ordered = _key_ends(conn, data.take(pa.array(keep, pa.int64())), f)
-    name = names.rewritten_name(f.path, operation)
-    guard = ledger.guard(conn, operation)
-    return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered, guard)
+    with pq.ParquetFile(local) as data:  # read a row group at a time (files.rewrite)
+        drop = set(gone)
+        keep = pa.array([i for i in range(data.metadata.num_rows) if i not in drop], pa.int64())
+        ordered = None
+        if not in_arrow_order([data.schema_arrow.field(k).type for k in f.key_columns]):
+            ordered = _key_ends(conn, data.read(columns=f.key_columns).take(keep), f)
+        name = names.rewritten_name(f.path, operation)
+        guard = ledger.guard(conn, operation)
+        return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered, guard)
 
 
 def _key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:

@@ -31,6 +31,7 @@ for a role that does not own the table, rows too.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -69,6 +70,28 @@ _OWNER = """
 SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c WHERE c.oid = $1::bigint::oid
 """
 _BOUNDS = re.compile(r"^FOR VALUES FROM \((.*)\) TO \((.*)\)$", re.S)
+
+
+def bound_range(bound: str) -> tuple[str | None, str | None]:
+    """A range partition's bound (`FOR VALUES FROM (…) TO (…)`, as PostgreSQL prints it)
+    as a catalog cutoff range, UTC text: the range of a partition's file that holds no
+    rows, so that a restore of any of its range finds it. None: MINVALUE or MAXVALUE
+    (unbounded), or no range bound."""
+    match = _BOUNDS.match(bound)
+    if match is None:
+        return None, None
+    ends: list[str | None] = []
+    for literal in match.groups():
+        if not literal.startswith("'"):
+            ends.append(None)
+            continue
+        try:
+            value = dt.datetime.fromisoformat(literal[1:-1].replace("''", "'"))
+        except ValueError:  # a year BC, or beyond Python's: unbounded, as a file's ends are
+            ends.append(None)
+            continue
+        ends.append((value if value.tzinfo else value.replace(tzinfo=dt.UTC)).isoformat())
+    return ends[0], ends[1]
 
 
 @dataclass(frozen=True)
