@@ -11,12 +11,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import nullcontext
 from typing import Any, NoReturn
 
 import adbc_driver_manager
 import asyncpg
 
-from archiver import bulk, commands, db, failpoints, memory
+from archiver import bulk, commands, db, failpoints, memory, outcome, scratch
 from archiver.commands.args import Subcommands
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line, redact
@@ -26,6 +27,11 @@ from archiver.logs import setup_logging
 log = logging.getLogger("archiver")
 
 Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+# The commands that change the archive or the queue: a failure says which side of its
+# commit it came from (archiver.outcome).
+COMMITTING = frozenset(
+    ("restore", "erase", "purge", "tier", "rehydrate", "publish", "compact", "enqueue")
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,13 +81,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         failpoints.configure(settings.failpoints)
         bulk.use_driver(settings.adbc_driver)
         command: Command = args.func
-        with stops_on_signal(args.command, settings):
+        sides = outcome.sides(args.command) if args.command in COMMITTING else nullcontext()
+        with scratch.directory(args.command), stops_on_signal(args.command, settings), sides:
             return asyncio.run(command(args, settings))
     except BrokenPipeError:
         # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools do,
         # status 128 + SIGPIPE (asyncpg and Azure raise their own for a broken socket)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit flush
         return 141
+    except outcome.Said as exc:
+        if exc.exit_code == 0:  # what was asked is done; a later step is left to the workers
+            print(f"archiver: warning: {redact(str(exc))}", file=sys.stderr)
+            return 0
+        return _fail(str(exc), args.verbose)
     except ArchiverError as exc:
         return _fail(str(exc), args.verbose)
     except asyncpg.UndefinedTableError as exc:

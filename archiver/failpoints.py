@@ -44,6 +44,7 @@ NAMES = (
     "erase_before_commit",  # every rewrite uploaded, nothing catalogued yet
     "erase_committed",  # the rewrites catalogued, the originals retired, not yet deleted
     "tier_moved",  # archiver tier: a blob's tier set, the catalog not yet told
+    "rehydrate_asked",  # archiver rehydrate: a blob's rehydration asked, not yet looked at
     "live_catalog_read",  # query --with-live: the catalog read, the live rows not yet
     "claim_found_nothing",  # in the worker's event loop: reached with areach()
 )

@@ -10,7 +10,7 @@ with pg_terminate_backend (their statements and transactions with them), prints 
 line and ends the process at once: what a crash leaves, by design — the ledger and the
 catalog as docs/lifecycle.md says a killed operation leaves them (a `running` ledger row
 whose lock is free, rewrites nobody catalogued: the next sweep abandons them), and the
-command's own temporary files removed. The services (worker, scheduler, console) stop
+command's scratch directory (archiver.scratch) removed. The services (worker, scheduler, console) stop
 their own way, gracefully."""
 
 from __future__ import annotations
@@ -72,8 +72,7 @@ def stops_on_signal(command: str, settings: Settings) -> contextlib.AbstractCont
 def _one_shot(command: str, urls: list[str]) -> Iterator[None]:
     name = f"archiver {command} {os.getpid()}"
     set_application_name(name)
-    scratch = tempfile.mkdtemp(prefix=f"archiver-{command}-")
-    tempfile.tempdir = scratch  # every temporary file of the command, removed on a signal
+    scratch = tempfile.gettempdir()  # the process's own (archiver.scratch): removed on a signal
     read, write = os.pipe()
     os.set_blocking(write, False)
     previous = {s: signal.signal(s, lambda *_: None) for s in SIGNALS}
@@ -106,5 +105,3 @@ def _one_shot(command: str, urls: list[str]) -> Iterator[None]:
         signal.set_wakeup_fd(old_fd)
         for s, handler in previous.items():
             signal.signal(s, handler)
-        tempfile.tempdir = None
-        shutil.rmtree(scratch, ignore_errors=True)

@@ -42,7 +42,7 @@ from typing import Any
 
 import adbc_driver_manager
 
-from archiver import failpoints
+from archiver import failpoints, outcome
 from archiver.audit import actor
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import insert_file
@@ -53,6 +53,8 @@ from archiver.model import ArchivedFile, FileState
 from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
+
+OPERATIONS = {"erase": "the erasure", "purge": "the purge", "convert": "a file's rewrite"}
 
 
 def _run(conn: BulkConnection, name: str, *params: Any) -> list[Any]:
@@ -98,14 +100,10 @@ def guard(conn: BulkConnection, operation: int) -> Callable[[], None]:
             held = bool(_run(conn, "ledger_held", operation)[0][0])
         except adbc_driver_manager.Error as exc:
             raise OperationLost(
-                f"operation {operation}: its database session ended ({first_line(exc)}); "
-                "nothing of it was committed"
+                f"operation {operation}: its database session ended ({first_line(exc)})"
             ) from None
         if not held:
-            raise OperationLost(
-                f"operation {operation}: its session no longer holds its lock; nothing of "
-                "it was committed"
-            )
+            raise OperationLost(f"operation {operation}: its session no longer holds its lock")
 
     return check
 
@@ -173,6 +171,10 @@ def take_out(
         failpoints.reach(f"{operation}_before_commit")
         commit_changes(conn, ledger_id, done.retired, done.written, done.rows, done.detail)
         conn.commit()
+        outcome.committed(
+            f"{OPERATIONS.get(operation, operation)} is committed (ledger {ledger_id})",
+            "the workers' next publication and sweep finish it",
+        )
     except BaseException:
         give_up(conn, storage, ledger_id, tables)
         raise
@@ -234,9 +236,13 @@ def abandon(
     return deleted
 
 
-class Unsettled(ArchiverError):
+class Unsettled(outcome.Said):
     """A restore with the catalog in another database whose source COMMIT succeeded, or
-    may have, while its catalog change did not: the next sweep settles it."""
+    may have, while its catalog change did not: the next sweep settles it (its message
+    says which side it is on)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 1)
 
 
 def record_intent(

@@ -116,3 +116,35 @@ def test_a_signal_mid_statement_stops_the_command_and_its_statement(
     d.exactly_once(set(range(1, 8_001)))
     after = d.cli("verify", "--table", "orders")
     assert after.returncode == 0, after.stdout + after.stderr
+
+
+def test_what_killed_commands_and_workers_left_goes_at_the_next_start(h: Harness) -> None:
+    """A restore and a worker SIGKILLed mid-way (the worker's chunk file in its scratch
+    directory) leave their directories in TMPDIR; the next archiver process to
+    start removes them, and its own goes when it ends. (On a84fc94 every SIGKILLed
+    command left an `archiver-<command>-…` directory, and a worker its `tmp…` ones.)"""
+    seed_orders(h.url, 8_000)
+    h.archive("--table", "orders", "--before", CUTOFF, "--chunk-rows", "1000")
+    h.enqueue("--table", "orders", "--before", "2024-12-30", "--chunk-rows", "1000")
+    started = []
+    for args, point in (
+        (["restore", "--table", "orders", "--from", "2024-12-27", "--to", CUTOFF],
+         "restore_before_commit"),
+        (["worker"], "before_commit"),
+    ):  # fmt: skip
+        log = h.tmp / f"{args[0]}.log"
+        proc = start_process(
+            archiver_cmd(*args), {**h.env, "ARCHIVER_FAILPOINTS": f"{point}=pause"}, log
+        )
+        wait_until(lambda log=log, point=point: f"failpoint {point}" in log.read_text(), 60)
+        started.append((args[0], proc))
+    for _, proc in started:  # both at once: a process starting removes the dead's
+        proc.kill()
+        proc.wait(10)
+    killed = [(command, proc.pid) for command, proc in started]
+    left = sorted(p.name for p in h.tmp.glob("archiver-*"))
+    assert [n.split("-")[1:3] for n in left] == [[c, str(pid)] for c, pid in killed], left
+    assert any(next(h.tmp.glob("archiver-worker-*")).rglob("*.parquet"))  # its chunk's file
+    status = h.cli("status")
+    assert status.returncode == 0, status.stderr
+    assert list(h.tmp.glob("archiver-*")) == [] and list(h.tmp.glob("tmp*")) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from archiver import text
+from archiver import outcome, text
 from archiver.commands.args import Subcommands, add_no_wait
 from archiver.config import Settings
 from archiver.errors import InputError, VerificationError
@@ -154,9 +154,9 @@ async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         f"{done.table}: {text.counted(done.files, 'file')} "
         f"({text.counted(done.rows, 'row')}) added; Delta table version {version}"
     )
-    if done.refused:
-        raise InputError(
-            f"publish: {text.counted(len(done.refused), 'file')} left out (listed above)"
+    if done.refused:  # published, all but these: a result, said as it is
+        raise outcome.Said(
+            f"publish: {text.counted(len(done.refused), 'file')} left out (listed above)", 1
         )
     return 0
 

@@ -9,7 +9,7 @@ import sys
 import uuid
 from typing import Any
 
-from archiver import audit, catalog_reads, db, jobqueue, terminal, text
+from archiver import audit, catalog_reads, db, jobqueue, outcome, terminal, text
 from archiver.commands.args import Subcommands, add_limits, positive_int
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed
@@ -174,6 +174,13 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         print(f"group {group}: {text.counted(len(queued), 'job')}", file=sys.stderr)
     if args.wait:
         sys.stdout.flush()
+        ids = " ".join(str(job.job_id) for job in queued)
+        outcome.committed(
+            f"{text.counted(len(queued), 'job')} queued ({ids})",
+            f"the workers run {'it' if len(queued) == 1 else 'them'}; `archiver show "
+            f"{queued[0].job_id}` follows {'it' if len(queued) == 1 else 'the first'}",
+            partial=True,
+        )
         for job in queued:
             await _wait(settings, job.job_id)
     return 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archiver import failpoints, ledger
+from archiver import failpoints, ledger, outcome
 from archiver.bulk import BulkConnection, Row, connect_bulk
 from archiver.config import StorageLocation
 from archiver.db import query
@@ -135,6 +135,12 @@ class Publisher:
         self._run("delta_table", self.url, self.table)
         self._run("delta_rebuild_mark", self.url, self.table)
         self.conn.commit()
+        outcome.committed(
+            f"{self.table}: its Delta log is being rebuilt from the catalog",
+            f"the next publication (a worker's, or `archiver publish --table {self.table}`) "
+            "finishes the rebuild",
+            partial=True,
+        )
         for stored in list(self.storage.list(f"{self.root}/{LOG_DIR}/")):
             self.storage.delete(stored.name)
         self._run("delta_forget", self.url, self.table)
@@ -190,6 +196,11 @@ class Publisher:
                 landed = self.writer.replace(table, number, adds, removals)
             else:
                 landed = self.writer.append(table, number, adds)
+            if landed:
+                outcome.committed(
+                    f"{self.table}: publication {number} is in its Delta log",
+                    "the next publication (a worker's, or `archiver publish`) records it",
+                )
             failpoints.reach("after_delta_commit")
             table = DeltaTable(self.uri, storage_options=self.options)
             if not landed:

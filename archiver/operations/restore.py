@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import failpoints
+from archiver import failpoints, outcome
 from archiver.bulk import BulkConnection, connect_bulk, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, OfflineError
@@ -28,6 +28,7 @@ from archiver.operations.selection import (
     mark_offline,
     refuse_offline,
 )
+from archiver.text import counted
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,10 @@ async def restore(
     def run(conn: BulkConnection) -> Restored:
         workdir = Path(tempfile.gettempdir())
         if not moves_back:
-            return restore(conn, storage, plan, workdir, report)
+            done = restore(conn, storage, plan, workdir, report)
+            if not dry_run:
+                outcome.committed(f"{counted(done.rows, 'row')} restored into {into or tables[0]}")
+            return done
         # the catalog in another database (ARCHIVER_SOURCE_URL): its own connection, and
         # the ledger's intent bridges the two transactions (archiver.ledger)
         apart = not settings.same_database
@@ -107,18 +111,21 @@ async def restore(
             try:
                 done = restore(conn, storage, replace(plan, operation=operation), workdir,
                                report, catalog if apart else None)  # fmt: skip
-            except BaseException:
-                ledger.abandon(catalog, storage, operation, tables)  # not if the source decides
+            except BaseException:  # abandoned (not if the source decides), or left to the sweep
+                ledger.give_up(catalog, storage, operation, tables)
                 raise
-            finally:
-                ledger.end(catalog, operation)
+            outcome.committed(
+                f"{counted(done.rows, 'row')} moved back out of the archive (ledger {operation})",
+                "the workers' next publication and sweep finish it",
+            )
             failpoints.reach("restore_committed")
-            if no_wait:  # files never published go now; the others after their removal
-                try:  # from the Delta log (the publications queued below)
-                    for table in tables:
+            try:  # the lock also goes with the session
+                ledger.end(catalog, operation)
+                if no_wait:  # files never published go now; the others after their removal
+                    for table in tables:  # from the Delta log (the publications queued below)
                         ledger.reap_now(catalog, storage, table)
-                except Exception as exc:  # the rows have moved back: the rest, a sweep does
-                    log.warning("restore committed; retired files left for the sweep: %s", exc)
+            except Exception as exc:  # the rows have moved back: the rest, a sweep does
+                log.warning("restore committed; retired files left for the sweep: %s", exc)
         return done
 
     try:

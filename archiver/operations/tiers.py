@@ -15,13 +15,14 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from archiver import db, failpoints
+from archiver import db, failpoints, outcome
 from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, expired
 from archiver.model import CatalogFile
 from archiver.operations.selection import chunk_children, table_files
 from archiver.storage.seam import ARCHIVE_TIER, Storage
+from archiver.text import counted
 
 Report = Callable[[str], None]
 
@@ -77,17 +78,27 @@ async def set_tier(
         storage = open_storage(settings)
         if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
             await conn.execute(db.query("files_going_offline"), [f.id for f in todo])
+            outcome.committed(
+                f"{counted(len(todo), 'file')} of {name} marked offline (their rows out of "
+                "reach until they are rehydrated), none moved yet",
+                f"`archiver tier --table {name} --tier {tier}` again moves them, `archiver "
+                f"rehydrate --table {name}` brings them back",
+                partial=True,
+            )
             await _publish_now(settings, {f.source_table for f in todo}, report)
-    moved = await asyncio.to_thread(_move, storage, todo, tier, report)
+    again = f"`archiver tier --table {name} --tier {tier}` again moves the rest"
+    moved = await asyncio.to_thread(_move, storage, todo, tier, report, again)
     async with db.connection(settings.database_url) as conn:
         await conn.execute(db.query("files_tier"), [f.id for f in todo], tier)
     offline_now = len(offline) + (len(todo) if tier == ARCHIVE_TIER else 0)
     return Tiered(moved, len(files) - len(todo), offline_now)
 
 
-def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report) -> int:
+def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report, again: str) -> int:
     for i, f in enumerate(files, 1):
         storage.set_tier(f.path, tier)
+        outcome.committed(f"{i} of {counted(len(files), 'file')} moved to {tier}", again,
+                          partial=True)  # fmt: skip
         failpoints.reach("tier_moved")
         if i % 100 == 0 or i == len(files):
             report(f"{i}/{len(files)} files moved to {tier}")
@@ -123,7 +134,7 @@ async def rehydrate(
     storage = open_storage(settings)
     # the catalog's offline files, and any a lifecycle rule moved without telling it
     candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files
-    states = await asyncio.to_thread(_rehydrate, storage, candidates, tier, priority)
+    states = await asyncio.to_thread(_rehydrate, storage, candidates, tier, priority, name)
     online = [f for f, state in zip(candidates, states, strict=True) if state == "online"]
     offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
     async with db.connection(settings.database_url) as conn:
@@ -150,10 +161,12 @@ async def rehydrate(
     return result
 
 
-def _rehydrate(storage: Storage, files: list[CatalogFile], tier: str, priority: str) -> list[str]:
+def _rehydrate(
+    storage: Storage, files: list[CatalogFile], tier: str, priority: str, name: str
+) -> list[str]:
     """Each file's state: online, pending (rehydrating) or started (asked now; Azurite
     answers at once, Azure in up to 15 hours, 1 at High priority)."""
-    states = []
+    states: list[str] = []
     for f in files:
         stored = storage.stat(f.path)
         if stored is None:
@@ -164,6 +177,13 @@ def _rehydrate(storage: Storage, files: list[CatalogFile], tier: str, priority: 
             states.append("pending")
         else:
             storage.set_tier(f.path, tier, priority)
+            outcome.committed(
+                f"rehydration asked for {states.count('started') + 1} of "
+                f"{counted(len(files), 'file')}",
+                f"`archiver rehydrate --table {name}` again goes on",
+                partial=True,
+            )
+            failpoints.reach("rehydrate_asked")
             again = storage.stat(f.path)
             states.append("online" if again and not again.offline else "started")
     return states

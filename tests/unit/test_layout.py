@@ -193,7 +193,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # foundations
         "archiver.model", "archiver.limits", "archiver.config", "archiver.errors",
         "archiver.ident", "archiver.text", "archiver.db", "archiver.logs", "archiver.failpoints",
-        "archiver.memory",
+        "archiver.memory", "archiver.outcome", "archiver.scratch",
     ),
 )  # fmt: skip
 
