@@ -40,6 +40,8 @@ def table(figures: Figures, seconds: float) -> str:
             f"{first:.0f} MB / {last:.0f} MB",
         ),
         ("invariant checks passed", str(figures.checks_passed)),
+        ("query answers checked against the soak's own counts", str(figures.answers_checked)),
+        ("orphans left at the end (deleted by remove-orphans)", str(figures.orphans_at_the_end)),
         ("minute checks skipped (a restart meanwhile)", str(figures.checks_skipped)),
         ("problems", str(len(figures.problems))),
     ]

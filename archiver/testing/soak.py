@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import random
@@ -31,11 +32,13 @@ import asyncpg
 from archiver.testing import soak_checks as checks
 from archiver.testing.soak_world import (
     DATABASE_TROUBLE,
+    KEPT,
     WORKERS,
     Figures,
     Ledger,
     World,
     drained,
+    fetch,
     insert,
     job_counts,
     landed,
@@ -60,6 +63,7 @@ class Soak:
         self.outputs: list[str] = []  # every command's stdout and stderr
         self.stop = asyncio.Event()
         self.started = time.monotonic()
+        self.first_upto = 0
 
     def minute(self) -> float:
         return (time.monotonic() - self.started) / 60
@@ -74,6 +78,7 @@ class Soak:
                 self.figures.rows_inserted += batch.count()
         finally:
             await conn.close()
+        self.first_upto = self.ledger.last_id  # rows inserted before any policy ran
         await asyncio.to_thread(self.world.start)  # after the rows: its policies find them
         self.started = time.monotonic()
         duties = {"feeder": self.feed, "operator": self.drive, "faults": self.inject,
@@ -188,9 +193,10 @@ class Soak:
     async def op_erase(self) -> None:
         """A data subject's rows: deleted live by the application, then erased from the
         archive (refused while an archive job of the table runs: asked again)."""
-        if len(self.ledger.subjects) <= 5:
+        erasable = [s for s in self.ledger.subjects if s not in KEPT]
+        if len(erasable) <= 5:
             return
-        who = self.rnd.choice(self.ledger.subjects)
+        who = self.rnd.choice(erasable)
         self.ledger.subjects.remove(who)  # no new batch holds its rows; one in flight lands
         for _ in range(600):  # first (else the application's DELETE below may take rows
             if (u := self.ledger.unsure) is None or not u.holds(who):  # the ledger adds
@@ -257,9 +263,40 @@ class Soak:
             self.figures.files_back_online += int(back[1])
 
     async def op_query(self) -> None:
-        await self.command(
-            "query", "query", "SELECT count(*) FROM orders WHERE created_at < now()", kill=False
+        """Questions whose answers the soak knows (soak_checks: the kept subjects' rows,
+        which no erasure or insert changes meanwhile), asked while moves, restores and
+        purges run: through `--with-live` in one statement of several scans of the
+        source, and of the archive alone once the quiet orders are all archived. A wrong
+        answer is a problem, as a traceback is."""
+        upto = self.ledger.settled_id()
+        for question, want in checks.live_questions(self.ledger, upto):
+            code, out, _ = await self.command(
+                "query", "query", "--with-live", "--format", "json", question, kill=False
+            )
+            self._judge("query --with-live", code, out, want)
+        limit = checks.quiet_limit(dt.datetime.now(dt.UTC))
+        upto = min(upto, self.first_upto)
+        try:
+            [(live,)] = await fetch(self.world, checks.quiet_live(upto, limit), timeout=10)
+        except DATABASE_TROUBLE:
+            return
+        if live:  # not all moved yet (a policy's first run, or faults): nothing to know
+            return
+        want = checks.archive_truth(self.ledger, upto, limit)
+        code, out, _ = await self.command(
+            "query", "query", "--format", "json", checks.archive_question(upto, limit), kill=False
         )
+        self._judge("query", code, out, want)
+
+    def _judge(self, what: str, code: int, out: str, want: dict[str, int]) -> None:
+        if code != 0:  # refused (a file offline, storage restarting): no answer to judge
+            return
+        got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        self.figures.answers_checked += 1
+        if got != [want]:
+            self.figures.problems.append(
+                f"minute {self.minute():.1f}: {what} answered {got}, the soak knows {want}"
+            )
 
     async def inject(self) -> None:
         turn = 0
@@ -362,6 +399,12 @@ class Soak:
         found = await asyncio.to_thread(checks.delta_equals_catalog, self.world)
         found += await asyncio.to_thread(checks.erased_nowhere, self.world, self.ledger,
                                          self.outputs)  # fmt: skip
+        # what writers killed in the last minute left (the workers' sweep takes older ones)
+        swept = await asyncio.to_thread(self.world.cli, "remove-orphans", "--grace", "0")
+        if swept.returncode != 0 or not (gone := re.search(r"deleted (\d+) orphan", swept.stdout)):
+            found.append(f"archiver remove-orphans: {swept.stdout[-400:]}{swept.stderr[-400:]}")
+        else:
+            self.figures.orphans_at_the_end = int(gone[1])
         verify = await asyncio.to_thread(self.world.cli, "verify")
         if verify.returncode != 0:
             found.append(f"archiver verify: {verify.stdout[-800:]}{verify.stderr[-400:]}")

@@ -21,7 +21,17 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
 from archiver.testing.services import AZURITE_KEY
-from archiver.testing.soak_world import CONTAINER, KEYS, PURGE_AFTER, Ledger, Row, World, fetch
+from archiver.testing.soak_world import (
+    CONTAINER,
+    KEPT,
+    KEYS,
+    PURGE_AFTER,
+    QUIET_DAYS,
+    Ledger,
+    Row,
+    World,
+    fetch,
+)
 
 PREFIX = "archive"
 
@@ -303,3 +313,70 @@ def rss_flat(samples: list[tuple[float, float]], minutes: float) -> list[str]:
             f"worker RSS grew: peak {first:.0f} MB in the first {span:g} min, {last:.0f} MB in the last"
         ]
     return []
+
+
+# -- the soak's questions with known answers --------------------------------------------
+
+
+def _kept(column: str) -> str:
+    return f"{column} IN ({', '.join(repr(s) for s in sorted(KEPT))})"
+
+
+def live_questions(ledger: Ledger, upto: int) -> list[tuple[str, dict[str, int]]]:
+    """For `query --with-live`, with their answers: the kept subjects' orders and their
+    lines (a join: several scans of the source in one statement), and their audit rows
+    (a table the soak moves to the Archive tier now and then: refused meanwhile), up to
+    id `upto` -- rows no insert or erasure changes while it runs, whichever side each
+    is on."""
+    orders = {
+        k for k, r in ledger.rows["orders"].items() if r.subject in KEPT and int(str(k)) <= upto
+    }
+    lines = sum(1 for r in ledger.rows["order_lines"].values() if r.parent in orders)
+    audit = sum(
+        1 for k, r in ledger.rows["audit"].items() if r.subject in KEPT and int(str(k)[2:]) <= upto
+    )
+    return [
+        (
+            f"SELECT (SELECT count(*) FROM orders WHERE {_kept('customer')} AND id <= {upto}) "
+            "AS o, (SELECT count(*) FROM orders o JOIN order_lines l ON l.order_id = o.id "
+            f"WHERE {_kept('o.customer')} AND o.id <= {upto}) AS l",
+            {"o": len(orders), "l": lines},
+        ),
+        (
+            f"SELECT count(*) AS a FROM audit WHERE {_kept('actor')} AND key <= 'a-{upto:09d}'",
+            {"a": audit},
+        ),
+    ]
+
+
+def quiet_limit(now: dt.datetime) -> str:
+    """Orders older than this (UTC) no restore of the soak reaches."""
+    return (now - dt.timedelta(days=QUIET_DAYS)).isoformat()
+
+
+def archive_question(upto: int, limit: str) -> str:
+    """For `archiver query` (the archive alone): the kept subjects' quiet orders (older
+    than `limit`, which no restore reaches) up to id `upto` -- once every one of them is
+    archived it stays so --; and whether any archived order is there twice."""
+    return (
+        f"SELECT count(*) FILTER (WHERE {_kept('customer')} AND id <= {upto} AND created_at "
+        f"< TIMESTAMPTZ '{limit}') AS quiet, count(*) - count(DISTINCT id) AS twice FROM orders"
+    )
+
+
+def quiet_live(upto: int, limit: str) -> str:
+    """SQL on the source: how many of those quiet orders are still live (not moved yet)."""
+    return (
+        f"SELECT count(*) FROM orders WHERE {_kept('customer')} AND id <= {upto} "
+        f"AND created_at < '{limit}'::timestamptz"
+    )
+
+
+def archive_truth(ledger: Ledger, upto: int, limit: str) -> dict[str, int]:
+    before = dt.datetime.fromisoformat(limit)
+    quiet = sum(
+        1
+        for k, r in ledger.rows["orders"].items()
+        if r.subject in KEPT and int(str(k)) <= upto and r.created_at and r.created_at < before
+    )
+    return {"quiet": quiet, "twice": 0}

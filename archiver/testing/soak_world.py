@@ -30,6 +30,10 @@ DATABASE_TROUBLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                     asyncpg.exceptions.InternalClientError)  # fmt: skip
 WORKERS = 3
 SUBJECTS = 40  # customers / actors: an erasure takes one of them out for good
+# Subjects never erased: their rows are the populations the soak's queries count, which
+# no erasure changes (and which no insert changes, counted up to a settled id)
+KEPT = frozenset(f"subject-{n:02d}-x7q" for n in range(4))
+QUIET_DAYS = 125  # orders older than this no restore reaches (the soak restores 35-120)
 PURGE_AFTER = dt.timedelta(days=150)  # the events policy's `retain`
 
 SCHEMA = """
@@ -116,6 +120,11 @@ class Ledger:
         self.last_id += 1
         return self.last_id
 
+    def settled_id(self) -> int:
+        """The largest id every row up to which is committed (or known not to be): ids
+        past it may belong to a batch still being inserted."""
+        return self.unsure.first_id - 1 if self.unsure is not None else self.last_id
+
     def add(self, batch: Batch) -> None:
         for table, rows in batch.rows.items():
             self.rows[table].update(rows)
@@ -190,6 +199,7 @@ class World:
             "ARCHIVER_LEASE_SECONDS": "6",
             "ARCHIVER_HEARTBEAT_SECONDS": "1",
             "ARCHIVER_RETRY_BASE_SECONDS": "0.5",
+            "ARCHIVER_ORPHAN_GRACE": "60",  # the workers' orphan sweep, every minute
             "TMPDIR": str(self.workdir),
         }
         migrated = self.cli("migrate")
@@ -259,6 +269,8 @@ class Figures:
     files_back_online: int = 0  # rehydrated
     checks_passed: int = 0
     checks_skipped: int = 0  # a minute's check met a restart
+    answers_checked: int = 0  # query answers compared with what the soak knows
+    orphans_at_the_end: int = 0  # what killed writers left that no sweep had deleted yet
     problems: list[str] = field(default_factory=list)
     worker_rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (minute, max MB)
     jobs: dict[str, int] = field(default_factory=dict)  # final count per task and status
@@ -276,6 +288,7 @@ class Batch:
     restart can be looked for afterwards: all its rows or none are there)."""
 
     rows: dict[str, dict[object, Row]]
+    first_id: int
     orders: list[tuple[int, str, dt.datetime]]
     lines: list[tuple[int, int]]
     events: list[tuple[int, dt.datetime]]
@@ -298,6 +311,7 @@ def make_batch(
     """`size` orders (two lines each), as many events and audit rows, of random ages up
     to `ages_days` (events: `event_days`, to stay in partitions a move has not dropped)."""
     now = dt.datetime.now(dt.UTC)
+    first_id = ledger.last_id + 1
 
     def age(limit: float) -> dt.datetime:
         return now - dt.timedelta(days=rnd.uniform(0, limit), seconds=rnd.uniform(0, 86400))
@@ -314,7 +328,7 @@ def make_batch(
         "events": {eid: Row(at, None) for eid, at in events},
         "audit": {key: Row(at, actor) for key, actor, at in audit},
     }
-    return Batch(rows, orders, lines, events, audit)
+    return Batch(rows, first_id, orders, lines, events, audit)
 
 
 async def insert(conn: asyncpg.Connection, batch: Batch) -> None:
