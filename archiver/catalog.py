@@ -160,6 +160,7 @@ def insert_file(
                 f.delta_stats,
                 str(f.delta).lower(),
                 f.tier,
+                f.made_by,
             ),
         )
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from archiver.errors import ConfigError, redact
+from archiver.errors import ConfigError, InputError, redact
+from archiver.limits import size_bytes
 
 N = TypeVar("N", int, float)
 
@@ -133,6 +134,16 @@ def sub_path(variable: str, raw: str) -> str:
     if path and (dots or not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", path)):
         raise ConfigError(f"{variable}: expected a path such as /archiver, got {raw[:70]!r}")
     return path
+
+
+def _size(variable: str, raw: str) -> int:
+    """A size in bytes: a number, or as PostgreSQL writes one (`128MB`)."""
+    if raw.strip().isdigit():
+        return int(raw)
+    try:
+        return size_bytes(raw, variable)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _postgres_url(variable: str, raw: str) -> str:
@@ -308,6 +319,32 @@ class Settings:
         "ARCHIVER_ORPHAN_GRACE",
         "seconds an archived file in no catalog row, whose job or operation is over, is kept before the workers' orphan sweep deletes it; the sweep runs once per this period on each storage (see [Lifecycle](lifecycle.md))",
         _number(float, 0.0),
+    )
+    compact: bool = _setting(
+        True,
+        "ARCHIVER_COMPACT",
+        "the workers merge each table's small archived files into files of ARCHIVER_COMPACT_TARGET, once every ARCHIVER_COMPACT_EVERY seconds (a policy's `compact = false` leaves its table; see [Lifecycle](lifecycle.md))",
+        _flag,
+        shown="true",
+    )
+    compact_target: int = _setting(
+        128 * 1024 * 1024,
+        "ARCHIVER_COMPACT_TARGET",
+        "the size compaction merges small files into (`128MB`, `1GB`; a policy's `compact_target` for its table)",
+        _size,
+        shown="128MB",
+    )
+    compact_period: str = _setting(
+        "auto",
+        "ARCHIVER_COMPACT_PERIOD",
+        "a merged file's rows lie within one calendar `month` or `year`, or `none`: any span; `auto`: a month where the table's policy has `retain` (purge then still drops whole files), else none (a policy's `compact_period` for its table)",
+        _choice("auto", "month", "year", "none"),
+    )
+    compact_every: float = _setting(
+        3600.0,
+        "ARCHIVER_COMPACT_EVERY",
+        "seconds between the workers' looks for tables to compact, on each storage",
+        _number(float, 1.0),
     )
     retry_base_seconds: float = _setting(
         5.0,

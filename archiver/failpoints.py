@@ -40,6 +40,10 @@ NAMES = (
     "purge_committed",  # its files retired, their blobs not yet deleted
     "rewrite_checked",  # a rewrite (archiver.files.rewrite): its session checked, not uploaded
     "rewrite_uploaded",  # ...uploaded, its session not checked again
+    "compact_merged",  # a compaction (archiver.lifecycle.merge): a merge written, not uploaded
+    "compact_uploaded",  # ...uploaded, its session not checked again
+    "compact_before_commit",  # its merges uploaded, nothing catalogued yet
+    "compact_committed",  # the merge catalogued, its inputs retired, not yet published
     "erase_rewritten",  # an erase (archiver.lifecycle.erase): a file's rewrite uploaded
     "erase_before_commit",  # every rewrite uploaded, nothing catalogued yet
     "erase_committed",  # the rewrites catalogued, the originals retired, not yet deleted

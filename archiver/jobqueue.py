@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,14 @@ from archiver.bulk import BulkConnection, fetch_all
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
-from archiver.model import ArchiveRequest, Job, OrphansRequest, PublishRequest, Status
+from archiver.model import (
+    ArchiveRequest,
+    CompactRequest,
+    Job,
+    OrphansRequest,
+    PublishRequest,
+    Status,
+)
 
 ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
@@ -32,6 +40,9 @@ PURGE_TASK = "purge"
 # Archived files nothing references, deleted once past the grace period; one a storage
 # per period (archiver.lifecycle.orphans).
 ORPHANS_TASK = "orphans"
+# A table's small files merged (archiver.operations.compact); one queued or running per
+# table, and one look for tables to compact a storage per period.
+COMPACT_TASK = "compact"
 
 
 async def enqueue(
@@ -400,3 +411,32 @@ async def enqueue_orphan_sweep(pool: asyncpg.Pool, storage_url: str, period: flo
             max_attempts=3,
         )
     return True
+
+
+async def enqueue_compactions(
+    pool: asyncpg.Pool,
+    storage_url: str,
+    period: float,
+    small: int,
+    requests: Callable[[str], CompactRequest | None],
+) -> int:
+    """Once a `period` per storage (by any worker; the first a period after the storage
+    is first seen): a compaction job for each table with two committed files under
+    `small` bytes or more, as `requests(table)` says (None: the table is not compacted).
+    How many were new."""
+    new = 0
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(query("maintenance_seen"), COMPACT_TASK, storage_url)
+        if await conn.fetchval(query("maintenance_due"), COMPACT_TASK, storage_url, period) is None:
+            return 0
+        for row in await conn.fetch(query("compact_tables"), storage_url, small):
+            request = requests(row["source_table"])
+            if request is None:
+                continue
+            key = f"compact:{storage_url}:{request.table}"
+            _, created = await enqueue(
+                conn, request.payload(), dedup_key=key, lock_key=key, task_name=COMPACT_TASK,
+                max_attempts=3,
+            )  # fmt: skip
+            new += created
+    return new

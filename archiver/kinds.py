@@ -33,6 +33,7 @@ from archiver.config import Settings
 from archiver.errors import ArchiverError
 from archiver.model import (
     ArchiveRequest,
+    CompactRequest,
     Job,
     OrphansRequest,
     Progress,
@@ -200,6 +201,42 @@ async def _purge(w: Resources, run: JobRun) -> Progress:
     )
 
 
+# -- compact: a table's small files merged --------------------------------------------
+
+
+async def _compact(w: Resources, run: JobRun) -> Progress:
+    """Its table's small chunks merged, up to its budget; yielding to a command that
+    holds the table (the job completes: the next compaction goes on)."""
+    from archiver.operations.compact import Options, compact_table
+
+    request = run.request
+    assert isinstance(request, CompactRequest)
+    if request.storage_url != str(w.storage.location):
+        raise ArchiverError(
+            f"compact: files on {request.storage_url}, this worker writes to another storage"
+        )
+    done = await compact_table(
+        w.settings,
+        request.table,
+        Options(request.target, request.period, request.budget),
+        report=lambda line: log.info("job %s: %s", run.job.id, line),
+    )
+    return Progress(
+        extra={
+            "merged_files": done.files_in,
+            "into": done.files_out,
+            "merged_bytes": done.bytes_in,
+            "ledger": done.merged,
+            "yielded": done.yielded,
+        }
+    )
+
+
+def _compacted(p: Progress) -> str:
+    said = f"{counted(p.extra['merged_files'], 'file')} merged into {p.extra['into']}"
+    return said + (f" ({p.extra['yielded']})" if p.extra.get("yielded") else "")
+
+
 # -- orphans: archived files nothing references ------------------------------------
 
 
@@ -256,6 +293,13 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(jobqueue.PUBLISH_TASK, _publish, payload=PublishRequest.from_payload, done=_published),
         Kind(jobqueue.PURGE_TASK, _purge, payload=PurgeRequest.from_payload, threaded=False),
+        Kind(
+            jobqueue.COMPACT_TASK,
+            _compact,
+            payload=CompactRequest.from_payload,
+            done=_compacted,
+            threaded=False,
+        ),
         Kind(
             jobqueue.ORPHANS_TASK,
             _orphans,

@@ -54,7 +54,12 @@ from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 
-OPERATIONS = {"erase": "the erasure", "purge": "the purge", "convert": "a file's rewrite"}
+OPERATIONS = {
+    "erase": "the erasure",
+    "purge": "the purge",
+    "convert": "a file's rewrite",
+    "compact": "a merge",
+}
 
 
 def _run(conn: BulkConnection, name: str, *params: Any) -> list[Any]:
@@ -82,6 +87,10 @@ def begin(
     )
     conn.commit()
     return int(rows[0][0])
+
+
+class FilesGone(InputError):
+    """Some files an operation was to retire were retired by another meanwhile."""
 
 
 class OperationLost(ArchiverError):
@@ -154,20 +163,24 @@ def take_out(
     tables: list[str],
     request: dict[str, Any],
     rewrite: Callable[[int], TakenOut],
+    before_commit: Callable[[], None] | None = None,
 ) -> tuple[int, TakenOut]:
-    """Steps 1-4 for an operation of the catalog alone (purge, erase): the ledger row;
-    `rewrite(ledger id)` uploads what replaces the files it retires (step 2); one
-    transaction retires them, catalogues the rewrites and closes the row (refused if
-    another operation retired any meanwhile); then what is out of the Delta log goes.
-    The ledger id, and what was taken out."""
+    """Steps 1-4 for an operation of the catalog alone (purge, erase, compact): the
+    ledger row; `rewrite(ledger id)` uploads what replaces the files it retires (step
+    2); one transaction retires them, catalogues the rewrites and closes the row
+    (refused if another operation retired any meanwhile; `before_commit` may refuse
+    too, in that transaction); then what is out of the Delta log goes. The ledger id,
+    and what was taken out."""
     ledger_id = begin(conn, operation, str(storage.location), tables, request)
     try:
         done = rewrite(ledger_id)
         if not lock_files(conn, done.retired):
-            raise InputError(
+            raise FilesGone(
                 f"{operation}: some of these files left the archive meanwhile (another "
                 "restore, purge or erase); nothing changed, run it again"
             )
+        if before_commit is not None:
+            before_commit()
         failpoints.reach(f"{operation}_before_commit")
         commit_changes(conn, ledger_id, done.retired, done.written, done.rows, done.detail)
         conn.commit()
@@ -224,12 +237,11 @@ def abandon(
     here = str(storage.location)
     deleted = 0
     for table in tables:
-        for stored in list(
-            storage.list(storage.object_name(names.rewrite_prefix(table, operation)))
-        ):
-            if not fetch_all(conn, query("catalogued_path"), (here, stored.name))[0][0]:
-                storage.delete(stored.name)
-                deleted += 1
+        for prefix in names.operation_prefixes(table, operation):
+            for stored in list(storage.list(storage.object_name(prefix))):
+                if not fetch_all(conn, query("catalogued_path"), (here, stored.name))[0][0]:
+                    storage.delete(stored.name)
+                    deleted += 1
     _run(conn, "ledger_unclaim", operation)
     _run(conn, "ledger_abandon", operation)
     conn.commit()

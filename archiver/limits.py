@@ -27,6 +27,15 @@ _LAG_UNITS: dict[str, tuple[str, float]] = {
 }
 
 
+def size_bytes(text: str, what: str) -> int:
+    """A size as PostgreSQL writes one (`128MB`, `512kB`, `1GB`), in bytes."""
+    match = _LAG.fullmatch(text)
+    key, unit = _LAG_UNITS[match.group(2)] if match else ("", 0.0)
+    if match is None or key != "max_replica_lag_bytes" or float(match.group(1)) * unit < 1:
+        raise InputError(f"{what}: {text!r} is not a size (128MB, 1GB, 512kB)")
+    return int(float(match.group(1)) * unit)
+
+
 def wal_rate_limit(text: str) -> dict[str, float]:
     """`16MB` (of WAL a second) as the job row's limit."""
     match = _LAG.fullmatch(text)

@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from archiver import db, jobqueue
-from archiver.config import Settings
+from archiver.config import ConfigFile, Settings
 from archiver.errors import error_line
+from archiver.model import CompactRequest
 
 log = logging.getLogger(__name__)
 
@@ -21,16 +22,24 @@ PRUNE_BATCH = 1_000  # finished jobs deleted in one transaction
 PRUNE_PAUSE = 0.1  # seconds between two batches: at most ~10,000 jobs pruned a second
 PUBLISH_EVERY = 30.0  # seconds between looks for files not yet in their Delta table
 ORPHANS_EVERY = 60.0  # seconds between looks at whether the storage's orphan sweep is due
+COMPACT_BUDGET = 8  # a compaction job merges at most this many target sizes of input
 
 
 class Maintenance:
-    """The rescuer, the pruner, the publication sweep and the orphan sweep of one worker. `once()` runs
+    """The rescuer, the pruner, the publication sweep, the orphan sweep and compaction of
+    one worker. `once()` runs
     them before the first claim (a burst worker takes rescued jobs, prunes and publishes
     before it exits); `start()` then keeps each on its own timer until the tasks are
     cancelled."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings, wake: Callable[[], None]) -> None:
-        self.pool, self.settings, self.wake = pool, settings, wake
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        wake: Callable[[], None],
+        config: ConfigFile | None = None,
+    ) -> None:
+        self.pool, self.settings, self.wake, self.config = pool, settings, wake, config
 
     async def rescue(self) -> None:
         """Requeue (or fail, or cancel) running jobs whose worker stopped renewing its lease."""
@@ -81,12 +90,35 @@ class Maintenance:
         if await jobqueue.enqueue_orphan_sweep(self.pool, location, self.settings.orphan_grace):
             self.wake()
 
+    async def compaction(self) -> None:
+        """Queue a compaction of each table with small files, once every
+        ARCHIVER_COMPACT_EVERY seconds per storage, whichever worker asks first, with its
+        policy's options (archiver.operations.compact)."""
+        if not self.settings.storage_url or not self.settings.compact:
+            return
+        from archiver.operations.compact import options_for
+
+        location = str(self.settings.storage_location())
+
+        def request(table: str) -> CompactRequest | None:
+            options = options_for(self.settings, self.config, table)
+            if options is None:
+                return None
+            budget = COMPACT_BUDGET * options.target
+            return CompactRequest(table, location, options.target, options.period, budget)
+
+        small = self.settings.compact_target // 2
+        every = self.settings.compact_every
+        if await jobqueue.enqueue_compactions(self.pool, location, every, small, request):
+            self.wake()
+
     async def once(self) -> None:
         for name, duty in (
             ("rescuer", self.rescue),
             ("pruner", self.prune),
             ("publication sweep", self.publications),
             ("orphan sweep", self.orphans),
+            ("compaction", self.compaction),
         ):
             await _logged(duty, name)
 
@@ -97,6 +129,7 @@ class Maintenance:
             asyncio.create_task(_every(PRUNE_EVERY, self.prune, "pruner")),
             asyncio.create_task(_every(PUBLISH_EVERY, self.publications, "publication sweep")),
             asyncio.create_task(_every(ORPHANS_EVERY, self.orphans, "orphan sweep")),
+            asyncio.create_task(_every(ORPHANS_EVERY, self.compaction, "compaction")),
         ]
 
 

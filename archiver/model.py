@@ -4,6 +4,7 @@ the scheduler and every CLI command can use it cheaply."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -65,6 +66,32 @@ class PublishRequest:
 
     def payload(self) -> dict[str, Any]:
         return {"table": self.table, "storage_url": self.storage_url}
+
+
+@dataclass(frozen=True)
+class CompactRequest:
+    """A compaction job's payload: a table's small files on one storage merged into files
+    of `target` bytes within one `period`, at most `budget` bytes of them a run
+    (archiver.operations.compact)."""
+
+    table: str
+    storage_url: str
+    target: int
+    period: str
+    budget: int
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> CompactRequest:
+        return cls(
+            str(payload["table"]),
+            str(payload["storage_url"]),
+            int(payload["target"]),
+            str(payload["period"]),
+            int(payload["budget"]),
+        )
+
+    def payload(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -236,6 +263,7 @@ class ArchivedFile:
     # (the same rows again, every run) and one of a job queued with --no-delta do not
     delta: bool = True
     tier: str = ""  # the access tier it was written in ("": the account's default)
+    made_by: int | None = None  # the ledger operation that wrote it (a rewrite, a merge)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from apscheduler.triggers.cron import CronTrigger
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName
 from archiver.lifecycle.retention import Age
-from archiver.limits import WINDOW, Window, replica_lag_limit, wal_rate_limit
+from archiver.limits import WINDOW, Window, replica_lag_limit, size_bytes, wal_rate_limit
 from archiver.model import ArchiveRequest, Mode
 
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
@@ -39,6 +39,9 @@ OPTIONAL_KEYS = (
     "delta",
     "retain",
     "tier",
+    "compact",
+    "compact_target",
+    "compact_period",
 )
 _OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
@@ -68,6 +71,9 @@ class Policy:
     limits: dict[str, Any] = field(default_factory=dict)  # the job row's, see archiver throttle
     retain: Age | None = None  # each slot also queues a purge of files older than this
     tier: str = ""  # the access tier its files are written in ("": ARCHIVER_ACCESS_TIER)
+    compact: bool = True  # the workers compact its table's small files
+    compact_target: int | None = None  # bytes; None: ARCHIVER_COMPACT_TARGET
+    compact_period: str | None = None  # month, year, none; None: ARCHIVER_COMPACT_PERIOD
 
     def cutoff(self, slot: dt.datetime) -> dt.datetime:
         """Slot time minus older_than, truncated to the day, in the policy's time zone."""
@@ -133,11 +139,11 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             raise fail(key, "missing")
     for key in (
         "name", "table", "older_than", "schedule", "column", "timezone", "mode", WINDOW,
-        "retain", "tier",
+        "retain", "tier", "compact_target", "compact_period",
     ):  # fmt: skip
         if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
             raise fail(key, "expected a non-empty string")
-    for key in ("cdc_marker", "with_children", "delta"):
+    for key in ("cdc_marker", "with_children", "delta", "compact"):
         if key in raw and not isinstance(raw[key], bool):
             raise fail(key, "expected true or false")
     for key in ("chunk_rows", "priority", "max_attempts", "max_rows_per_second"):
@@ -194,6 +200,14 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
                 f"{retain} is not longer than older_than ({raw['older_than']}): each slot "
                 "would purge what it just archived",
             )
+    compact_target = None
+    if "compact_target" in raw:
+        try:
+            compact_target = size_bytes(raw["compact_target"], "compact_target")
+        except InputError as exc:
+            raise fail("compact_target", str(exc).split(": ", 1)[1]) from None
+    if raw.get("compact_period", "month") not in ("month", "year", "none"):
+        raise fail("compact_period", f"expected month, year or none, got {raw['compact_period']!r}")
     if raw.get("tier", "Hot") not in ("Hot", "Cool", "Cold"):
         raise fail("tier", f"expected Hot, Cool or Cold, got {raw['tier']!r}")
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
@@ -218,6 +232,9 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         max_attempts=raw.get("max_attempts", 5),
         retain=retain,
         tier=raw.get("tier", ""),
+        compact=raw.get("compact", True),
+        compact_target=compact_target,
+        compact_period=raw.get("compact_period"),
     )
 
 

@@ -229,13 +229,13 @@ SELECT COALESCE(max(part), 0) + 1 FROM archive_files WHERE job_id = $1::uuid
 INSERT INTO archive_files (job_id, part, source_table, storage_url, path, row_count, byte_size, md5,
                            key_columns, min_key, max_key, cutoff_column,
                            min_cutoff_value, max_cutoff_value, state, source_xid,
-                           delta_schema, delta_stats, delta, tier)
+                           delta_schema, delta_stats, delta, tier, made_by)
 VALUES ($1::uuid, $2::int, $3, $4, $5, $6::bigint, $7::bigint, $8,
         ARRAY(SELECT jsonb_array_elements_text($9::jsonb)),
         ARRAY(SELECT jsonb_array_elements_text($10::jsonb)),
         ARRAY(SELECT jsonb_array_elements_text($11::jsonb)),
         $12, $13::timestamptz, $14::timestamptz, $15, NULLIF($16, '')::xid8,
-        NULLIF($17, ''), NULLIF($18, ''), $19::text::boolean, NULLIF($20, ''))
+        NULLIF($17, ''), NULLIF($18, ''), $19::text::boolean, NULLIF($20, ''), $21::bigint)
 
 -- name: checkpoint
 UPDATE background_jobs SET progress = $3::jsonb, heartbeat_at = now()
@@ -393,21 +393,25 @@ WHERE storage_url = $1 AND source_table = $2 FOR UPDATE
 -- The next publication, numbered $3: every committed file of the table not yet in its
 -- Delta log (up to $4) is added by it, every retired or offline one in the log removed
 -- by it (an offline file, in the Archive tier, is added again once rehydrated).
-WITH numbered AS (
+WITH removed AS (
+    UPDATE archive_files SET unpublication = $3::bigint
+    WHERE storage_url = $1 AND source_table = $2 AND (state = 'retired' OR offline)
+      AND publication IS NOT NULL AND unpublication IS NULL
+    RETURNING retired_by
+), numbered AS (
     UPDATE archive_files SET publication = $3::bigint
-    WHERE id IN (SELECT id FROM archive_files
-                 WHERE storage_url = $1 AND source_table = $2 AND publication IS NULL
-                   AND delta AND state = 'committed' AND delta_refused IS NULL AND NOT offline
-                 ORDER BY id LIMIT $4::bigint)
+    WHERE (id IN (SELECT id FROM archive_files
+                  WHERE storage_url = $1 AND source_table = $2 AND publication IS NULL
+                    AND delta AND state = 'committed' AND delta_refused IS NULL AND NOT offline
+                  ORDER BY id LIMIT $4::bigint)
+           -- what replaces a file removed now goes in with it, whatever the limit (else
+           -- the Delta table would miss the rows an erasure's rewrite or a merge keeps)
+           OR (storage_url = $1 AND source_table = $2 AND delta
+               AND made_by IN (SELECT retired_by FROM removed WHERE retired_by IS NOT NULL)))
       -- again here: a row a restore retired while this waited for it is re-checked
       -- against this WHERE only (READ COMMITTED), never against the subquery's
       AND state = 'committed' AND publication IS NULL AND delta_refused IS NULL
       AND NOT offline
-    RETURNING 1
-), removed AS (
-    UPDATE archive_files SET unpublication = $3::bigint
-    WHERE storage_url = $1 AND source_table = $2 AND (state = 'retired' OR offline)
-      AND publication IS NOT NULL AND unpublication IS NULL
     RETURNING 1
 ), counted AS (SELECT (SELECT count(*) FROM numbered) + (SELECT count(*) FROM removed) AS n)
 UPDATE delta_tables SET publications = $3::bigint
@@ -415,8 +419,10 @@ FROM counted WHERE storage_url = $1 AND source_table = $2 AND counted.n > 0
 RETURNING counted.n
 
 -- name: delta_removals
-SELECT path, byte_size FROM archive_files
-WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint ORDER BY id
+-- With the compaction that retired each, if one did: its removal moves rows, not away.
+SELECT f.path, f.byte_size, CASE WHEN l.operation = 'compact' THEN l.id END
+FROM archive_files f LEFT JOIN archive_ledger l ON l.id = f.retired_by AND f.state = 'retired'
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.unpublication = $3::bigint ORDER BY f.id
 
 -- name: delta_removals_pending
 -- Whether files of the table's Delta log must leave it (retired, or offline): done even
@@ -453,7 +459,7 @@ WHERE storage_url = $1 AND source_table = $2
 
 -- name: delta_files
 SELECT id, path, byte_size, row_count, delta_schema, delta_stats,
-       (extract(epoch FROM created_at) * 1000)::bigint AS created_ms
+       (extract(epoch FROM created_at) * 1000)::bigint AS created_ms, made_by
 FROM archive_files
 WHERE storage_url = $1 AND source_table = $2 AND publication = $3::bigint ORDER BY id
 
@@ -504,6 +510,8 @@ SELECT source_table FROM delta_tables
 WHERE $2::boolean AND storage_url = $1 AND publications > published
 UNION
 SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND state = 'retired'
+  AND (kept_until IS NULL OR kept_until <= now()
+       OR (publication IS NOT NULL AND unpublication IS NULL))  -- a compaction's: its removal
 UNION
 SELECT unnest(tables) FROM archive_ledger WHERE storage_url = $1 AND status = 'running'
 
@@ -572,7 +580,11 @@ SELECT id FROM archive_files WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_t
 FOR UPDATE
 
 -- name: ledger_retire
-UPDATE archive_files SET state = 'retired', retired_by = $2::bigint
+-- A compaction's inputs are kept on storage a day after they leave the Delta log (for
+-- readers that opened the table before); what other operations retire goes at once.
+UPDATE archive_files SET state = 'retired', retired_by = $2::bigint,
+    kept_until = CASE WHEN (SELECT operation FROM archive_ledger WHERE id = $2::bigint) = 'compact'
+                      THEN now() + interval '1 day' END
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'committed'
   AND (retired_by IS NULL OR retired_by = $2::bigint)
 
@@ -595,6 +607,7 @@ SELECT f.id, f.path FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
   AND (f.publication IS NULL OR f.unpublication <= d.published) AND f.id > $3::bigint
+  AND (f.kept_until IS NULL OR f.kept_until <= now())
 ORDER BY f.id LIMIT 1000
 
 -- name: reaped
@@ -773,3 +786,42 @@ INSERT INTO archiver_maintenance (duty, scope) VALUES ($1, $2) ON CONFLICT DO NO
 UPDATE archiver_maintenance SET last_queued = now()
 WHERE duty = $1 AND scope = $2 AND last_queued <= now() - make_interval(secs => $3::float8)
 RETURNING last_queued
+
+-- name: table_hold
+-- A command that takes files of a table out of the archive, rewrites or moves them
+-- (restore, erase, purge, tier, rehydrate, protect) holds it shared for its duration:
+-- a compaction of the table then yields rather than commit (table_merge).
+SELECT pg_advisory_lock_shared(hashtextextended('archiver.table ' || $1 || ' ' || $2, 0))
+
+-- name: table_release
+SELECT pg_advisory_unlock_shared(hashtextextended('archiver.table ' || $1 || ' ' || $2, 0))
+
+-- name: table_merge
+-- A compaction's commit, in its transaction: false when a command holds the table (the
+-- compaction yields); a command that asks meanwhile waits for this commit, milliseconds.
+SELECT pg_try_advisory_xact_lock(hashtextextended('archiver.table ' || $1 || ' ' || $2, 0))
+
+-- name: compact_files
+-- Every committed file of the jobs that archived table $2 on storage $1 (its chunks'
+-- children's files among them), with whether each is in its Delta log.
+WITH jobs AS (
+    SELECT DISTINCT job_id FROM archive_files
+    WHERE storage_url = $1 AND source_table = $2 AND state = 'committed'
+)
+SELECT f.id, f.job_id::text AS job_id, f.part, f.source_table, f.storage_url, f.path, f.row_count,
+       f.byte_size, f.md5, f.key_columns, f.min_key, f.max_key, f.cutoff_column, f.state,
+       f.delta, f.delta_schema, f.min_cutoff_value::text AS min_cutoff_value,
+       f.max_cutoff_value::text AS max_cutoff_value, f.tier, f.offline, f.immutable_until,
+       f.legal_hold,
+       f.publication IS NOT NULL AND f.publication <= COALESCE(d.published, 0)
+           AND f.unpublication IS NULL AS in_log
+FROM archive_files f JOIN jobs USING (job_id)
+LEFT JOIN delta_tables d ON d.storage_url = f.storage_url AND d.source_table = f.source_table
+WHERE f.state = 'committed' AND f.storage_url = $1
+
+-- name: compact_tables
+-- Tables on storage $1 with two small committed files or more (of $2 bytes at most):
+-- maybe worth a compaction (its plan decides).
+SELECT source_table FROM archive_files
+WHERE storage_url = $1 AND state = 'committed' AND byte_size < $2::bigint AND cutoff_column <> ''
+GROUP BY source_table HAVING count(*) >= 2

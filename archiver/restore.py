@@ -386,7 +386,15 @@ def _take_out(
     name = names.rewritten_name(f.path, plan.operation)
     guard = ledger.guard(holder, plan.operation)
     written = rewrite(
-        storage, f, file, one.kept, name, tmp / "rewrite.parquet", one.ordered_keys, guard
+        storage,
+        f,
+        file,
+        one.kept,
+        name,
+        tmp / "rewrite.parquet",
+        one.ordered_keys,
+        guard,
+        plan.operation,
     )
     done.written.append(written)
     return f", the other {len(one.kept)} kept in {name}"

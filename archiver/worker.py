@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from archiver import db, failpoints, jobqueue, metrics
 from archiver.bulk import BulkPool
-from archiver.config import Settings
+from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.kinds import KINDS, JobRun, kind_of
 from archiver.maintenance import Maintenance
@@ -68,8 +68,9 @@ class Worker:
         burst: bool = False,
         name: str | None = None,
         workdir: Path | None = None,
+        config: ConfigFile | None = None,
     ) -> None:
-        self.settings, self.storage = settings, storage
+        self.settings, self.storage, self.config = settings, storage, config
         self.concurrency, self.burst = concurrency, burst
         self.name = name or worker_name()
         self.workdir = workdir or Path(tempfile.gettempdir())
@@ -114,7 +115,7 @@ class Worker:
             loop.add_signal_handler(sig, self.request_stop)
         self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
         listener = asyncio.create_task(self._listen())
-        maintenance = Maintenance(self.pool, self.settings, self.wake.set)
+        maintenance = Maintenance(self.pool, self.settings, self.wake.set, self.config)
         await maintenance.once()
         services = maintenance.start()
         log.info(

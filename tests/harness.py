@@ -90,6 +90,15 @@ class Harness:
         """The container's archived files (and strays); or its Delta logs' objects."""
         return blob_names(self.azurite.connection_string, self.container, delta_log=delta_log)
 
+    def blob(self, name: str) -> bytes:
+        """A blob of the test's container, as stored."""
+        from azure.storage.blob import ContainerClient
+
+        client = ContainerClient.from_connection_string(
+            self.azurite.connection_string, self.container
+        )
+        return bytes(client.download_blob(name).readall())
+
     def exactly_once(self, expected: set[Any], table: str = "orders", **kw: Any) -> None:
         """The invariant (tests/exactly_once.py): each of `expected` in exactly one place."""
         assert_exactly_once(

@@ -12,7 +12,7 @@ from archiver.commands.args import Subcommands, add_no_wait
 from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age
-from archiver.operations import erase, orphans, purge, tiers
+from archiver.operations import compact, erase, orphans, purge, tiers
 from archiver.operations.enqueue import parse_cutoff
 
 
@@ -68,6 +68,26 @@ def add_parsers(sub: Subcommands) -> None:
     hold.add_argument("--legal-hold", dest="legal_hold", action="store_true", default=None)
     hold.add_argument("--no-legal-hold", dest="legal_hold", action="store_false")
     p.set_defaults(func=cmd_protect)
+
+    p = sub.add_parser(
+        "compact", help="merge a table's small archived files into files of a target size"
+    )
+    p.add_argument("--table", required=True, help="schema.table or table")
+    p.add_argument(
+        "--target",
+        help="the size to merge into: 128MB, 1GB (default: the table's policy's compact_target, "
+        "else ARCHIVER_COMPACT_TARGET)",
+    )
+    p.add_argument(
+        "--period",
+        choices=("month", "year", "none"),
+        help="keep each merged file's rows within one calendar month or year (default: the "
+        "table's policy's compact_period, else ARCHIVER_COMPACT_PERIOD)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="which files, into how many; what is left and why"
+    )
+    p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser(
         "remove-orphans",
@@ -201,3 +221,55 @@ async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> in
         f"in {text.counted(len(done), 'table folder')}"
     )
     return 0
+
+
+async def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.limits import size_bytes
+
+    target = size_bytes(args.target, "--target") if args.target else None
+    name = await compact.resolve(settings, args.table)
+    options = compact.options_for(
+        settings, args.config_file, name, target=target, period=args.period, asked=True
+    )
+    assert options is not None
+    done = await compact.compact_table(settings, name, options, dry_run=args.dry_run, report=_say)
+    layout = done.plan
+    if args.dry_run:
+        for i, group in enumerate(layout.groups, 1):
+            first, last = group[0].root, group[-1].root
+            print(
+                f"group {i}: {text.counted(len(group), 'chunk')}, "
+                f"{text.counted(sum(len(c.files) for c in group), 'file')}, "
+                f"{sum(f.row_count for c in group for f in c.files):,} rows, "
+                f"{text.size(sum(c.bytes for c in group))}, "
+                f"{first.min_cutoff_value} .. {last.max_cutoff_value}"
+            )
+            for chunk in group:
+                for f in chunk.files:
+                    print(f"  {f.path}: {f.row_count:,} rows, {text.size(f.byte_size)}")
+    reasons: dict[str, int] = {}
+    for left in layout.left:
+        reasons[left.why.split(": ", 1)[-1]] = reasons.get(left.why.split(": ", 1)[-1], 0) + 1
+    for why, n in sorted(reasons.items()):
+        _say(f"{name}: left {text.counted(n, 'chunk')}: {why}")
+    if args.dry_run:
+        print(
+            f"would merge {text.counted(layout.files, 'file')} ({layout.rows:,} rows, "
+            f"{text.size(layout.bytes)}) of {name} into {_outputs(layout)}; "
+            f"{layout.sized} already of a good size, {len(layout.left)} left"
+        )
+        return 0
+    print(
+        f"merged {text.counted(done.files_in, 'file')} ({text.size(done.bytes_in)}) of {name} "
+        f"into {done.files_out}"
+        + (f" (ledger {', '.join(map(str, done.merged))})" if done.merged else "")
+    )
+    if done.yielded:
+        _say(f"{name}: stopped early: {done.yielded}")
+    return 0
+
+
+def _outputs(layout: compact.Plan) -> str:
+    """How many files the plan's groups merge into: one per group, and per child table."""
+    n = sum(1 + len({f.source_table for c in g for f in c.children}) for g in layout.groups)
+    return text.counted(n, "file")

@@ -54,7 +54,9 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         from archiver import metrics
 
         metrics.serve(args.metrics_port, settings.database_url)
-    worker = Worker(settings, storage, concurrency=args.concurrency, burst=args.burst)
+    worker = Worker(
+        settings, storage, concurrency=args.concurrency, burst=args.burst, config=args.config_file
+    )
     await worker.run()
     if worker.abandoned:  # a job thread is stuck in I/O; its job was handed back
         logging.shutdown()

@@ -33,17 +33,25 @@ class LogWriter:
         """One Delta commit that removes the retired files and adds the new ones (their
         rewrites among them), with txn(archiver, number). Written as the protocol says
         (put-if-absent of the next version's file), as _write_schema does: delta-rs's
-        write transactions take add actions only."""
+        write transactions take add actions only. A removal by a compaction (its third
+        field, the operation) and an add of its merge change no data (`dataChange:
+        false`, as Delta's OPTIMIZE writes them: a streaming reader skips them); a commit
+        of nothing else is an OPTIMIZE."""
         from deltalake import DeltaTable
 
         version = table.version() + 1
         now = int(time.time() * 1000)
+        moved = all(r[2] is not None for r in removals) and not any(a.data_change for a in adds)
         actions: list[dict[str, Any]] = [
             {
                 "commitInfo": {
                     "timestamp": now,
-                    "operation": "DELETE",
-                    "operationParameters": {"predicate": "rows taken out of the archive"},
+                    "operation": "OPTIMIZE" if moved else "DELETE",
+                    "operationParameters": {
+                        "predicate": "small files merged"
+                        if moved
+                        else "rows taken out of the archive"
+                    },
                     "isBlindAppend": False,
                     "engineInfo": "archiver",
                     "archiver.publication": str(number),
@@ -51,13 +59,13 @@ class LogWriter:
             },
             {"txn": {"appId": APP_ID, "version": number, "lastUpdated": now}},
         ]
-        for path, size in removals:
+        for path, size, merged in removals:
             actions.append(
                 {
                     "remove": {
                         "path": str(path)[len(self.root) + 1 :],
                         "deletionTimestamp": now,
-                        "dataChange": True,
+                        "dataChange": merged is None,
                         "extendedFileMetadata": True,
                         "partitionValues": {},
                         "size": int(size),
@@ -72,7 +80,7 @@ class LogWriter:
                         "partitionValues": {},
                         "size": add.size,
                         "modificationTime": add.modification_time,
-                        "dataChange": True,
+                        "dataChange": bool(add.data_change),
                         "stats": add.stats,
                     }
                 }

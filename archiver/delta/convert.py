@@ -121,7 +121,8 @@ def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] |
             ends = (original.min_key, original.max_key)  # every row kept: the same ends
             kept = pa.array(range(table.num_rows), pa.int64())
             guard = ledger.guard(conn, operation)
-            written = rewrite(storage, original, table, kept, name, Path(tmp) / "new", ends, guard)
+            local = Path(tmp) / "new"
+            written = rewrite(storage, original, table, kept, name, local, ends, guard, operation)
             return ledger.TakenOut([file_id], [written], 0, {"columns": columns})
 
         request = {"file": original.path, "columns": columns}

@@ -165,6 +165,8 @@ class Publisher:
         files = self._files(number, done)
         removals = self._rows("delta_removals", number)
         self.conn.commit()
+        # a merge whose inputs leave the log in this publication moves rows: no data change
+        merges = {op for _, _, op in removals if op is not None}
         table = self._table()
         fields = json.loads(table.schema().to_json())["fields"] if table else []
         adds: list[AddAction] = []
@@ -180,7 +182,8 @@ class Publisher:
             changes = Merged(
                 merged.fields, changes.added + merged.added, changes.widened + merged.widened
             )
-            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], True, f["stats"]))
+            changed = f["made_by"] not in merges
+            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], changed, f["stats"]))
             rows += f["rows"]
         table = self._evolve(table, changes)
         if table is not None and (table.transaction_version(APP_ID) or 0) >= number:
@@ -242,7 +245,7 @@ class Publisher:
         out = []
         listed = self._rows("delta_files", number)
         self.conn.commit()  # never idle in a transaction across downloads and Delta commits
-        for id_, path, size, rows, schema, stats, created_ms in listed:
+        for id_, path, size, rows, schema, stats, created_ms, made_by in listed:
             if not schema:
                 try:
                     schema, stats, mode = self._read_facts(path)
@@ -267,6 +270,7 @@ class Publisher:
                     "schema": schema,
                     "stats": stats,
                     "created_ms": int(created_ms),
+                    "made_by": made_by,
                 }
             )
         return out

@@ -13,6 +13,7 @@ import re
 
 _ATTEMPT = re.compile(r"-a(\d+)-part-\d+\.parquet$")
 _REWRITE = re.compile(r"^rewrite-\d+-")
+_OPERATION = re.compile(r"/(?:rewrite-(\d+)-[^/]*|compact-(\d+)-\d+\.parquet)$")
 
 
 def file_name(table: str, job_id: str, attempt: int, part: int) -> str:
@@ -39,5 +40,22 @@ def rewritten_name(name: str, operation: int) -> str:
 
 
 def rewrite_prefix(table: str, operation: int) -> str:
-    """Every file operation `operation` writes of `table` starts with this."""
+    """Every file operation `operation` rewrites of `table` starts with this."""
     return f"{table}/rewrite-{operation}-"
+
+
+def merged_name(table: str, operation: int, part: int) -> str:
+    """Where compaction `operation` writes part `part` of its merge (a file of `table`)."""
+    return f"{table}/compact-{operation}-{part:05d}.parquet"
+
+
+def operation_prefixes(table: str, operation: int) -> list[str]:
+    """Every file ledger operation `operation` may write of `table` starts with one of
+    these (its rewrites, its merge)."""
+    return [rewrite_prefix(table, operation), f"{table}/compact-{operation}-"]
+
+
+def operation_of(name: str) -> int | None:
+    """The ledger operation that wrote `name` (a rewrite, a merge); None for a job's."""
+    match = _OPERATION.search(name)
+    return int(match.group(1) or match.group(2)) if match else None

@@ -59,6 +59,7 @@ def rewrite(
     local: Path,
     ordered_keys: tuple[list[Any], list[Any]] | None,
     guard: Callable[[], None],
+    operation: int,
 ) -> ArchivedFile:
     """Write rows `keep` (int64 positions in `source`, the original file, ascending) to
     `local`, a row group of the original at a time (parquet.rows_at: a file of a million
@@ -67,7 +68,8 @@ def rewrite(
     Arrow orders differently (text, numeric); None: computed here. `guard`
     (ledger.guard) raises once the operation's session is gone: checked before the
     upload, and after it, when the blob just stored is deleted again (what a process
-    killed in between leaves, the orphan sweep deletes)."""
+    killed in between leaves, the orphan sweep deletes). `operation`: the ledger
+    operation writing it (its catalog row's made_by)."""
     schema = source.schema_arrow if isinstance(source, pq.ParquetFile) else source.schema
     meta = dict(schema.metadata or {})
     meta[(METADATA_PREFIX + "row_count").encode()] = str(len(keep)).encode()
@@ -132,6 +134,7 @@ def rewrite(
         delta_stats=delta_stats,
         delta=original.delta,
         tier=tier,
+        made_by=operation,
     )
 
 

@@ -193,7 +193,8 @@ def _without(
             ordered = _key_ends(conn, data.read(columns=f.key_columns).take(keep), f)
         name = names.rewritten_name(f.path, operation)
         guard = ledger.guard(conn, operation)
-        return rewrite(storage, f, data, keep, name, tmp / "rewrite.parquet", ordered, guard)
+        local = tmp / "rewrite.parquet"
+        return rewrite(storage, f, data, keep, name, local, ordered, guard, operation)
 
 
 def _key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[list[Any], list[Any]]:

@@ -27,8 +27,7 @@ from archiver.db import query
 from archiver.files import names
 from archiver.storage.seam import Storage, StoredObject
 
-_JOB = re.compile(r"/(?:rewrite-\d+-)?job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet$")
-_OPERATION = re.compile(r"/rewrite-(\d+)-[^/]*$")
+_JOB = re.compile(r"/job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet$")
 
 
 @dataclass
@@ -60,18 +59,19 @@ def find(
     prefix = storage.object_name(names.job_prefix(table))
     catalogued = {r[0] for r in fetch_all(conn, query("orphans_catalogued"), (here, table))}
     result = Orphans(table)
-    candidates: list[tuple[StoredObject, str, int | None]] = []
+    candidates: list[tuple[StoredObject, str | None, int | None]] = []
     for stored in listed:  # catalogued paths are full object names
         if stored.name in catalogued or stored.name.startswith(f"{prefix}_delta_log/"):
             continue
-        by_job, by_operation = _JOB.search(stored.name), _OPERATION.search(stored.name)
-        if by_job is None:
+        operation = names.operation_of(stored.name)  # a rewrite's or a merge's writer
+        by_job = _JOB.search(stored.name) if operation is None else None
+        if operation is None and by_job is None:
             result.foreign.append(stored.name)
             continue
-        candidates.append((stored, by_job[1], int(by_operation[1]) if by_operation else None))
+        candidates.append((stored, by_job[1] if by_job else None, operation))
     if not candidates:
         return result
-    jobs = sorted({j for _, j, _ in candidates})
+    jobs = sorted({j for _, j, _ in candidates if j})
     operations = sorted({o for _, _, o in candidates if o is not None})
     working = {
         str(r[0])

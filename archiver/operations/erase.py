@@ -20,6 +20,7 @@ from archiver.operations.selection import (
     FileSelection,
     as_stored,
     chunk_children,
+    hold_tables,
     refuse_offline,
     table_files,
 )
@@ -47,7 +48,27 @@ async def erase_rows(
     no_wait: bool = False,
 ) -> Erased:
     """Erase the archived rows of `table` matching `where` (and, with_children, the rows
-    of its aggregate's tables referencing them) from every file holding them."""
+    of its aggregate's tables referencing them) from every file holding them; the table
+    held against compaction meanwhile (selection.hold_tables)."""
+    name, _ = await table_files(settings, table, "erase")
+    async with hold_tables(settings, [name]):
+        return await _erase(
+            settings, name, where, with_children=with_children, dry_run=dry_run,
+            reason=reason, report=report, no_wait=no_wait,
+        )  # fmt: skip
+
+
+async def _erase(
+    settings: Settings,
+    table: str,
+    where: str,
+    *,
+    with_children: bool,
+    dry_run: bool,
+    reason: str,
+    report: Report,
+    no_wait: bool,
+) -> Erased:
     from archiver.lifecycle import erase as eraser
     from archiver.lifecycle.predicate import Predicate
     from archiver.query import engine

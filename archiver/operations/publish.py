@@ -10,14 +10,17 @@ from archiver import catalog_reads, db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError, PublisherBusy, error_line
+from archiver.text import counted
 
 if TYPE_CHECKING:
     from archiver.delta.publish import Published
 
 CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"
+# Retired files still stored though they could go; those a compaction replaced are kept
+# a day on purpose (for readers that opened the Delta log before), and counted apart.
 RETIRED_LEFT = (
-    "SELECT path FROM archive_files WHERE storage_url = $1 AND source_table = $2 "
-    "AND state = 'retired' ORDER BY id"
+    "SELECT path, kept_until > now() FROM archive_files WHERE storage_url = $1 "
+    "AND source_table = $2 AND state = 'retired' ORDER BY id"
 )
 
 
@@ -92,7 +95,9 @@ async def make_visible(
                 settings, table, sweep_only=not settings.delta, lock_wait=settings.publish_wait
             )
             async with db.connection(settings.database_url) as conn:
-                left = [r[0] for r in await conn.fetch(RETIRED_LEFT, here, table)]
+                retired = await conn.fetch(RETIRED_LEFT, here, table)
+            left = [r[0] for r in retired if not r[1]]
+            kept = sum(1 for r in retired if r[1])
         except PublisherBusy as exc:
             unfinished = True
             report(
@@ -114,6 +119,11 @@ async def make_visible(
                 f"storage, which refused to delete them ({', '.join(left[:3])}"
                 f"{', …' if len(left) > 3 else ''}; a hold or policy set outside archiver?): "
                 "every worker's sweep tries again"
+            )
+        elif kept:  # a merge's inputs: deleted a day on (ledger_retire)
+            report(
+                f"{table}: readers see it now{version}; the {counted(kept, 'file')} a merge "
+                "replaced stay a day for readers that opened the table before"
             )
         else:
             report(f"{table}: readers see it now{version}, the retired files deleted")

@@ -15,7 +15,7 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, Expired, expired, protected
 from archiver.operations.publish import make_visible
-from archiver.operations.selection import as_stored, chunk_groups, table_files
+from archiver.operations.selection import as_stored, chunk_groups, hold_tables, table_files
 
 Report = Callable[[str], None]
 
@@ -43,17 +43,36 @@ async def purge_table(
     no_wait: bool = False,
 ) -> Purged:
     """Purge `table`'s archived files wholly older than `age` (with the files archived
-    with them): retired, out of the Delta table, deleted."""
-    from archiver.lifecycle.purge import PurgePlan, purge
-    from archiver.storage import open_storage
-
-    now = now or dt.datetime.now(dt.UTC)
+    with them): retired, out of the Delta table, deleted; the table held against
+    compaction meanwhile (selection.hold_tables)."""
     try:
-        name, files = await table_files(settings, table, "purge")
+        name, _ = await table_files(settings, table, "purge")
     except InputError:
         if missing_ok:  # a policy's purge before its table's first archive
             return Purged(None, 0, 0, 0, None, None)
         raise
+    async with hold_tables(settings, [name]):
+        return await _purge(
+            settings, name, age, dry_run=dry_run, skip_protected=skip_protected,
+            report=report, now=now or dt.datetime.now(dt.UTC), no_wait=no_wait,
+        )  # fmt: skip
+
+
+async def _purge(
+    settings: Settings,
+    table: str,
+    age: Age,
+    *,
+    dry_run: bool,
+    skip_protected: bool,
+    report: Report,
+    now: dt.datetime,
+    no_wait: bool,
+) -> Purged:
+    from archiver.lifecycle.purge import PurgePlan, purge
+    from archiver.storage import open_storage
+
+    name, files = await table_files(settings, table, "purge")
     rooted = [f for f in files if f.cutoff_column]
     if not rooted:
         raise InputError(

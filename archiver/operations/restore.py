@@ -25,6 +25,7 @@ from archiver.operations.selection import (
     FileSelection,
     as_stored,
     chunk_children,
+    hold_tables,
     mark_offline,
     refuse_offline,
 )
@@ -51,19 +52,46 @@ async def restore(
     """Restore the selected committed files in one transaction: what it did, and the
     files. Into the archived table (not --into, not --keep-archive) the rows move back:
     out of the archive in the same transaction (archiver.ledger), or, with the catalog in
-    another database, through the ledger's recorded intent."""
-    from archiver import ledger
-    from archiver.restore import RestorePlan, restore
-    from archiver.storage import open_storage
-
+    another database, through the ledger's recorded intent. Its tables are held against
+    compaction meanwhile (selection.hold_tables)."""
     if into is not None:
         TableName.parse(into)
-    moves_back = into is None and not keep_archive
+    files = await _selected(settings, selection)
+    async with hold_tables(settings, {f.source_table for f in files}):
+        return await _restore(
+            settings, selection, await _selected(settings, selection), into=into,
+            keep_archive=keep_archive, skip_conflicts=skip_conflicts, dry_run=dry_run,
+            ignore_dropped_columns=ignore_dropped_columns, report=report, no_wait=no_wait,
+        )  # fmt: skip
+
+
+async def _selected(settings: Settings, selection: FileSelection) -> list[CatalogFile]:
     files = await selection.files(settings, state="committed")
     if not files:
         raise InputError("no archived files match")
     if selection.job_id is None:
         files += await chunk_children(settings, files)
+    return files
+
+
+async def _restore(
+    settings: Settings,
+    selection: FileSelection,
+    files: list[CatalogFile],
+    *,
+    into: str | None,
+    keep_archive: bool,
+    skip_conflicts: bool,
+    dry_run: bool,
+    ignore_dropped_columns: bool,
+    report: Callable[[str], None],
+    no_wait: bool,
+) -> tuple[Restored, list[CatalogFile]]:
+    from archiver import ledger
+    from archiver.restore import RestorePlan, restore
+    from archiver.storage import open_storage
+
+    moves_back = into is None and not keep_archive
     refuse_offline("restore", files)
     storage = open_storage(settings)
     if moves_back:

@@ -4,9 +4,11 @@ them now, and files a read found offline."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import uuid
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,22 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from archiver.storage.seam import Storage
+
+
+@contextlib.asynccontextmanager
+async def hold_tables(settings: Settings, tables: Iterable[str]) -> AsyncIterator[None]:
+    """Hold `tables` for a command that takes their files out of the archive, rewrites
+    or moves them, for its duration: a compaction of one of them then yields rather than
+    retire files under it (archiver.operations.compact). Files selected before this must
+    be selected again inside it: a merge may have committed meanwhile."""
+    here = str(settings.storage_location())
+    conn = await db.connect(settings.database_url)
+    try:
+        for table in sorted(set(tables)):
+            await conn.execute(db.query("table_hold"), here, table)
+        yield
+    finally:
+        await conn.close()  # the locks go with the session
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ rejoins the Delta table at the next publication."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from archiver import db, failpoints, outcome
@@ -20,7 +21,7 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, expired
 from archiver.model import CatalogFile
-from archiver.operations.selection import chunk_children, table_files
+from archiver.operations.selection import chunk_children, hold_tables, table_files
 from archiver.storage.seam import ARCHIVE_TIER, Storage
 from archiver.text import counted
 
@@ -51,7 +52,23 @@ async def set_tier(
     settings: Settings, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
 ) -> Tiered:
     """Move the selected files to `tier`. To Archive only files `archiver verify` found
-    sound (they cannot be read there), after they left the Delta table."""
+    sound (they cannot be read there), after they left the Delta table. The table is
+    held against compaction meanwhile, as by rehydrate and protect."""
+    async with _held(settings, table, "tier") as name:
+        return await _set_tier(settings, name, age, tier, dry_run=dry_run, report=report)
+
+
+@contextlib.asynccontextmanager
+async def _held(settings: Settings, table: str, verb: str) -> AsyncIterator[str]:
+    """The table's name as the catalog has it, held (selection.hold_tables)."""
+    name, _ = await table_files(settings, table, verb)
+    async with hold_tables(settings, [name]):
+        yield name
+
+
+async def _set_tier(
+    settings: Settings, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
+) -> Tiered:
     from archiver.storage import open_storage
 
     name, files = await _selected(settings, table, age, "tier")
@@ -128,6 +145,13 @@ async def rehydrate(
 ) -> Rehydrated:
     """Start rehydrating the table's Archive-tier files to `tier`; those the service
     says are online again are marked so in the catalog (run it again to follow)."""
+    async with _held(settings, table, "rehydrate") as name:
+        return await _rehydrate_table(settings, name, tier, priority, report, no_wait)
+
+
+async def _rehydrate_table(
+    settings: Settings, table: str, tier: str, priority: str, report: Report, no_wait: bool
+) -> Rehydrated:
     from archiver.storage import open_storage
 
     name, files = await table_files(settings, table, "rehydrate")
@@ -200,6 +224,18 @@ async def protect(
     """Set a per-blob immutability policy and/or a legal hold on the selected files,
     then record it (purge and erase refuse them). The container needs version-level
     write-once storage (`archiver doctor` says)."""
+    async with _held(settings, table, "protect") as name:
+        return await _protect(settings, name, age, until, legal_hold, report)
+
+
+async def _protect(
+    settings: Settings,
+    table: str,
+    age: Age | None,
+    until: dt.datetime | None,
+    legal_hold: bool | None,
+    report: Report,
+) -> int:
     from archiver.storage import open_storage
 
     name, files = await _selected(settings, table, age, "protect")

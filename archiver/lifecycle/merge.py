@@ -1,0 +1,253 @@
+"""A compaction's merge (archiver.lifecycle.compact says what is merged): a group's
+files downloaded and checked to be of one kind, then merged, a row group of one input at
+a time (memory flat in the table's size), into files named after the ledger operation,
+each upload guarded by its lock, each described for the catalog and the Delta log as a
+chunk's file is."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from archiver import failpoints
+from archiver.bulk import BulkConnection
+from archiver.db import query
+from archiver.delta.facts import NotDeltaType, file_facts
+from archiver.errors import VerificationError
+from archiver.files import names
+from archiver.files.rewrite import key_ends
+from archiver.files.stats import ChunkStats, in_arrow_order, key_text
+from archiver.ident import quote_ident
+from archiver.lifecycle.compact import Chunk, instant
+from archiver.model import ArchivedFile, CatalogFile
+from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata
+from archiver.pgtypes.sql import PG_TEXT_SUFFIX
+from archiver.storage.seam import Storage, check_stored, file_md5, file_tags, put_file
+
+# what a file's metadata says of how its columns were archived: merged only where equal
+ARCHIVED_AS = ("columns", "key_columns", "cutoff_column", "partition", "partition_bound")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Files of one table to merge into one, downloaded: the merge's columns are theirs
+    with every special-value companion any of them has (NULL in the others)."""
+
+    files: list[CatalogFile]
+    local: list[Path]
+    schema: pa.Schema
+    metadata: dict[str, str]
+
+
+class Apart(Exception):
+    """A group's root files differ in how their columns were archived (a type changed,
+    the same in Delta's terms): left as they are."""
+
+
+def fetch(storage: Storage, group: list[Chunk], tmp: Path) -> tuple[list[Inputs], Inputs]:
+    """Download a group's files: each child table's, split where their columns were
+    archived differently (a child table's schema changed: a merged file each), and the
+    roots', which must merge into one (Apart otherwise)."""
+    children: dict[str, list[CatalogFile]] = {}
+    for chunk in group:
+        for f in chunk.children:
+            children.setdefault(f.source_table, []).append(f)
+    count = iter(range(10**9))
+    merged_children = []
+    for table in sorted(children):
+        merged_children += _kinds(storage, children[table], tmp, count)
+    roots = _kinds(storage, [c.root for c in group], tmp, count)
+    if len(roots) != 1:
+        raise Apart(
+            f"{group[0].root.source_table}: the group's files were archived with different columns"
+        )
+    return merged_children, roots[0]
+
+
+def _kinds(
+    storage: Storage, files: list[CatalogFile], tmp: Path, count: Iterator[int]
+) -> list[Inputs]:
+    by_kind: dict[str, list[tuple[CatalogFile, Path, pa.Schema, dict[str, str]]]] = {}
+    for f in files:
+        local = tmp / f"in-{next(count)}.parquet"
+        storage.download(f.path, local)
+        schema = pq.read_schema(local)
+        _, meta = read_metadata(local)
+        base = [(x.name, str(x.type)) for x in schema if not x.name.endswith(PG_TEXT_SUFFIX)]
+        archived = [meta.get(k) for k in ARCHIVED_AS]
+        kind = json.dumps([base, *archived])
+        by_kind.setdefault(kind, []).append((f, local, schema, meta))
+    out = []
+    for members in by_kind.values():
+        first = members[0][2]
+        companions = {
+            x.name: x for _, _, s, _ in members for x in s if x.name.endswith(PG_TEXT_SUFFIX)
+        }
+        fields = [x for x in first if not x.name.endswith(PG_TEXT_SUFFIX)]
+        fields += [companions[n] for n in sorted(companions)]
+        out.append(
+            Inputs(
+                [m[0] for m in members],
+                [m[1] for m in members],
+                pa.schema(fields, metadata=first.metadata),
+                members[0][3],
+            )
+        )
+    return out
+
+
+def merged_job(storage_url: str, operation: int) -> str:
+    """The (job, part) sequence a merge's files take: its own, one per operation."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"archiver:compact:{storage_url}:{operation}"))
+
+
+def merge(
+    conn: BulkConnection,
+    storage: Storage,
+    inputs: Inputs,
+    operation: int,
+    part: int,
+    local: Path,
+    guard: Callable[[], None],
+) -> ArchivedFile:
+    """The inputs' rows, one row group of one input at a time (memory flat in the
+    table's size), into `local`, stored as part `part` of the merge of `operation`:
+    its catalog row."""
+    first = inputs.files[0]
+    table = first.source_table
+    expected = sum(f.row_count for f in inputs.files)
+    extra = {
+        "row_count": str(expected),
+        "job_id": merged_job(first.storage_url, operation),
+        "part": str(part),
+        "compacted_jobs": json.dumps(sorted({f.job_id for f in inputs.files})),
+        "compacted_files": str(len(inputs.files)),
+    }
+    meta = {
+        (METADATA_PREFIX + k).encode(): v.encode() for k, v in {**inputs.metadata, **extra}.items()
+    }
+    schema = inputs.schema.with_metadata({**(inputs.schema.metadata or {}), **meta})
+    keys, cutoff = first.key_columns, first.cutoff_column
+    stats = ChunkStats(arrow_order=in_arrow_order([schema.field(k).type for k in keys]))
+    dictionary = [x.name for x in schema if pa.types.is_dictionary(x.type)]
+    rows = 0
+    with pq.ParquetWriter(
+        local, schema, compression="zstd", use_dictionary=dictionary, write_statistics=True
+    ) as writer:
+        pending: list[pa.Table] = []
+        for piece in _pieces(inputs, schema):
+            for batch in piece.to_batches():
+                if batch.num_rows:
+                    stats.observe(batch, keys, cutoff)
+            rows += piece.num_rows
+            pending.append(piece)
+            if sum(p.nbytes for p in pending) >= ROW_GROUP_BYTES:
+                _write(writer, pending)
+        _write(writer, pending)
+    if rows != expected:
+        raise VerificationError(f"{table}: the merge read {rows} rows, the catalog says {expected}")
+    if stats.arrow_order:
+        assert stats.min_key is not None and stats.max_key is not None
+        low, high = [key_text(v) for v in stats.min_key], [key_text(v) for v in stats.max_key]
+    else:  # keys PostgreSQL orders by a collation: the inputs' ends, sorted there
+        low, high = _key_ends(conn, inputs.files)
+    name = storage.object_name(names.merged_name(table, operation, part))
+    md5 = file_md5(local)
+    min_cutoff, max_cutoff = _cutoff_range(inputs.files)
+    tags = file_tags(table, extra["job_id"], min_cutoff, max_cutoff)
+    guard()
+    failpoints.reach("compact_merged")
+    stored = put_file(storage, name, local, tags, first.tier)
+    failpoints.reach("compact_uploaded")
+    try:
+        guard()
+    except BaseException:
+        storage.delete(name)
+        raise
+    size = check_stored(name, local, md5, stored)
+    if read_metadata(local)[0] != expected:
+        raise VerificationError(f"{name}: the merged file does not hold {expected} rows")
+    try:
+        delta_schema, delta_stats = file_facts(local)
+    except NotDeltaType:  # as its inputs were: the publisher names what it leaves out
+        delta_schema = delta_stats = ""
+    return ArchivedFile(
+        job_id=extra["job_id"],
+        part=part,
+        source_table=table,
+        storage_url=first.storage_url,
+        path=name,
+        row_count=expected,
+        byte_size=size,
+        md5=md5,
+        key_columns=keys,
+        min_key=low,
+        max_key=high,
+        cutoff_column=cutoff,
+        min_cutoff_value=min_cutoff,
+        max_cutoff_value=max_cutoff,
+        delta_schema=delta_schema,
+        delta_stats=delta_stats,
+        delta=first.delta,
+        tier=first.tier,
+        made_by=operation,
+    )
+
+
+def _pieces(inputs: Inputs, schema: pa.Schema) -> Iterator[pa.Table]:
+    """Each input's row groups in turn, as the merge's columns (a companion an input
+    lacks is NULL there)."""
+    for local in inputs.local:
+        with pq.ParquetFile(local) as source:
+            for group in range(source.num_row_groups):
+                rows = source.read_row_group(group)
+                columns = [
+                    rows.column(x.name)
+                    if x.name in rows.column_names
+                    else pa.nulls(rows.num_rows, x.type)
+                    for x in schema
+                ]
+                yield pa.Table.from_arrays(columns, schema=schema)
+
+
+def _write(writer: pq.ParquetWriter, pieces: list[pa.Table]) -> None:
+    """The pieces as one row group (each write call ends one: buffered to ~32 MB)."""
+    if pieces:
+        group = pa.concat_tables(pieces)
+        writer.write_table(group, row_group_size=group.num_rows + 1)
+        pieces.clear()
+
+
+def _cutoff_range(files: list[CatalogFile]) -> tuple[str | None, str | None]:
+    """From the smallest input start to the largest end (None, unbounded, if any input's
+    is; "" for a table archived with its parents: no cutoff column)."""
+    lows = [f.min_cutoff_value for f in files]
+    highs = [f.max_cutoff_value for f in files]
+    low = min((v for v in lows if v is not None), key=instant, default=None)
+    high = max((v for v in highs if v is not None), key=instant, default=None)
+    return (None if None in lows else low), (None if None in highs else high)
+
+
+def _key_ends(conn: BulkConnection, files: list[CatalogFile]) -> tuple[list[Any], list[Any]]:
+    """The smallest and largest of the inputs' catalogued key ends, each key column cast
+    to its type and compared under its collation in the table (as the catalog keeps
+    them): a sort of two rows per input."""
+    keys = files[0].key_columns
+    ends = [f.min_key for f in files] + [f.max_key for f in files]
+    staged = pa.table({k: [e[i] for e in ends] for i, k in enumerate(keys)})
+    with conn.cursor() as cur:
+        cur.execute(query("key_types"), (files[0].source_table,))
+        typed = {name: (kind, collation) for name, kind, collation in cur.fetchall()}
+        columns = []
+        for k in keys:
+            kind, collation = typed.get(k, (None, None))
+            value = f"s.{quote_ident(k)}"
+            columns.append((f"({value})::{kind}" if kind else value, collation))
+        return key_ends(cur, staged, columns, "archiver_compact_keys")
