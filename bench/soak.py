@@ -41,6 +41,7 @@ def table(figures: Figures, seconds: float) -> str:
         ),
         ("invariant checks passed", str(figures.checks_passed)),
         ("query answers checked against the soak's own counts", str(figures.answers_checked)),
+        ("files merged by the operator's compactions", str(figures.files_merged)),
         ("orphans left at the end (deleted by remove-orphans)", str(figures.orphans_at_the_end)),
         ("minute checks skipped (a restart meanwhile)", str(figures.checks_skipped)),
         ("problems", str(len(figures.problems))),

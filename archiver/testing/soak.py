@@ -48,7 +48,7 @@ from archiver.testing.supervised import ctl, pid_of
 
 log = logging.getLogger(__name__)
 
-OPERATIONS = ("restore", "erase", "purge", "tier", "query", "rehydrate")
+OPERATIONS = ("restore", "erase", "purge", "tier", "query", "rehydrate", "compact")
 FAULTS = ("kill_worker", "restart_postgres", "restart_azurite", "terminate_backends",
           "kill_scheduler")  # fmt: skip
 
@@ -261,6 +261,14 @@ class Soak:
         )
         if code == 0 and (back := re.search(r"(\d+) back online", out)):
             self.figures.files_back_online += int(back[1])
+
+    async def op_compact(self) -> None:
+        """An operator's compaction of a table now (the workers' runs every minute too),
+        SIGKILLed one time in four like the rest."""
+        table = self.rnd.choice(("orders", "events", "audit"))
+        code, out, _ = await self.command("compact", "compact", "--table", table)
+        if code == 0 and (merged := re.search(r"merged (\d+) files?", out)):
+            self.figures.files_merged += int(merged[1])
 
     async def op_query(self) -> None:
         """Questions whose answers the soak knows (soak_checks: the kept subjects' rows,

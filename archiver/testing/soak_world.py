@@ -200,6 +200,7 @@ class World:
             "ARCHIVER_HEARTBEAT_SECONDS": "1",
             "ARCHIVER_RETRY_BASE_SECONDS": "0.5",
             "ARCHIVER_ORPHAN_GRACE": "60",  # the workers' orphan sweep, every minute
+            "ARCHIVER_COMPACT_EVERY": "60",  # and their compaction of each table
             "TMPDIR": str(self.workdir),
         }
         migrated = self.cli("migrate")
@@ -271,6 +272,7 @@ class Figures:
     checks_skipped: int = 0  # a minute's check met a restart
     answers_checked: int = 0  # query answers compared with what the soak knows
     orphans_at_the_end: int = 0  # what killed writers left that no sweep had deleted yet
+    files_merged: int = 0  # by the operator's compactions (the workers' are in `jobs`)
     problems: list[str] = field(default_factory=list)
     worker_rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (minute, max MB)
     jobs: dict[str, int] = field(default_factory=dict)  # final count per task and status
