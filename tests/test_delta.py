@@ -210,7 +210,7 @@ def test_schema_drift_is_published_and_a_change_delta_cannot_hold_is_refused(
     counted = d.cli("query", "SELECT count(*) FROM public.events WHERE \"at\" < '2020-01-03'")
     assert "47" in counted.stdout, counted.stdout
     explained = d.cli("query", "--explain", "SELECT * FROM events WHERE id = 150")
-    assert "Scanning Files: 1/3" in explained.stdout, explained.stdout
+    assert explained.stdout.count("READ_PARQUET") == 1, explained.stdout  # 1 file of 3
     bad = d.cli("query", "SELECT nope FROM events")
     assert_refused(bad, "nope", code=1)
 

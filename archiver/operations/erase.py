@@ -15,6 +15,7 @@ from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
 from archiver.lifecycle.retention import protected
+from archiver.model import CatalogFile
 from archiver.operations.publish import make_visible
 from archiver.operations.selection import (
     FileSelection,
@@ -71,11 +72,12 @@ async def _erase(
 ) -> Erased:
     from archiver.lifecycle import erase as eraser
     from archiver.lifecycle.predicate import Predicate
-    from archiver.query import engine
+    from archiver.query.engine import engine
     from archiver.restore_target import parents_first_today
     from archiver.storage import open_storage
 
-    name, files = await table_files(settings, table, "erase")
+    name, every = await table_files(settings, table, "erase")
+    files = _may_match(every, where) or every[:1]  # one at least: the predicate is checked
     per_table = {name: files}
     keys: list[ForeignKey] = []
     if with_children:
@@ -92,7 +94,7 @@ async def _erase(
         for child in ordered[1:]:
             stored = await FileSelection(table=child).files(settings, "committed")
             per_table[child] = [f for f in stored if f.storage_url == here]
-    elif await chunk_children(settings, files):
+    elif await chunk_children(settings, every):
         raise InputError(
             f"erase: {name} was archived with the rows that reference it (--with-children): "
             "give --with-children, or those rows would stay archived without their parents"
@@ -144,3 +146,26 @@ async def _erase(
         tables = [t for t in per_table if found.positions.get(t)]
         await make_visible(settings, tables, no_wait=no_wait, report=report)
     return Erased(ledger_id, rows, counts)
+
+
+def _may_match(files: list[CatalogFile], where: str) -> list[CatalogFile]:
+    """The files whose catalogued key and cutoff ranges a predicate's constraints on
+    them can meet (archiver.query.statement): the others hold no row it matches, and are not
+    read (`customer_id = 42` constrains neither: every file is)."""
+    from archiver.query import statement
+
+    refs = statement.references(f"SELECT 1 FROM archived WHERE {where}")
+
+    def instant(text: str | None) -> dt.datetime | None:
+        return None if text is None else statement.as_instant(text, 0)
+
+    def integer(key: list[str]) -> int | None:  # a key's first column: its ends' first
+        return statement.as_integer(key[0], 0) if key else None
+
+    return [
+        f for f in files
+        if statement.admits(refs, f.cutoff_column, instant(f.min_cutoff_value),
+                          instant(f.max_cutoff_value), statement.as_instant)
+        and statement.admits(refs, f.key_columns[0], integer(f.min_key), integer(f.max_key),
+                           statement.as_integer)
+    ]  # fmt: skip

@@ -1,5 +1,5 @@
 """`archiver query`: the query (archiver.query) over views of the archive made at one
-catalog snapshot (archiver.live), in a thread holding an ADBC connection."""
+catalog snapshot, in a thread holding an ADBC connection."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ async def query(
     explain: bool,
     with_live: bool = False,
 ) -> str | None:
-    from archiver import live
-    from archiver import query as engine
+    from archiver.query import engine, statement
+    from archiver.query.answer import answer
 
-    engine.refuse_writes(sql)  # before anything runs
+    statement.refuse_writes(sql)  # before anything runs
     engine.check_format(fmt, output)
     result = await on_source(
         settings.database_url,
-        lambda conn: live.query(
+        lambda conn: answer(
             conn,
             settings,
             sql,

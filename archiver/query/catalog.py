@@ -1,0 +1,178 @@
+"""Step 1 of a query: the catalog at one snapshot, for the tables a statement names
+alone -- each one's committed files with their catalogued ranges (pruned by the
+statement's constraints), whether its Delta table holds exactly those files, what of it
+is offline -- and the snapshot exported, for the live rows to be read at it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from archiver.bulk import BulkConnection
+from archiver.query.statement import Reference, admits, as_instant, as_integer
+
+
+@dataclass(frozen=True)
+class File:
+    """A catalogued file, with the ranges the catalog holds of its rows (text)."""
+
+    path: str
+    key: str  # the first key column
+    min_key: str
+    max_key: str
+    cutoff: str  # the cutoff column ("" for a table archived with its parents)
+    min_cutoff: str | None  # ISO 8601 UTC; None: unbounded (PostgreSQL-only values)
+    max_cutoff: str | None
+    unsure: bool = False  # out of the Delta table, its job gone: a copy's, or a move's?
+
+
+@dataclass
+class Snapshot:
+    """The catalog at one snapshot: its id (to import) and each table's files."""
+
+    exported: str
+    current: str  # pg_current_snapshot(), to check the import
+    files: dict[str, list[File]] = field(default_factory=dict)
+    offline: dict[str, int] = field(default_factory=dict)
+    delta_exact: set[str] = field(default_factory=set)  # Delta table == committed files
+    archived: list[str] = field(default_factory=list)  # every catalogued table (for hints)
+
+
+# Tables whose Delta table holds exactly their committed files at the snapshot: every
+# committed file in a publication already in the log, every retired or offline one
+# taken out by one (the other tables' archive is read from their files: exact, slower).
+DELTA_EXACT = """
+SELECT d.source_table FROM delta_tables d
+WHERE d.storage_url = $1 AND d.published > 0
+  AND d.source_table IN (SELECT jsonb_array_elements_text($2::jsonb)) AND NOT EXISTS (
+    SELECT 1 FROM archive_files f
+    WHERE f.storage_url = d.storage_url AND f.source_table = d.source_table AND (
+        (f.state = 'committed' AND f.delta AND NOT f.offline
+         AND (f.publication IS NULL OR f.publication > d.published))
+        OR ((f.state = 'retired' OR f.offline) AND f.publication <= d.published
+            AND (f.unpublication IS NULL OR f.unpublication > d.published))))
+"""
+
+# The catalog's tables a statement names (schema.table, or a bare name in any schema:
+# its distinct tables read off the index on source_table, a loose index scan), and the
+# source's tables of those names with archive jobs queued but no file yet (their view
+# has _archiver_source too).
+NAMED = """
+WITH RECURSIVE t AS (
+    SELECT min(source_table) AS s FROM archive_files
+    UNION ALL
+    SELECT (SELECT min(source_table) FROM archive_files WHERE source_table > t.s)
+    FROM t WHERE t.s IS NOT NULL
+), named AS (SELECT jsonb_array_elements_text($1::jsonb) AS n)
+SELECT s FROM t JOIN named ON s = n OR (position('.' IN n) = 0 AND split_part(s, '.', 2) = n)
+UNION
+SELECT j.payload->>'table' FROM background_jobs j
+WHERE j.task_name = 'archive' AND j.payload->>'table' IN (
+    SELECT n FROM named WHERE position('.' IN n) > 0
+    UNION ALL
+    SELECT c.relnamespace::regnamespace::text || '.' || c.relname FROM pg_class c
+    JOIN named ON c.relname = named.n AND c.relkind IN ('r', 'p'))
+"""
+
+# Every catalogued table, read off the index on source_table (a loose index scan).
+ARCHIVED = """
+WITH RECURSIVE t AS (
+    SELECT min(source_table) AS s FROM archive_files
+    UNION ALL
+    SELECT (SELECT min(source_table) FROM archive_files WHERE source_table > t.s)
+    FROM t WHERE t.s IS NOT NULL
+)
+SELECT s FROM t WHERE s IS NOT NULL ORDER BY s
+"""
+
+
+def read_catalog(
+    conn: BulkConnection,
+    location: str,
+    named: set[str],
+    *,
+    live: bool = True,
+    bounded: Callable[[str], bool] = lambda table: False,
+) -> Snapshot:
+    """Step 1, on `conn` (left open in its transaction: the exported snapshot lives as
+    long as it does), for the tables a statement `named` (as written) alone: nothing is
+    read of the others. `live` False: the files of tables read through their Delta table
+    are not fetched (but their offline ones, counted); a table `bounded` by the
+    statement's constraints is read from its files (pruning can leave most out)."""
+    with conn.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cur.execute("SELECT pg_export_snapshot(), pg_current_snapshot()::text")
+        exported, current = cur.fetchall()[0]
+        cur.execute(NAMED, (json.dumps(sorted(named)),))
+        tables = sorted({r[0] for r in cur.fetchall() if r[0]})
+        cur.execute(ARCHIVED)
+        archived = [r[0] for r in cur.fetchall() if r[0]]
+        cur.execute(DELTA_EXACT, (location, json.dumps(tables)))
+        exact = {r[0] for r in cur.fetchall()} - {t for t in tables if bounded(t)}
+        cur.execute(
+            "SELECT f.source_table, f.path, f.offline, f.delta, j.payload->>'mode', "
+            "f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column, "
+            "to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
+            "to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') "
+            "FROM archive_files f LEFT JOIN background_jobs j ON j.id = f.job_id "
+            "WHERE f.source_table IN (SELECT jsonb_array_elements_text($4::jsonb)) "
+            "  AND f.storage_url = $1 AND f.state = 'committed' AND ($2 OR f.offline "
+            "  OR f.source_table NOT IN (SELECT jsonb_array_elements_text($3::jsonb))) "
+            "ORDER BY f.source_table, f.id",
+            (location, live, json.dumps(sorted(exact)), json.dumps(tables)),
+        )
+        rows = cur.fetchall()
+    snapshot = Snapshot(str(exported), str(current), {t: [] for t in tables})
+    snapshot.delta_exact, snapshot.archived = exact, archived
+    for table, path, offline, delta, mode, key, low, high, cutoff, first, last in rows:
+        if mode == "copy":
+            continue
+        if offline:
+            snapshot.offline[table] = snapshot.offline.get(table, 0) + 1
+            continue
+        unsure = not delta and mode != "move"
+        snapshot.files[table].append(File(path, key, low, high, cutoff, first, last, unsure))
+    return snapshot
+
+
+def prune(snapshot: Snapshot, refs: list[Reference]) -> int:
+    """Leave out of each table's files those the statement cannot read a row of (their
+    catalogued key or cutoff range outside its constraints: archiver.pruning), before
+    any is opened. How many were left out."""
+    left_out = 0
+    for table, files in snapshot.files.items():
+        mine = _references(table, refs)
+        kept = [
+            f for f in files
+            if admits(mine, f.cutoff, _instant(f.min_cutoff), _instant(f.max_cutoff),
+                              as_instant)
+            and admits(mine, f.key, _integer(f.min_key), _integer(f.max_key),
+                               as_integer)
+        ]  # fmt: skip
+        left_out += len(files) - len(kept)
+        snapshot.files[table] = kept
+    return left_out
+
+
+def bounded(table: str, refs: list[Reference]) -> bool:
+    """Whether every place the statement reads `table` puts bounds on some column (then
+    its catalogued files can be pruned by them)."""
+    mine = _references(table, refs)
+    return bool(mine) and all(r.columns for r in mine)
+
+
+def _references(table: str, refs: list[Reference]) -> list[Reference]:
+    return [r for r in refs if r.table in (table, table.split(".", 1)[1])]
+
+
+def _instant(text: str | None) -> dt.datetime | None:
+    return None if text is None else dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+
+
+def _integer(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:  # a key that is not an integer: no key bounds used
+        return None
