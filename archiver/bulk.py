@@ -88,6 +88,27 @@ def fetch_all(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> l
         conn.rollback()
 
 
+def fetch_records(
+    conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()
+) -> list[dict[str, Any]]:
+    """fetch_all, each row a dict by its columns' names."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            names = [d[0] for d in cur.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        conn.rollback()
+
+
+def fetch_in(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+    """One query in the connection's open transaction, left open (fetch_all ends it):
+    a transaction-scoped lock taken before a commit."""
+    with conn.cursor() as cur:
+        cur.execute(sql, params or None)
+        return cur.fetchall()
+
+
 class _DeferredModule(types.ModuleType):
     """Stands in for a module until one of its attributes is asked for, then imports it.
 

@@ -30,7 +30,7 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 # The commands that change the archive or the queue: a failure says which side of its
 # commit it came from (archiver.outcome).
 COMMITTING = frozenset(
-    ("restore", "erase", "purge", "tier", "rehydrate", "publish", "compact", "enqueue")
+    ("restore", "erase", "purge", "tier", "rehydrate", "protect", "publish", "compact", "enqueue")
 )
 
 

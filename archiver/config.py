@@ -258,7 +258,7 @@ class Settings:
     retention_days: float = _setting(
         30.0,
         "ARCHIVER_RETENTION_DAYS",
-        "finished jobs older than this are pruned (files stay catalogued)",
+        "finished jobs, and finished compactions in the ledger, older than this are pruned (files stay catalogued; restores, erasures and purges stay in the ledger)",
         _number(float, 0.0),
     )
     upload_concurrency: int = _setting(

@@ -142,6 +142,7 @@ def commit_changes(
     _run(conn, "ledger_retire", json.dumps(retired), operation)
     for f in written:
         insert_file(conn, f, FileState.COMMITTED)
+    _run(conn, "ledger_unkeep", operation)
     _run(conn, "ledger_done", operation, rows, json.dumps(detail))
 
 
@@ -183,7 +184,15 @@ def take_out(
             before_commit()
         failpoints.reach(f"{operation}_before_commit")
         commit_changes(conn, ledger_id, done.retired, done.written, done.rows, done.detail)
-        conn.commit()
+        try:
+            conn.commit()
+        except Exception as exc:  # the COMMIT may have landed: not "nothing changed"
+            raise outcome.Said(
+                f"{operation}: {outcome.describe(exc)} as it committed: whether it did, "
+                f"archive_ledger row {ledger_id} says (done: it stands); the workers' sweep "
+                "settles what it left either way",
+                1,
+            ) from exc
         outcome.committed(
             f"{OPERATIONS.get(operation, operation)} is committed (ledger {ledger_id})",
             "the workers' next publication and sweep finish it",

@@ -68,6 +68,11 @@ class Maintenance:
             await asyncio.sleep(PRUNE_PAUSE)
         if total:
             log.info("pruned %d finished jobs", total)
+        status = await self.pool.execute(
+            db.query("prune_ledger"), self.settings.retention_days * 86400, PRUNE_BATCH
+        )  # the finished housekeeping operations of the ledger (compactions, conversions)
+        if ledger := int(status.split()[-1]):
+            log.info("pruned %d finished compactions from the ledger", ledger)
         await jobqueue.compact_counts(self.pool)
 
     async def publications(self) -> None:
@@ -107,7 +112,11 @@ class Maintenance:
             budget = COMPACT_BUDGET * options.target
             return CompactRequest(table, location, options.target, options.period, budget)
 
-        small = self.settings.compact_target // 2
+        from archiver.policy import parse_policies
+
+        policies = parse_policies(self.config.policies) if self.config is not None else []
+        targets = [p.compact_target for p in policies if p.compact_target]
+        small = max([self.settings.compact_target, *targets]) // 2  # each table's plan decides
         every = self.settings.compact_every
         if await jobqueue.enqueue_compactions(self.pool, location, every, small, request):
             self.wake()

@@ -71,7 +71,7 @@ def sides(command: str) -> Iterator[Side]:
     token = _CURRENT.set(side)
     try:
         yield side
-    except _SAYS_ITSELF:
+    except (*_SAYS_ITSELF, BrokenPipeError):  # the reader of stdout went: said by cli.main
         raise
     except _BEFORE_ANYTHING as exc:
         if side.done is None:

@@ -122,6 +122,19 @@ DELETE FROM background_jobs WHERE id IN (
       AND finished_at < now() - make_interval(secs => $1)
     LIMIT $2 FOR UPDATE SKIP LOCKED)
 
+-- name: prune_ledger
+-- The housekeeping operations' ledger rows (a compaction's, a conversion's) finished
+-- before the retention, none of whose retired files is left: no reader needs them (the
+-- sweep reads running ones, the publisher the retirements of files still in its log).
+-- Restores, erasures and purges stay: who took what out of the archive, and when.
+DELETE FROM archive_ledger WHERE id IN (
+    SELECT l.id FROM archive_ledger l
+    WHERE l.operation IN ('compact', 'convert') AND l.status <> 'running'
+      AND l.finished_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (
+          SELECT 1 FROM archive_files f WHERE f.retired_by = l.id AND f.state = 'retired')
+    LIMIT $2)
+
 -- name: compact_job_counts
 -- The count deltas (sql/014_status_counts.sql) folded into one row per table and status
 -- (per table for files). A delta inserted meanwhile is not in the DELETE's snapshot: kept.
@@ -481,6 +494,13 @@ SELECT id, job_id::text AS job_id, part, source_table, storage_url, path, row_co
 FROM archive_files WHERE id = $1::bigint
 
 -- name: delta_published
+-- Publication $3 is in the log: what a compaction retired and it removed is kept a day
+-- from now (readers that opened the log before it still list them), whenever it ran.
+WITH kept AS (
+    UPDATE archive_files SET kept_until = greatest(kept_until, now() + interval '1 day')
+    WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint
+      AND state = 'retired' AND kept_until IS NOT NULL
+)
 UPDATE delta_tables SET published = $3::bigint, delta_version = $4::bigint, published_at = now()
 WHERE storage_url = $1 AND source_table = $2
 
@@ -587,6 +607,14 @@ UPDATE archive_files SET state = 'retired', retired_by = $2::bigint,
                       THEN now() + interval '1 day' END
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'committed'
   AND (retired_by IS NULL OR retired_by = $2::bigint)
+
+-- name: ledger_unkeep
+-- An erasure: the files a compaction retired and keeps a day for readers, of the tables
+-- it erases from, go as soon as they are out of the log (they hold the erased rows too).
+UPDATE archive_files f SET kept_until = NULL
+FROM archive_ledger l
+WHERE l.id = $1::bigint AND l.operation = 'erase' AND f.storage_url = l.storage_url
+  AND f.source_table = ANY (l.tables) AND f.state = 'retired' AND f.kept_until IS NOT NULL
 
 -- name: ledger_done
 UPDATE archive_ledger SET status = 'done', finished_at = now(), rows = $2::bigint,
@@ -754,6 +782,14 @@ SELECT a.attname::text, format_type(a.atttypid, a.atttypmod),
 FROM pg_attribute a
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 
+-- name: integer_columns
+-- The columns of integer types of the tables $1 (a JSON array of schema.table) this
+-- database has: a catalogued key range of theirs compares as numbers (text ends do not).
+SELECT t.name, a.attname::text
+FROM jsonb_array_elements_text($1::jsonb) AS t(name)
+JOIN pg_attribute a ON a.attrelid = to_regclass(t.name) AND a.attnum > 0
+ AND NOT a.attisdropped AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype)
+
 -- name: audit_record
 INSERT INTO archiver_audit (actor, address, via, action, target, outcome)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -803,10 +839,13 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('archiver.table ' || $1 || ' '
 
 -- name: compact_files
 -- Every committed file of the jobs that archived table $2 on storage $1 (its chunks'
--- children's files among them), with whether each is in its Delta log.
+-- children's files among them), with whether each is in its Delta log; none of a job
+-- still queued or running (its attempt may yet add to its chunks, or verify them).
 WITH jobs AS (
-    SELECT DISTINCT job_id FROM archive_files
-    WHERE storage_url = $1 AND source_table = $2 AND state = 'committed'
+    SELECT DISTINCT f.job_id FROM archive_files f
+    WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'committed'
+      AND NOT EXISTS (SELECT 1 FROM background_jobs j
+                      WHERE j.id = f.job_id AND j.status IN ('queued', 'running'))
 )
 SELECT f.id, f.job_id::text AS job_id, f.part, f.source_table, f.storage_url, f.path, f.row_count,
        f.byte_size, f.md5, f.key_columns, f.min_key, f.max_key, f.cutoff_column, f.state,

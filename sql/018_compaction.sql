@@ -14,3 +14,6 @@ ALTER TABLE archive_files
 -- the workers' compaction sweep: the tables with small committed files, by their index
 CREATE INDEX archive_files_small ON archive_files (storage_url, source_table, byte_size)
     WHERE state = 'committed';
+-- a query's archive jobs of the tables it names (archiver.query.catalog), years of them
+CREATE INDEX background_jobs_archive_table ON background_jobs ((payload->>'table'))
+    WHERE task_name = 'archive';

@@ -17,12 +17,7 @@ import pytest
 
 from tests.delta_check import delta, duck, uri
 from tests.harness import Harness
-from tests.support import (
-    archiver_cmd,
-    assert_refused,
-    start_process,
-    wait_for_text,
-)
+from tests.support import archiver_cmd, assert_refused, start_process, wait_for_text
 
 DAYS = 40  # from 2024-01-01: 38 daily jobs, each a file of 144 rows
 SCHEMA = """

@@ -213,6 +213,7 @@ def test_a_job_of_no_kind_or_with_a_malformed_payload_fails_naming_it(h: Harness
         h.sql("SELECT task_name, last_error FROM background_jobs WHERE status = 'failed'")
     )
     assert (
-        "no job kind 'reindex' (known: archive, publish, purge, orphans, noop)" in failed["reindex"]
+        "no job kind 'reindex' (known: archive, publish, purge, compact, orphans, noop)"
+        in failed["reindex"]
     )
     assert "not a publish job's payload (KeyError: 'storage_url')" in failed["publish"]

@@ -168,8 +168,16 @@ def test_remove_orphans_lists_and_deletes_what_a_cancelled_job_left(
     assert done.returncode == 0, done.stderr
     assert "deleted 1 orphan" in done.stdout and "in 1 table folder" in done.stdout, done.stdout
     assert blobs(h) == []
+    # a job's name deeper down a table's folder (another storage nested there, say), or
+    # in a folder no table has, is not archiver's to delete
+    client = ContainerClient.from_connection_string(h.azurite.connection_string, h.container)
+    strays = [left.replace("/job-", "/nested/job-"), "scratch/" + left.rsplit("/", 1)[1]]
+    for stray in strays:
+        client.upload_blob(stray, b"not ours")
     again = h.cli("remove-orphans", "--grace", "0")
     assert "deleted 0 orphans" in again.stdout, again.stdout
+    assert "kept 1 archiver did not name" in again.stderr, again.stderr
+    assert blobs(h) == sorted(strays)
     assert h.value("SELECT count(*) FROM events") == 3000 and len(ids) == 3000
     assert_refused(h.cli("remove-orphans", "--table", "nope", "--grace", "0"), "nope")
     assert_refused(h.cli("remove-orphans", "--grace", "-1"), "--grace")

@@ -64,10 +64,38 @@ def test_what_a_statement_does_not_name_or_rules_out_is_never_opened(h: Harness)
         {"n": late}
     ]
     assert answer(h, "SELECT count(*) AS n FROM events WHERE id BETWEEN 200 AND 230") == [{"n": 31}]
+    # a statement every file is ruled out for still has the table (and its columns)
+    assert answer(h, "SELECT count(id) AS n FROM events WHERE id < 0") == [{"n": 0}]
     # and what reads the whole table says which file it could not read
     whole = h.cli("query", "SELECT count(*) FROM events")
-    assert whole.returncode == 1 and early[0].rsplit("/", 1)[1] in whole.stderr, whole.stderr
+    assert whole.returncode == 1, whole.stderr
+    assert any(p.rsplit("/", 1)[1] in whole.stderr for p in early), whole.stderr
     # an erasure bounded by the cutoff reads only the files it can match
     erased = h.cli("erase", "--table", "events", "--where", f"{where} AND customer = 3")
     assert erased.returncode == 0, erased.stderr
     assert "erased 12 rows" in erased.stdout, erased.stdout
+
+
+def test_what_cannot_be_ruled_out_is_read(h: Harness) -> None:
+    """The pruning never leaves out a file a row could come from: a text key whose ends
+    read as numbers sorts as text ('100' < '20' < '3'), a name in other letters' case is
+    the same table (as DuckDB resolves it), and a statement DuckDB's parse cannot be
+    walked for (a PIVOT) reads every archived table."""
+    h.sql("""
+        CREATE TABLE codes (code text PRIMARY KEY, created_at timestamptz NOT NULL);
+        INSERT INTO codes VALUES ('100', '2024-01-01'), ('20', '2024-01-01'),
+            ('3', '2024-01-01'), ('4', '2024-02-01');
+    """)
+    h.enqueue("--table", "codes", "--before", "2024-01-02")
+    h.drain()
+    [(low, high)] = h.sql("SELECT min_key[1], max_key[1] FROM archive_files")
+    assert (low, high) == ("100", "3")  # as text: 20 lies outside [100, 3] as a number
+    for mode in ([], ["--with-live"]):
+        assert answer(h, *mode, "SELECT code FROM codes WHERE code = '20'") == [{"code": "20"}]
+        assert answer(h, *mode, "SELECT count(*) AS n FROM CODES c WHERE C.code >= '2'") == [
+            {"n": 2 + len(mode)}
+        ]
+        pivot = answer(
+            h, *mode, "PIVOT (SELECT code FROM codes) ON code IN ('20', '4') USING count(*)"
+        )
+        assert pivot == [{"20": 1, "4": len(mode)}], pivot

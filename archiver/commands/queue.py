@@ -158,6 +158,14 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         max_attempts=args.max_attempts,
         limits=_limits(args) or None,
     )
+    if args.wait:  # queued: a failure from here on (stdout's reader gone, too) says so
+        ids = " ".join(str(job.job_id) for job in queued)
+        outcome.committed(
+            f"{text.counted(len(queued), 'job')} queued ({ids})",
+            f"the workers run {'it' if len(queued) == 1 else 'them'}; `archiver show "
+            f"{queued[0].job_id}` follows {'it' if len(queued) == 1 else 'the first'}",
+            partial=True,
+        )
     if warning:
         print(f"archiver: warning: {warning}", file=sys.stderr)
     for i, job in enumerate(queued):
@@ -174,13 +182,6 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         print(f"group {group}: {text.counted(len(queued), 'job')}", file=sys.stderr)
     if args.wait:
         sys.stdout.flush()
-        ids = " ".join(str(job.job_id) for job in queued)
-        outcome.committed(
-            f"{text.counted(len(queued), 'job')} queued ({ids})",
-            f"the workers run {'it' if len(queued) == 1 else 'them'}; `archiver show "
-            f"{queued[0].job_id}` follows {'it' if len(queued) == 1 else 'the first'}",
-            partial=True,
-        )
         for job in queued:
             await _wait(settings, job.job_id)
     return 0

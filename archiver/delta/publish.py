@@ -165,11 +165,13 @@ class Publisher:
         files = self._files(number, done)
         removals = self._rows("delta_removals", number)
         self.conn.commit()
-        # a merge whose inputs leave the log in this publication moves rows: no data change
-        merges = {op for _, _, op in removals if op is not None}
+        # a merge whose inputs leave the log in this publication and whose files enter
+        # it moves rows: no data change (its files refused below: its inputs' rows go)
+        merged_out = {op for _, _, op in removals if op is not None}
         table = self._table()
         fields = json.loads(table.schema().to_json())["fields"] if table else []
         adds: list[AddAction] = []
+        made_by: list[int | None] = []
         rows = 0
         changes = Merged(fields)
         for f in files:
@@ -182,9 +184,13 @@ class Publisher:
             changes = Merged(
                 merged.fields, changes.added + merged.added, changes.widened + merged.widened
             )
-            changed = f["made_by"] not in merges
-            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], changed, f["stats"]))
+            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], True, f["stats"]))
+            made_by.append(f["made_by"])
             rows += f["rows"]
+        merges = merged_out & set(made_by)
+        for add, op in zip(adds, made_by, strict=True):
+            add.data_change = op not in merges
+        removals = [(path, size, op if op in merges else None) for path, size, op in removals]
         table = self._evolve(table, changes)
         if table is not None and (table.transaction_version(APP_ID) or 0) >= number:
             log.info("%s: publication %d was committed before a restart", self.table, number)

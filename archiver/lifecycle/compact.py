@@ -177,16 +177,22 @@ def _bucket(f: CatalogFile, period: str) -> str | None:
         return ""
     if f.min_cutoff_value is None or f.max_cutoff_value is None:
         return None
+    if instant(f.max_cutoff_value) == dt.datetime.max.replace(tzinfo=dt.UTC):
+        return None  # beyond the year 9999
     size = 7 if period == "month" else 4  # YYYY-MM / YYYY of ISO 8601 UTC text
     low, high = _utc(f.min_cutoff_value)[:size], _utc(f.max_cutoff_value)[:size]
     return low if low == high else None
 
 
 def instant(text: str | None) -> dt.datetime:
-    """A catalogued cutoff bound as an instant (None: the start of time)."""
+    """A catalogued cutoff bound as an instant (None: the start of time; a year past
+    Python's 9999, as PostgreSQL has them: the end of time)."""
     if text is None:
         return dt.datetime.min.replace(tzinfo=dt.UTC)
-    value = dt.datetime.fromisoformat(text)
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return dt.datetime.max.replace(tzinfo=dt.UTC)
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 

@@ -6,6 +6,7 @@ chunk's file is."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -51,24 +52,28 @@ class Apart(Exception):
     the same in Delta's terms): left as they are."""
 
 
-def fetch(storage: Storage, group: list[Chunk], tmp: Path) -> tuple[list[Inputs], Inputs]:
+def fetch(storage: Storage, group: list[Chunk], tmp: Path) -> tuple[list[Inputs], list[Inputs]]:
     """Download a group's files: each child table's, split where their columns were
     archived differently (a child table's schema changed: a merged file each), and the
-    roots', which must merge into one (Apart otherwise)."""
+    roots'. Chunks with children must merge into one root (Apart otherwise: their
+    children's files are merged before their root, in one sequence); roots alone are
+    split the same way, each kind of two files or more merged (Apart when none is)."""
     children: dict[str, list[CatalogFile]] = {}
     for chunk in group:
         for f in chunk.children:
             children.setdefault(f.source_table, []).append(f)
-    count = iter(range(10**9))
+    count = itertools.count()
     merged_children = []
     for table in sorted(children):
         merged_children += _kinds(storage, children[table], tmp, count)
     roots = _kinds(storage, [c.root for c in group], tmp, count)
-    if len(roots) != 1:
+    if not children:
+        roots = [kind for kind in roots if len(kind.files) >= 2]
+    if len(roots) != 1 and (children or not roots):
         raise Apart(
             f"{group[0].root.source_table}: the group's files were archived with different columns"
         )
-    return merged_children, roots[0]
+    return merged_children, roots
 
 
 def _kinds(

@@ -27,7 +27,7 @@ from archiver.db import query
 from archiver.files import names
 from archiver.storage.seam import Storage, StoredObject
 
-_JOB = re.compile(r"/job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet$")
+_JOB = re.compile(r"job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet")
 
 
 @dataclass
@@ -57,28 +57,33 @@ def find(
     `storage`: one query of its catalogued names, one of the writers still at work."""
     here = str(storage.location)
     prefix = storage.object_name(names.job_prefix(table))
-    catalogued = {r[0] for r in fetch_all(conn, query("orphans_catalogued"), (here, table))}
     result = Orphans(table)
     candidates: list[tuple[StoredObject, str | None, int | None]] = []
-    for stored in listed:  # catalogued paths are full object names
-        if stored.name in catalogued or stored.name.startswith(f"{prefix}_delta_log/"):
+    for stored in listed:
+        rest = stored.name[len(prefix) :] if stored.name.startswith(prefix) else "/"
+        if rest.startswith("_delta_log/"):
             continue
         operation = names.operation_of(stored.name)  # a rewrite's or a merge's writer
-        by_job = _JOB.search(stored.name) if operation is None else None
-        if operation is None and by_job is None:
-            result.foreign.append(stored.name)
+        by_job = _JOB.fullmatch(rest) if operation is None else None
+        if "/" in rest or (operation is None and by_job is None):
+            result.foreign.append(stored.name)  # deeper down too: archiver makes none
             continue
         candidates.append((stored, by_job[1] if by_job else None, operation))
     if not candidates:
         return result
     jobs = sorted({j for _, j, _ in candidates if j})
     operations = sorted({o for _, _, o in candidates if o is not None})
+    # the writers first, the catalog then: a writer done by now catalogued what it
+    # kept before it was (read the other way, a file catalogued as its job finished
+    # between the two reads would look an orphan)
     working = {
         str(r[0])
         for r in fetch_all(
             conn, query("orphans_writers_at_work"), (json.dumps(jobs), json.dumps(operations))
         )
     }
+    catalogued = {r[0] for r in fetch_all(conn, query("orphans_catalogued"), (here, table))}
+    candidates = [c for c in candidates if c[0].name not in catalogued]  # full object names
     for stored, job, operation in candidates:
         writer = f"op:{operation}" if operation is not None else job
         if writer in working:

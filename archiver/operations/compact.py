@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db
-from archiver.bulk import BulkConnection, fetch_all, on_source
+from archiver import db, outcome
+from archiver.bulk import BulkConnection, fetch_in, fetch_records, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, InputError
 from archiver.lifecycle.compact import PERIODS, Chunk, Plan, chunks_of, plan
+from archiver.model import CatalogFile
+from archiver.text import counted
 
 __all__ = ["Compacted", "Options", "Plan", "compact_table", "options_for", "resolve"]
-from archiver.model import CatalogFile
 
 if TYPE_CHECKING:
     from archiver.storage.seam import Storage
@@ -151,9 +152,9 @@ def _compact(
     report: Report,
 ) -> Compacted:
     here = str(storage.location)
-    rows = fetch_all(conn, db.query("compact_files"), (here, table))
-    files = [CatalogFile.from_row(dict(zip(_COLUMNS, r, strict=True))) for r in rows]
-    logged = {int(r[0]) for r in rows if r[-1]}
+    rows = fetch_records(conn, db.query("compact_files"), (here, table))
+    files = [CatalogFile.from_row(r) for r in rows]
+    logged = {int(r["id"]) for r in rows if r["in_log"]}
     chunks = chunks_of(table, files)
     if files and not chunks:
         raise InputError(
@@ -176,15 +177,19 @@ def _compact(
             done.yielded = str(exc)
             report(f"{table}: {exc}")
             break
+        # a failure from here on leaves the merges so far standing, the rest undone
+        outcome.committed(
+            f"{counted(len(done.merged), 'merge')} committed (ledger "
+            f"{', '.join(map(str, done.merged))})",
+            "the workers' next compaction merges the rest",
+            partial=True,
+        )
+    if done.merged:
+        outcome.committed(
+            f"{counted(len(done.merged), 'merge')} committed",
+            "the workers' next publication shows readers the merged files",
+        )
     return done
-
-
-_COLUMNS = (
-    "id", "job_id", "part", "source_table", "storage_url", "path", "row_count", "byte_size",
-    "md5", "key_columns", "min_key", "max_key", "cutoff_column", "state", "delta",
-    "delta_schema", "min_cutoff_value", "max_cutoff_value", "tier", "offline",
-    "immutable_until", "legal_hold", "in_log",
-)  # fmt: skip
 
 
 def _merge_group(
@@ -201,12 +206,11 @@ def _merge_group(
     from archiver.lifecycle.merge import Apart, fetch, merge
 
     here = str(storage.location)
-    inputs = [f for chunk in group for f in chunk.files]
-    tables = sorted({f.source_table for f in inputs})
+    tables = sorted({f.source_table for chunk in group for f in chunk.files})
 
     def free() -> None:  # in the commit's transaction: no command holds any of them
         for t in tables:
-            if not fetch_all_in(conn, db.query("table_merge"), (here, t))[0][0]:
+            if not fetch_in(conn, db.query("table_merge"), (here, t))[0][0]:
                 raise Yielded(f"yielded to a command on {t}; the next compaction goes on")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,12 +222,14 @@ def _merge_group(
             return
         free()  # before the work too: a command that holds the table now wins at once
         conn.rollback()
+        parts = [*children, *roots]
+        inputs = [f for part in parts for f in part.files]  # a root alone of its kind: left
 
         def write(operation: int) -> ledger.TakenOut:
             guard = ledger.guard(conn, operation)
             written = [
                 merge(conn, storage, part_inputs, operation, part, Path(tmp) / f"out-{part}", guard)
-                for part, part_inputs in enumerate([*children, roots])
+                for part, part_inputs in enumerate(parts)
             ]
             detail = {
                 t: {"merged": sum(f.source_table == t for f in inputs),
@@ -247,16 +253,8 @@ def _merge_group(
     done.files_in += len(inputs)
     done.files_out += len(taken.written)
     done.bytes_in += sum(f.byte_size for f in inputs)
+    chunks = sum(f.source_table == table for f in inputs)
     report(
-        f"{table}: {len(group)} chunks ({len(inputs)} files, {taken.rows:,} rows) merged "
+        f"{table}: {chunks} chunks ({len(inputs)} files, {taken.rows:,} rows) merged "
         f"into {len(taken.written)} (ledger {operation})"
     )
-
-
-def fetch_all_in(
-    conn: BulkConnection, sql: str, params: tuple[object, ...]
-) -> list[tuple[object, ...]]:
-    """A query in the connection's open transaction (fetch_all rolls it back)."""
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        return list(cur.fetchall())

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archiver import db, jobqueue
-from archiver.bulk import on_source
+from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
 from archiver.lifecycle.retention import protected
@@ -49,10 +49,15 @@ async def erase_rows(
     no_wait: bool = False,
 ) -> Erased:
     """Erase the archived rows of `table` matching `where` (and, with_children, the rows
-    of its aggregate's tables referencing them) from every file holding them; the table
+    of its aggregate's tables referencing them) from every file holding them; the tables
     held against compaction meanwhile (selection.hold_tables)."""
     name, _ = await table_files(settings, table, "erase")
-    async with hold_tables(settings, [name]):
+    held = [name]
+    if with_children:  # theirs too: a compaction of one of them retires their files
+        from archiver.operations.inspect import aggregate_children
+
+        held += (await aggregate_children(settings, [name])).get(name, [])
+    async with hold_tables(settings, held):
         return await _erase(
             settings, name, where, with_children=with_children, dry_run=dry_run,
             reason=reason, report=report, no_wait=no_wait,
@@ -77,7 +82,9 @@ async def _erase(
     from archiver.storage import open_storage
 
     name, every = await table_files(settings, table, "erase")
-    files = _may_match(every, where) or every[:1]  # one at least: the predicate is checked
+    integer_keys = await on_source(settings.effective_source_url, lambda c: _integers(c, name))
+    # one file at least: the predicate is checked on it
+    files = _may_match(every, where, integer_keys) or every[:1]
     per_table = {name: files}
     keys: list[ForeignKey] = []
     if with_children:
@@ -148,13 +155,23 @@ async def _erase(
     return Erased(ledger_id, rows, counts)
 
 
-def _may_match(files: list[CatalogFile], where: str) -> list[CatalogFile]:
+def _integers(conn: BulkConnection, table: str) -> set[str]:
+    from archiver.query.catalog import integer_columns
+
+    with conn.cursor() as cur:
+        return {column for _, column in integer_columns(cur, [table])}
+
+
+def _may_match(files: list[CatalogFile], where: str, integer_keys: set[str]) -> list[CatalogFile]:
     """The files whose catalogued key and cutoff ranges a predicate's constraints on
     them can meet (archiver.query.statement): the others hold no row it matches, and are not
-    read (`customer_id = 42` constrains neither: every file is)."""
+    read (`customer_id = 42` constrains neither: every file is). A key's range only
+    where the key is of an integer type in the source (`integer_keys`)."""
     from archiver.query import statement
 
     refs = statement.references(f"SELECT 1 FROM archived WHERE {where}")
+    if refs is None:  # not a predicate DuckDB's parse can be walked for: every file
+        return files
 
     def instant(text: str | None) -> dt.datetime | None:
         return None if text is None else statement.as_instant(text, 0)
@@ -165,7 +182,8 @@ def _may_match(files: list[CatalogFile], where: str) -> list[CatalogFile]:
     return [
         f for f in files
         if statement.admits(refs, f.cutoff_column, instant(f.min_cutoff_value),
-                          instant(f.max_cutoff_value), statement.as_instant)
-        and statement.admits(refs, f.key_columns[0], integer(f.min_key), integer(f.max_key),
-                           statement.as_integer)
+                            instant(f.max_cutoff_value), statement.as_instant)
+        and (f.key_columns[0] not in integer_keys
+             or statement.admits(refs, f.key_columns[0], integer(f.min_key),
+                                 integer(f.max_key), statement.as_integer))
     ]  # fmt: skip

@@ -48,11 +48,12 @@ async def remove_orphans(
 
 
 def by_folder(objects: Iterable[StoredObject], root: str) -> dict[str, list[StoredObject]]:
-    """Objects under `root` by the first folder of their name: archiver's table folders."""
+    """Objects under `root` by the first folder of their name where it is a table's
+    (schema.table): archiver's table folders."""
     found: dict[str, list[StoredObject]] = {}
     for o in objects:
         folder, slash, _ = o.name[len(root) :].lstrip("/").partition("/")
-        if slash:
+        if slash and "." in folder:
             found.setdefault(folder, []).append(o)
     return found
 

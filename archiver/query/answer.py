@@ -35,13 +35,18 @@ def answer(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live
             "archive; query the archive alone (without --with-live)"
         )
     location = settings.storage_location()
-    refs = statement.references(sql)
-    named = {r.table for r in refs}
+    refs = statement.references(sql)  # None: not known, every archived table is read
+    named = None if refs is None else {r.table for r in refs}
     for attempt in range(1, RETRIES + 1):
         snapshot = catalog.read_catalog(
-            conn, str(location), named, live=live, bounded=lambda t: catalog.bounded(t, refs)
+            conn,
+            str(location),
+            named,
+            live=live,
+            bounded=lambda t: refs is not None and catalog.bounded(t, refs),
         )
-        catalog.prune(snapshot, refs)
+        if refs is not None:
+            catalog.prune(snapshot, refs)
         statement.refuse_tables(sql, {
             table: f"{command}: {n} archived files of {table} are in the Archive tier and "
             f"cannot be read: `archiver rehydrate --table {table}`; nothing returned"

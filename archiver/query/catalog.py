@@ -9,9 +9,11 @@ import datetime as dt
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from archiver.bulk import BulkConnection
-from archiver.query.statement import Reference, admits, as_instant, as_integer
+from archiver.db import query
+from archiver.query.statement import Reference, admits, as_instant, as_integer, reads
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Snapshot:
     offline: dict[str, int] = field(default_factory=dict)
     delta_exact: set[str] = field(default_factory=set)  # Delta table == committed files
     archived: list[str] = field(default_factory=list)  # every catalogued table (for hints)
+    integer_keys: set[tuple[str, str]] = field(default_factory=set)  # (table, column)
 
 
 # Tables whose Delta table holds exactly their committed files at the snapshot: every
@@ -66,14 +69,19 @@ WITH RECURSIVE t AS (
     SELECT (SELECT min(source_table) FROM archive_files WHERE source_table > t.s)
     FROM t WHERE t.s IS NOT NULL
 ), named AS (SELECT jsonb_array_elements_text($1::jsonb) AS n)
-SELECT s FROM t JOIN named ON s = n OR (position('.' IN n) = 0 AND split_part(s, '.', 2) = n)
+SELECT s FROM t JOIN named ON lower(s) = lower(n)
+    OR (position('.' IN n) = 0 AND lower(split_part(s, '.', 2)) = lower(n))
 UNION
 SELECT j.payload->>'table' FROM background_jobs j
 WHERE j.task_name = 'archive' AND j.payload->>'table' IN (
-    SELECT n FROM named WHERE position('.' IN n) > 0
+    SELECT c.relnamespace::regnamespace::text || '.' || c.relname FROM pg_class c
+    JOIN named ON lower(c.relname) = lower(named.n) AND c.relkind IN ('r', 'p')
     UNION ALL
     SELECT c.relnamespace::regnamespace::text || '.' || c.relname FROM pg_class c
-    JOIN named ON c.relname = named.n AND c.relkind IN ('r', 'p'))
+    JOIN named ON position('.' IN named.n) > 0
+     AND lower(c.relnamespace::regnamespace::text) = lower(split_part(named.n, '.', 1))
+     AND lower(c.relname) = lower(substr(named.n, position('.' IN named.n) + 1))
+     AND c.relkind IN ('r', 'p'))
 """
 
 # Every catalogued table, read off the index on source_table (a loose index scan).
@@ -91,24 +99,28 @@ SELECT s FROM t WHERE s IS NOT NULL ORDER BY s
 def read_catalog(
     conn: BulkConnection,
     location: str,
-    named: set[str],
+    named: set[str] | None,
     *,
     live: bool = True,
     bounded: Callable[[str], bool] = lambda table: False,
 ) -> Snapshot:
     """Step 1, on `conn` (left open in its transaction: the exported snapshot lives as
     long as it does), for the tables a statement `named` (as written) alone: nothing is
-    read of the others. `live` False: the files of tables read through their Delta table
+    read of the others (None: what it reads is not known, every archived table). `live` False: the files of tables read through their Delta table
     are not fetched (but their offline ones, counted); a table `bounded` by the
     statement's constraints is read from its files (pruning can leave most out)."""
     with conn.cursor() as cur:
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cur.execute("SELECT pg_export_snapshot(), pg_current_snapshot()::text")
         exported, current = cur.fetchall()[0]
-        cur.execute(NAMED, (json.dumps(sorted(named)),))
-        tables = sorted({r[0] for r in cur.fetchall() if r[0]})
         cur.execute(ARCHIVED)
         archived = [r[0] for r in cur.fetchall() if r[0]]
+        if named is None:
+            tables = archived
+        else:
+            cur.execute(NAMED, (json.dumps(sorted(named)),))
+            tables = sorted({r[0] for r in cur.fetchall() if r[0]})
+        integer_keys = integer_columns(cur, tables)
         cur.execute(DELTA_EXACT, (location, json.dumps(tables)))
         exact = {r[0] for r in cur.fetchall()} - {t for t in tables if bounded(t)}
         cur.execute(
@@ -126,6 +138,7 @@ def read_catalog(
         rows = cur.fetchall()
     snapshot = Snapshot(str(exported), str(current), {t: [] for t in tables})
     snapshot.delta_exact, snapshot.archived = exact, archived
+    snapshot.integer_keys = integer_keys
     for table, path, offline, delta, mode, key, low, high, cutoff, first, last in rows:
         if mode == "copy":
             continue
@@ -139,36 +152,46 @@ def read_catalog(
 
 def prune(snapshot: Snapshot, refs: list[Reference]) -> int:
     """Leave out of each table's files those the statement cannot read a row of (their
-    catalogued key or cutoff range outside its constraints: archiver.pruning), before
-    any is opened. How many were left out."""
+    catalogued key or cutoff range outside its constraints), before any is opened: a
+    key's range only where the key is of an integer type in this database (text ends
+    sort otherwise). How many were left out."""
     left_out = 0
     for table, files in snapshot.files.items():
-        mine = _references(table, refs)
+        mine = reads(table, refs)
         kept = [
             f for f in files
             if admits(mine, f.cutoff, _instant(f.min_cutoff), _instant(f.max_cutoff),
-                              as_instant)
-            and admits(mine, f.key, _integer(f.min_key), _integer(f.max_key),
-                               as_integer)
+                      as_instant)
+            and ((table, f.key) not in snapshot.integer_keys
+                 or admits(mine, f.key, _integer(f.min_key), _integer(f.max_key), as_integer))
         ]  # fmt: skip
+        kept = kept or files[-1:]  # one at least: the table's view needs its columns
         left_out += len(files) - len(kept)
         snapshot.files[table] = kept
     return left_out
 
 
+def integer_columns(cur: Any, tables: list[str]) -> set[tuple[str, str]]:
+    """(table, column) for each column of an integer type of `tables` that this database
+    has: their catalogued key ranges may prune (a text key's ends sort as text)."""
+    cur.execute(query("integer_columns"), (json.dumps(tables),))
+    return {(r[0], r[1]) for r in cur.fetchall()}
+
+
 def bounded(table: str, refs: list[Reference]) -> bool:
     """Whether every place the statement reads `table` puts bounds on some column (then
     its catalogued files can be pruned by them)."""
-    mine = _references(table, refs)
+    mine = reads(table, refs)
     return bool(mine) and all(r.columns for r in mine)
 
 
-def _references(table: str, refs: list[Reference]) -> list[Reference]:
-    return [r for r in refs if r.table in (table, table.split(".", 1)[1])]
-
-
 def _instant(text: str | None) -> dt.datetime | None:
-    return None if text is None else dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+    """A catalogued end (UTC text), None where it bounds nothing: none, or a year past
+    Python's 9999 (PostgreSQL's go to 294276)."""
+    try:
+        return None if text is None else dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
 
 
 def _integer(text: str | None) -> int | None:

@@ -50,46 +50,23 @@ def refuse_writes(sql: str) -> None:
         )
 
 
-def named_tables(sql: str) -> set[str]:
-    """The tables a SELECT names, as written (`orders`, `public.orders`), from DuckDB's
-    own parse of it."""
-    import json
-
-    import duckdb
-
-    serialized = duckdb.connect().execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
-    tree = json.loads(serialized[0]) if serialized else {}
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("type") == "BASE_TABLE":
-                schema = node.get("schema_name") or ""
-                found.add(f"{schema}.{node['table_name']}" if schema else node["table_name"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(tree)
-    return found
-
-
 def refuse_tables(sql: str, refused: dict[str, str]) -> None:
     """One line, before anything runs, when `sql` names a table of `refused` (schema.
-    table: why), by its full name or by its bare one where one schema has it."""
+    table: why), by its full name or by its bare one (a statement DuckDB's parse cannot
+    be walked for names every one)."""
     if not refused:
         return
-
-    named = named_tables(sql)
-    bare: dict[str, list[str]] = {}
-    for table in refused:
-        bare.setdefault(table.split(".", 1)[1], []).append(table)
+    refs = references(sql)
     for table, why in sorted(refused.items()):
-        short = table.split(".", 1)[1]
-        if table in named or (short in named and len(bare[short]) == 1):
+        if refs is None or reads(table, refs):
             raise InputError(why)
+
+
+def reads(table: str, refs: list[Reference]) -> list[Reference]:
+    """The places `refs` read `table` (schema.table): by its full name, or its bare one
+    (DuckDB resolves names without regard to case, as PostgreSQL does unquoted ones)."""
+    full, bare = table.casefold(), table.split(".", 1)[1].casefold()
+    return [r for r in refs if r.table.casefold() in (full, bare)]
 
 
 MARGIN = dt.timedelta(days=1)
@@ -132,21 +109,38 @@ class Reference:
     columns: dict[str, Bounds] = field(default_factory=dict)
 
 
-def references(sql: str) -> list[Reference]:
+def references(sql: str) -> list[Reference] | None:
     """Every place `sql` reads a table, each with the bounds its SELECT's WHERE puts on
-    that table's columns. A statement DuckDB cannot parse: none (the query says why)."""
+    that table's columns where the SELECT is that simple (its FROM of tables and joins);
+    a table read anywhere else (a PIVOT, a table function's argument) is read without
+    bounds. None when DuckDB cannot serialize the statement (a PIVOT, say): then
+    nothing is known of what it reads."""
     import duckdb
 
     try:
         serialized = duckdb.connect().execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
     except duckdb.Error:
-        return []
+        return None
     tree = json.loads(serialized[0]) if serialized else {}
+    if tree.get("error"):
+        return None
     found: list[Reference] = []
+    taken: set[int] = set()  # the BASE_TABLE nodes a simple SELECT read
     for node in _nodes(tree):
         if node.get("type") == "SELECT_NODE":
-            found += _select(node)
+            found += _select(node, taken)
+    for node in _nodes(tree):
+        if node.get("type") == "BASE_TABLE" and id(node) not in taken:
+            found.append(Reference(_name(node)))
     return found
+
+
+def _name(base: dict[str, Any]) -> str:
+    """A table as written, `main.` (DuckDB's own schema) taken as no schema."""
+    schema = base.get("schema_name") or ""
+    if schema.casefold() == "main":
+        schema = ""
+    return f"{schema}.{base['table_name']}" if schema else str(base["table_name"])
 
 
 def _nodes(node: Any) -> Iterator[dict[str, Any]]:
@@ -159,25 +153,21 @@ def _nodes(node: Any) -> Iterator[dict[str, Any]]:
             yield from _nodes(value)
 
 
-def _select(node: dict[str, Any]) -> list[Reference]:
+def _select(node: dict[str, Any], taken: set[int]) -> list[Reference]:
     """The tables one SELECT reads directly (its FROM, joins included; subqueries are
     SELECTs of their own), with its WHERE's bounds on each."""
     tables: dict[str, Reference] = {}  # by alias, else by name
     refs: list[Reference] = []
     for base in _from_tables(node.get("from_table")):
-        name = (
-            f"{base['schema_name']}.{base['table_name']}"
-            if base.get("schema_name")
-            else base["table_name"]
-        )
-        ref = Reference(name)
+        taken.add(id(base))
+        ref = Reference(_name(base))
         refs.append(ref)
-        tables[base.get("alias") or base["table_name"]] = ref
+        tables[(base.get("alias") or base["table_name"]).casefold()] = ref
     for conjunct in _conjuncts(node.get("where_clause")):
         for column, op, value in _bounds(conjunct):
             owner = _owner(column, tables, refs)
             if owner is not None:
-                owner.columns.setdefault(column[-1], Bounds()).narrow(op, value)
+                owner.columns.setdefault(column[-1].casefold(), Bounds()).narrow(op, value)
     return refs
 
 
@@ -205,7 +195,7 @@ def _owner(
     column: list[str], tables: dict[str, Reference], refs: list[Reference]
 ) -> Reference | None:
     if len(column) == 2:
-        return tables.get(column[0])
+        return tables.get(column[0].casefold())
     if len(column) == 1 and len(refs) == 1:
         return refs[0]
     return None  # unqualified among several tables, or schema.table.column: not taken
@@ -246,14 +236,30 @@ def _column(node: Any) -> list[str] | None:
     return None
 
 
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
+                  "USMALLINT", "UINTEGER", "UBIGINT")  # fmt: skip
+_TIME_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS",
+               "TIMESTAMP_NS")  # fmt: skip
+
+
 def _constant(node: Any) -> Any:
-    """A constant's value (a cast's too: TIMESTAMPTZ '2024-01-01'), else None."""
+    """A constant's value where it is plainly one: an integer literal, a string, or a
+    string cast to a date or timestamp (`TIMESTAMPTZ '2024-01-01'`); else None (a
+    decimal's serialized value is unscaled, a cast may round: neither is used)."""
     if not isinstance(node, dict):
         return None
     if node.get("type") == "OPERATOR_CAST":
-        return _constant(node.get("child"))
+        child = node.get("child")
+        kind = (node.get("cast_type") or {}).get("id")
+        value = _constant(child)
+        return value if kind in _TIME_TYPES and isinstance(value, str) else None
     if node.get("type") == "VALUE_CONSTANT" and not node["value"].get("is_null"):
-        return node["value"].get("value")
+        kind = (node["value"].get("type") or {}).get("id")
+        value = node["value"].get("value")
+        if kind in _INTEGER_TYPES and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind == "VARCHAR" and isinstance(value, str):
+            return value
     return None
 
 
@@ -261,8 +267,10 @@ def admits(refs: list[Reference], column: str, low: Any, high: Any, as_value: An
     """Whether a file whose `column` lies in [low, high] (None: open) may hold a row some
     reference reads: any reference without bounds on it does; `as_value` turns a
     constant into the ends' kind (None when it cannot: that bound is not used)."""
+    if not refs:  # read nowhere the statement says: nothing is known
+        return True
     for ref in refs:
-        bounds = ref.columns.get(column)
+        bounds = ref.columns.get(column.casefold())
         if bounds is None:
             return True
         if _meets(bounds, low, high, as_value):
@@ -289,12 +297,11 @@ def _meets(bounds: Bounds, low: Any, high: Any, as_value: Any) -> bool:
 
 
 def as_integer(value: Any, _side: int) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)  # a string compared with an integer column: DuckDB casts it
+    return None
 
 
 def as_instant(value: Any, side: int) -> dt.datetime | None:
@@ -304,7 +311,7 @@ def as_instant(value: Any, side: int) -> dt.datetime | None:
         return None
     try:
         when = dt.datetime.fromisoformat(str(value))
-    except ValueError:
+    except ValueError:  # not a date (or beyond Python's years): not used
         return None
     when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
     return when + side * MARGIN
