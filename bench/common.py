@@ -275,10 +275,10 @@ def job_seconds(url: str) -> float:
     return float(rows[0][1])
 
 
-def enqueue_archive(url: str, table: str, cutoff: str) -> None:
+def enqueue_archive(url: str, table: str, cutoff: str, chunk_rows: int | None = None) -> None:
     """What `archiver enqueue` inserts for a move of `table` (the table checked by the
     caller), without a process start per job."""
-    request = ArchiveRequest(table, "created_at", cutoff, Mode.MOVE)
+    request = ArchiveRequest(table, "created_at", cutoff, Mode.MOVE, chunk_rows)
     dedup_key, lock_key = request.keys()
     sql(url, "INSERT INTO background_jobs (task_name, payload, dedup_key, lock_key) "
               "VALUES ('archive', $1::jsonb, $2, $3)",

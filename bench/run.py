@@ -32,12 +32,13 @@ from bench import (
     restore,
     scale,
     tpch,
+    years,
 )
 from bench.core import Bench
 
 SECTIONS = (
     "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase",
-    "live", "tpch",
+    "live", "tpch", "years",
 )  # fmt: skip
 
 
@@ -57,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--erase-rows", type=int, default=10_000_000, help="archive size of the erase (default 10M)"
     )
     p.add_argument("--tpch-scale", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
+    p.add_argument(
+        "--years", type=float, default=10, help="years of daily jobs of the years section (10)"
+    )
     p.add_argument(
         "--live-rows",
         type=int,
@@ -95,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repeat, args.latency_jobs, args.noop_jobs, args.one_row_tables = 1, 5, 200, 3
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
         args.erase_rows = 20_000
-        args.tpch_scale, args.live_rows = 0.01, 20_000
+        args.tpch_scale, args.live_rows, args.years = 0.01, 20_000, 0.1
     return args
 
 
@@ -135,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             live.files_read(bench)
         if "tpch" not in args.skip:
             tpch.tpch_with_live(bench)
+        if "years" not in args.skip:
+            years.years_on(bench)
     print(bench.table())
     return 0
 

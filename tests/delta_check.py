@@ -11,17 +11,11 @@ from typing import Any
 import duckdb
 from deltalake import DeltaTable
 
-from archiver.testing.services import AZURITE_KEY
 from tests.harness import Harness
 
 
 def options(h: Harness) -> dict[str, str]:
-    return {
-        "azure_storage_account_name": "devstoreaccount1",
-        "azure_storage_account_key": AZURITE_KEY,
-        "azure_storage_endpoint": f"http://127.0.0.1:{h.azurite.port}/devstoreaccount1",
-        "allow_http": "true",
-    }
+    return h.azurite.delta_options
 
 
 def uri(h: Harness, table: str) -> str:

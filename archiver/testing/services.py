@@ -66,6 +66,16 @@ class Azurite:
             f"BlobEndpoint=http://127.0.0.1:{self.port}/devstoreaccount1;"
         )
 
+    @property
+    def delta_options(self) -> dict[str, str]:
+        """delta-rs's storage options for this Azurite."""
+        return {
+            "azure_storage_account_name": "devstoreaccount1",
+            "azure_storage_account_key": AZURITE_KEY,
+            "azure_storage_endpoint": f"http://127.0.0.1:{self.port}/devstoreaccount1",
+            "allow_http": "true",
+        }
+
     def start(self) -> None:
         self.location.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(

@@ -20,7 +20,6 @@ import pyarrow.parquet as pq
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
-from archiver.testing.services import AZURITE_KEY
 from archiver.testing.soak_world import (
     CONTAINER,
     KEPT,
@@ -212,12 +211,7 @@ def delta_equals_catalog(world: World) -> list[str]:
     """Once the queue is idle, each table's Delta log adds exactly its committed files."""
     from deltalake import DeltaTable
 
-    options = {
-        "azure_storage_account_name": "devstoreaccount1",
-        "azure_storage_account_key": AZURITE_KEY,
-        "azure_storage_endpoint": f"http://127.0.0.1:{world.azurite.port}/devstoreaccount1",
-        "allow_http": "true",
-    }
+    options = world.azurite.delta_options
 
     async def catalogued() -> dict[str, set[str]]:
         rows = await fetch(

@@ -1,0 +1,235 @@
+"""The archive years on: a table archived by one job a day for --years years (288
+reference rows a day, a customer_id each customer has one row a day of), beside the same
+rows archived by one job into one file, and a third table of 1,000 small files a year
+(one job, chunks of 12 rows: the catalog's count of files, never compacted); every command a user runs, timed as a whole
+command on each, before and after the workers' maintenance (compaction); the files'
+count and sizes, the Delta log's objects and the time delta-rs takes to open it; the
+peak RSS of compaction against a worker's; and a Delta log of --years of hourly
+publications (8,760 a year), written by archiver's own commit writer and tidied as its
+publisher does (a checkpoint every 100 versions), opened by delta-rs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from archiver.delta.commits import CHECKPOINT_EVERY, tidy
+from archiver.lifecycle.compact import DEFAULT_TARGET
+from bench.common import (
+    ROOT,
+    archiver_cmd,
+    enqueue_archive,
+    env_for,
+    run_workers,
+    sql,
+    wait_measured,
+)
+from bench.core import Bench
+
+PER_DAY = 288  # a row every 5 minutes
+SMALL_PER_YEAR, SMALL_ROWS = 1_000, 12  # the third table's files: an hour of rows each
+END = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+TABLE = (
+    "CREATE TABLE {name} (LIKE orders INCLUDING ALL)",
+    "ALTER TABLE {name} ADD COLUMN customer_id int NOT NULL DEFAULT 0",
+    """INSERT INTO {name}
+       SELECT g, md5(g::text)::uuid, (ARRAY['new','paid','shipped','cancelled'])[1 + g % 4]::order_status,
+              round((g % 100000) * 1.37, 2), 'EUR',
+              timestamptz '2025-01-01 00:00:00+00' - make_interval(mins => 5 * g::int),
+              now(), jsonb_build_object('sku', 'A' || g), ARRAY['t' || (g % 5)], 'note ' || g,
+              g % {per_day}
+       FROM generate_series(1, {rows}) g""",
+    "VACUUM (ANALYZE) {name}",
+)
+
+
+def years_on(bench: Bench) -> None:
+    years, repeat = bench.args.years, bench.args.repeat
+    days = max(2, round(years * 365))
+    rows = days * PER_DAY
+    url = bench.dbs.copy(0)
+    empty = bench.dbs.copy(0)
+    storage = bench.storage("az")
+    env = env_for(url, storage, bench.azurite, ARCHIVER_DELTA="true", ARCHIVER_COMPACT="false")
+    bare = env_for(empty, bench.storage("az"), bench.azurite, ARCHIVER_DELTA="true")
+    try:
+        small = max(100, round(years * SMALL_PER_YEAR))
+        for name, n in (("daily", rows), ("single", rows), ("small", small * SMALL_ROWS)):
+            for statement in TABLE:
+                sql(url, statement.format(name=name, rows=n, per_day=PER_DAY))
+        started = time.monotonic()
+        for day in range(days - 1, -1, -1):  # a job a day, oldest first
+            enqueue_archive(url, "public.daily", (END - dt.timedelta(days=day)).isoformat())
+        enqueue_archive(url, "public.single", END.isoformat())
+        enqueue_archive(url, "public.small", END.isoformat(), SMALL_ROWS)
+        worker_peak = max(run_workers(env, 2))
+        built = time.monotonic() - started
+        files = _files(url, "public.daily")
+        every = int(sql(url, "SELECT count(*) FROM archive_files WHERE state = 'committed'")[0][0])
+        bench.add(f"years: {days:,} daily jobs of {PER_DAY} rows archived ({files:,} files; "
+                  f"{every:,} in the catalog)", built, None, "s", "(reported)", None)  # fmt: skip
+        week = (END - dt.timedelta(days=days // 2), END - dt.timedelta(days=days // 2 - 7))
+        before = _commands(env, bare, repeat, week)
+        for figure, (mine, theirs) in before.items():
+            bench.add(f"years, before maintenance: {figure}", mine, theirs, "s", "(reported)", None)
+        code, compact_peak, seconds = _measured(env, "compact", "--table", "daily")
+        assert code == 0
+        run_workers(env, 1)  # what compaction queued: nothing; the sweep of its inputs
+        bench.add("years: compaction of the daily table", seconds, None, "s", "(reported)", None)
+        bench.add("years: compaction's peak RSS, against the archive jobs' worker's",
+                  compact_peak / 2**20, worker_peak / 2**20, "MB", "<= 1.0x",
+                  compact_peak <= worker_peak)  # fmt: skip
+        after = _commands(env, bare, repeat, week)
+        for figure, (mine, theirs) in after.items():
+            target = "<= 1.1x" if "SELECT 1" in figure else "<= 1.2x"
+            limit = 1.1 if "SELECT 1" in figure else 1.2
+            bench.add(f"years, after maintenance: {figure}", mine, theirs, "s", target,
+                      mine <= limit * theirs)  # fmt: skip
+        sizes = [r[0] for r in sql(url, "SELECT byte_size FROM archive_files WHERE "
+                                        "source_table = 'public.daily' AND state = 'committed'")]  # fmt: skip
+        near = sum(s for s in sizes if 0.5 * DEFAULT_TARGET <= s <= 2 * DEFAULT_TARGET)
+        share = 1.0 if len(sizes) == 1 else near / max(1, sum(sizes))  # one file: the period's
+        bench.add(f"years: the daily table's bytes in files of 0.5-2x 128 MB or its one file "
+                  f"({len(sizes)} files, {min(sizes):,}-{max(sizes):,} bytes)",
+                  share * 100, None, "%", ">= 95%", share >= 0.95)  # fmt: skip
+        objects, opened = _delta_open(bench, storage, "public.daily", repeat)
+        bench.add(f"years: delta-rs opens the daily table ({objects:,} log objects)", opened,
+                  None, "s", "(reported)", None)  # fmt: skip
+        for figure, (mine, theirs) in _destructive(env, days).items():
+            bench.add(f"years, after maintenance: {figure}", mine, theirs, "s", "<= 1.2x",
+                      mine <= 1.2 * theirs)  # fmt: skip
+    finally:
+        bench.dbs.drop(url)
+        bench.dbs.drop(empty)
+    hourly_log(bench, round(years * 8760 if not bench.args.quick else 300))
+
+
+def _files(url: str, table: str) -> int:
+    return int(sql(url, "SELECT count(*) FROM archive_files WHERE source_table = $1 "
+                        "AND state = 'committed'", table)[0][0])  # fmt: skip
+
+
+def _seconds(env: dict[str, str], *args: str) -> float:
+    started = time.monotonic()
+    done = subprocess.run(archiver_cmd(*args), env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"archiver {' '.join(args)}: {done.stderr[-400:]}")
+    return time.monotonic() - started
+
+
+def _measured(env: dict[str, str], *args: str) -> tuple[int, int, float]:
+    started = time.monotonic()
+    proc = subprocess.Popen(archiver_cmd(*args), env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    code, peak = wait_measured(proc)
+    return code, peak, time.monotonic() - started
+
+
+def _best(repeat: int, *args: str, env: dict[str, str]) -> float:
+    return min(_seconds(env, *args) for _ in range(repeat))
+
+
+def _commands(
+    env: dict[str, str], bare: dict[str, str], repeat: int, week: tuple[dt.datetime, dt.datetime]
+) -> dict[str, tuple[float, float]]:
+    """Each read-only command on the daily table against the same on the one file (and
+    `SELECT 1` against a database with an empty catalog): (seconds, baseline)."""
+    lo, hi = week[0].isoformat(), week[1].isoformat()
+    out = {
+        "query --with-live 'SELECT 1' (against an empty catalog)": (
+            _best(repeat, "query", "--with-live", "SELECT 1", env=env),
+            _best(repeat, "query", "--with-live", "SELECT 1", env=bare),
+        )
+    }
+    for figure, args in (
+        ("query count(*), sum(total)", ["query", "SELECT count(*), sum(total) FROM {t}"]),
+        ("query of one week by created_at",
+         ["query", f"SELECT count(*) FROM {{t}} WHERE created_at >= '{lo}' AND created_at < '{hi}'"]),
+        ("query --with-live count(*)", ["query", "--with-live", "SELECT count(*) FROM {t}"]),
+    ):  # fmt: skip
+        mine = _best(repeat, *[a.format(t="daily") for a in args], env=env)
+        theirs = _best(repeat, *[a.format(t="single") for a in args], env=env)
+        out[f"{figure}, against one file"] = (mine, theirs)
+    return out
+
+
+def _destructive(env: dict[str, str], days: int) -> dict[str, tuple[float, float]]:
+    """Once each, at the end: a day restored (moved back) and one customer erased."""
+    out = {}
+    day = END - dt.timedelta(days=days // 3)
+    restore = ["restore", "--table", "{t}", "--from", day.isoformat(),
+               "--to", (day + dt.timedelta(days=1)).isoformat()]  # fmt: skip
+    erase = ["erase", "--table", "{t}", "--where", "customer_id = 42"]
+    for figure, args in (("restore of a day", restore), ("erase of one customer", erase)):
+        mine = _seconds(env, *[a.format(t="daily") for a in args])
+        theirs = _seconds(env, *[a.format(t="single") for a in args])
+        out[f"{figure}, against one file"] = (mine, theirs)
+    return out
+
+
+def _delta_open(bench: Bench, storage: str, table: str, repeat: int) -> tuple[int, float]:
+    """The Delta log's objects of `table` and delta-rs's best time to open it."""
+    from azure.storage.blob import ContainerClient
+    from deltalake import DeltaTable
+
+    container, prefix = storage.removeprefix("az://").split("/", 1)
+    client = ContainerClient.from_connection_string(bench.azurite.connection_string, container)
+    objects = sum(1 for _ in client.list_blobs(name_starts_with=f"{prefix}/{table}/_delta_log/"))
+    uri = f"{storage}/{table}"
+    options = _options(bench)
+    times = []
+    for _ in range(repeat):
+        started = time.monotonic()
+        DeltaTable(uri, storage_options=options).file_uris()
+        times.append(time.monotonic() - started)
+    return objects, min(times)
+
+
+def _options(bench: Bench) -> dict[str, str]:
+    return dict(bench.azurite.delta_options)
+
+
+def hourly_log(bench: Bench, commits: int) -> None:
+    """A Delta table of `commits` publications of one file each, written as archiver's
+    publisher writes its commits (put-if-absent of the next version, an app transaction)
+    and tidied as it does every CHECKPOINT_EVERY versions; then delta-rs opens it."""
+    import pyarrow as pa
+    from azure.storage.blob import ContainerClient
+    from deltalake import DeltaTable, write_deltalake
+
+    storage = bench.storage("az")
+    container, prefix = storage.removeprefix("az://").split("/", 1)
+    client = ContainerClient.from_connection_string(bench.azurite.connection_string, container)
+    client.create_container()
+    uri, options = f"{storage}/public.hourly", _options(bench)
+    write_deltalake(uri, pa.table({"id": pa.array([0], pa.int64())}), storage_options=options)
+    started = time.monotonic()
+    now = int(time.time() * 1000)
+    for version in range(1, commits + 1):
+        actions: list[dict[str, Any]] = [
+            {"commitInfo": {"timestamp": now, "operation": "WRITE", "engineInfo": "archiver"}},
+            {"txn": {"appId": "archiver", "version": version, "lastUpdated": now}},
+            {"add": {"path": f"job-{version}.parquet", "partitionValues": {}, "size": 1000,
+                     "modificationTime": now, "dataChange": True,
+                     "stats": json.dumps({"numRecords": 12, "minValues": {"id": version},
+                                          "maxValues": {"id": version}, "nullCount": {"id": 0}})}},
+        ]  # fmt: skip
+        body = "\n".join(json.dumps(a) for a in actions) + "\n"
+        client.upload_blob(f"{prefix}/public.hourly/_delta_log/{version:020d}.json", body)
+        if version % CHECKPOINT_EVERY == 0:
+            tidy(DeltaTable(uri, storage_options=options))
+    written = time.monotonic() - started
+    times = []
+    for _ in range(max(3, bench.args.repeat)):
+        begun = time.monotonic()
+        table = DeltaTable(uri, storage_options=options)
+        table.file_uris()
+        times.append(time.monotonic() - begun)
+    bench.add(f"years: {commits:,} hourly publications written and tidied", written, None, "s",
+              "(reported)", None)  # fmt: skip
+    bench.add(f"years: delta-rs opens a table of {commits:,} commits (median of {len(times)})",
+              statistics.median(times), None, "s", "<= 2 s", statistics.median(times) <= 2)  # fmt: skip
