@@ -370,16 +370,18 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     here = str(storage.location)
     total = after = 0
     while batch := fetch_all(conn, query("reapable"), (here, table, after)):
-        for file_id, path in batch:
-            after = int(file_id)
-            try:
-                storage.delete(str(path))
-            except StorageError as exc:  # one refused (a hold set outside archiver): kept
-                log.warning("%s: retired file %s not deleted: %s", table, path, exc)
-                continue
-            _run(conn, "reaped", int(file_id))
-            total += 1
+        after = int(batch[-1][0])
+        try:  # a blob batch per 256 (a compaction's inputs go by the thousand)
+            refused = storage.delete_many([str(path) for _, path in batch])
+        except StorageError as exc:  # unreachable: the next sweep goes on
+            log.warning("%s: retired files not deleted: %s", table, exc)
+            break
+        for path, why in refused.items():  # a hold set outside archiver: kept
+            log.warning("%s: retired file %s not deleted: %s", table, path, why)
+        gone = [int(file_id) for file_id, path in batch if str(path) not in refused]
+        _run(conn, "reaped", json.dumps(gone))
         conn.commit()
+        total += len(gone)
     conn.commit()
     if total:
         log.info("%s: %d retired files deleted", table, total)

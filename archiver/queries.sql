@@ -639,7 +639,8 @@ WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
 ORDER BY f.id LIMIT 1000
 
 -- name: reaped
-DELETE FROM archive_files WHERE id = $1::bigint AND state = 'retired'
+DELETE FROM archive_files
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'retired'
 
 -- name: delta_try_lock
 -- The publisher's lock (delta_lock), if free: whoever deletes retired files holds it,

@@ -122,3 +122,24 @@ def test_local_upload_appears_whole_at_commit_and_abort_leaves_nothing(tmp_path:
     aborted.write(data)
     aborted.abort()
     assert sorted(p.name for p in (tmp_path / "archive" / "t").iterdir()) == ["part-1.parquet"]
+
+
+def test_azure_deletes_many_in_batches_and_names_what_it_refused(
+    azurite: Azurite, container: str
+) -> None:
+    """A blob batch per 256 names (a compaction's inputs, a Delta log's history go by the
+    thousand): each sub-request read on its own, a blob gone already no refusal, one the
+    service refuses (here under a lease: 412) kept and named."""
+    from azure.storage.blob import ContainerClient
+
+    storage = azure(azurite, container)
+    client = ContainerClient.from_connection_string(azurite.connection_string, container)
+    names = [storage.object_name(f"public.t/job-{i:04d}.parquet") for i in range(600)]
+    for name in names:
+        client.upload_blob(name, b"x")
+    leased = names[300]
+    client.get_blob_client(leased).acquire_lease()
+    refused = storage.delete_many([*names, storage.object_name("public.t/missing.parquet")])
+    assert list(refused) == [leased] and refused[leased].startswith("412"), refused
+    assert [b.name for b in client.list_blobs()] == [leased]
+    assert storage.delete_many([]) == {}

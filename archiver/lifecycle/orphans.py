@@ -110,6 +110,6 @@ def remove(
         listed = storage.list(storage.object_name(names.job_prefix(table)))
     orphans = find(conn, storage, table, listed, grace, dt.datetime.now(dt.UTC))
     if not dry_run:
-        for stored in orphans.found:
-            storage.delete(stored.name)
+        refused = storage.delete_many([stored.name for stored in orphans.found])
+        orphans.found = [stored for stored in orphans.found if stored.name not in refused]
     return orphans

@@ -11,9 +11,11 @@ constraints that narrow for certain are taken: a conjunct (`AND`) of a SELECT's 
 comparing a column of a table that SELECT reads (unqualified only where it reads one
 table) with a constant. A table read anywhere without such a constraint (a second
 reference, a join's other side) has all its files. Cutoff bounds get a day's margin
-either way (a constant's time zone is DuckDB's session's), key bounds none. What is left
-out never changes an answer; what is kept is still bounded per file by DuckDB (the
-views' branches)."""
+either way (a constant's time zone is DuckDB's session's), key bounds none, and a key
+bounds only where it is of an integer type (catalog.prune). A statement DuckDB cannot
+serialize (a PIVOT) reads every archived table, unpruned. What is left out never
+changes an answer; what is kept is still bounded per file by DuckDB (the views'
+branches)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import base64
 import datetime as dt
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,9 @@ from archiver.errors import OfflineError, StorageError, first_line
 from archiver.storage.seam import Features, StoredObject, Upload, join_name
 
 BLOCK_SIZE = 8 * 1024 * 1024  # per staged Azure block
+
+
+BATCH_DELETES = 256  # sub-requests a blob batch takes at most
 
 
 class AzureStorage:
@@ -131,6 +134,23 @@ class AzureStorage:
             pass
         except AzureError as exc:
             raise self._error("cannot delete from", exc) from None
+
+    def delete_many(self, names: Sequence[str]) -> dict[str, str]:
+        """A blob batch per BATCH_DELETES names (Azure's limit): each sub-request's
+        status read on its own, 202 deleted, 404 gone already, any other refused."""
+        from azure.core.exceptions import AzureError
+
+        refused = {}
+        for start in range(0, len(names), BATCH_DELETES):
+            chunk = names[start : start + BATCH_DELETES]
+            try:
+                replies = list(self.container.delete_blobs(*chunk, raise_on_any_failure=False))
+            except AzureError as exc:
+                raise self._error("cannot delete from", exc) from None
+            for name, reply in zip(chunk, replies, strict=True):
+                if reply.status_code not in (202, 404):
+                    refused[name] = f"{reply.status_code} {reply.reason or ''}".strip()
+        return refused
 
     def create(self, name: str, data: bytes) -> bool:
         from azure.core.exceptions import AzureError, ResourceExistsError

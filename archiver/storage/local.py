@@ -8,7 +8,7 @@ import glob
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from archiver import failpoints
@@ -72,6 +72,11 @@ class LocalStorage:
 
     def delete(self, name: str) -> None:
         (self.root / name).unlink(missing_ok=True)
+
+    def delete_many(self, names: Sequence[str]) -> dict[str, str]:
+        for name in names:
+            self.delete(name)
+        return {}
 
     def create(self, name: str, data: bytes) -> bool:
         path = self.root / name

@@ -10,7 +10,7 @@ import base64
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -73,6 +73,11 @@ class Storage(Protocol):
     def download(self, name: str, dest: Path) -> None: ...
 
     def delete(self, name: str) -> None: ...
+
+    def delete_many(self, names: Sequence[str]) -> dict[str, str]:
+        """Delete `names` (one request per 256 on Azure: a blob batch); those the
+        storage refused, with why (an object missing is no refusal). StorageError when
+        the storage cannot be reached."""
 
     def create(self, name: str, data: bytes) -> bool:
         """Write `name` only if no object has that name (put-if-absent, as the Delta

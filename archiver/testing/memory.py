@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +197,11 @@ class MemoryStorage:
         self.written.pop(name, None)
         self.tiers.pop(name, None)
         self.tags.pop(name, None)
+
+    def delete_many(self, names: Sequence[str]) -> dict[str, str]:
+        for name in names:
+            self.delete(name)
+        return {}
 
     def set_tier(self, name: str, tier: str, priority: str = "Standard") -> None:
         self.tiers[name] = tier  # rehydration is instant here (as in Azurite)
