@@ -53,7 +53,7 @@ docs: $(STAMP)
 # each process its own template database and Azurite. TEST_WORKERS=0 runs them in one.
 TEST_WORKERS ?= 2
 test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM) $(NGINX)
-	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS)
+	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The fast tier alone: no PostgreSQL, no Azurite.
 unit: $(STAMP)

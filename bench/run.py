@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repeat, args.latency_jobs, args.noop_jobs, args.one_row_tables = 1, 5, 200, 3
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
         args.erase_rows = 20_000
-        args.tpch_scale, args.live_rows, args.years = 0.01, 20_000, 0.1
+        args.tpch_scale, args.live_rows, args.years = 0.01, 20_000, 0.04
     return args
 
 

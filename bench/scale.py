@@ -107,6 +107,13 @@ def query_in_place(bench: Bench) -> None:
     url = bench.dbs.copy(n)
     try:
         env = env_for(url, bench.storage("az"), bench.azurite)
+        key = n // 2
+        # the day of the middle row: a day with rows at every --rows
+        day, next_day = sql(
+            url,
+            "SELECT created_at::date::text, (created_at::date + 1)::text FROM orders WHERE id = $1",
+            key,
+        )[0]
         chunk = str(max(100, n // 20))  # 20 files
         subprocess.run(
             archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", chunk),
@@ -114,11 +121,10 @@ def query_in_place(bench: Bench) -> None:
         )  # fmt: skip
         run_workers(env, 1)
         job_seconds(url)
-        key = n // 2
-        day = "created_at >= '2024-06-01' AND created_at < '2024-06-02'"
         queries = {
             f"key lookup (id = {key:,})": f"SELECT * FROM orders WHERE id = {key}",
-            "one day's count": f"SELECT count(*) FROM orders WHERE {day}",
+            f"one day's count ({day})": "SELECT count(*) FROM orders WHERE created_at >= "
+            f"'{day}' AND created_at < '{next_day}'",
         }
         full = best(bench.args.repeat, lambda: _query_seconds(env, "SELECT count(*) FROM orders"))
         bench.add(f"archiver query, full count of {n:,} archived rows", full, None, "s", "", None)
@@ -148,5 +154,7 @@ def _files_read(env: dict[str, str], url: str, sql_text: str) -> tuple[int, int]
     if found is not None:
         return int(found.group(1)), int(found.group(2))
     if "READ_PARQUET" not in out:
+        if "EMPTY_RESULT" in out:  # DuckDB ruled every file out from its statistics
+            return 0, total
         raise RuntimeError(f"no file read in DuckDB's plan:\n{out}")
     return out.count("READ_PARQUET"), total

@@ -100,3 +100,17 @@ def pytest_runtest_makereport(
 def fast(env: dict[str, str]) -> dict[str, str]:
     """`env` with short leases and backoffs, so rescues happen within seconds."""
     return fast_env(env, ARCHIVER_SHUTDOWN_DEADLINE="10")
+
+
+# The longest tests first (minutes each, against seconds for the rest): with
+# `--dist worksteal` each starts at once on its own process while the other takes the
+# rest, instead of one of them starting last and running alone at the end.
+LONGEST_FIRST = ("tests/test_soak.py", "tests/test_bench.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order

@@ -19,7 +19,7 @@ from tests.delta_check import delta, duck, uri
 from tests.harness import Harness
 from tests.support import archiver_cmd, assert_refused, start_process, wait_for_text
 
-DAYS = 40  # from 2024-01-01: 38 daily jobs, each a file of 144 rows
+DAYS = 16  # from 2024-01-01: 15 daily jobs, each a file of 144 rows
 SCHEMA = """
 CREATE TABLE events (
     id         bigint PRIMARY KEY,
@@ -104,7 +104,7 @@ def test_daily_files_merge_into_one_read_once_by_every_reader(
     operation = h.value("SELECT id FROM archive_ledger WHERE operation = 'compact'")
     assert merged["path"] == f"archive/public.events/compact-{operation}-00000.parquet"
     assert (merged["row_count"], merged["made_by"], merged["part"]) == (len(moved), operation, 0)
-    assert "the 39 files a merge replaced stay a day" in done.stderr, done.stderr
+    assert f"the {DAYS - 1} files a merge replaced stay a day" in done.stderr, done.stderr
     every_reader_counts(h, moved, live)
     # one Delta commit: the small files out, the merge in, no data change (OPTIMIZE)
     table = delta(h, "public.events")
@@ -207,7 +207,7 @@ def test_a_command_asking_while_a_merge_commits_waits_for_it(
     assert waited.wait(120) == 0, (tmp_path / "erase.log").read_text()
     assert time.monotonic() - started > 2  # it waited for the merge's commit
     assert proc.wait(60) == 0, log.read_text()
-    assert "merged 39 files" in log.read_text(), log.read_text()
+    assert f"merged {DAYS - 1} files" in log.read_text(), log.read_text()
     [merged] = committed(h)
     assert merged["path"].rsplit("/", 1)[1].startswith("rewrite-")  # erased after the merge
     h.exactly_once(moved - erased, "events")
