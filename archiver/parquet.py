@@ -121,6 +121,29 @@ class ParquetFileWriter:
             self._writer.close()
 
 
+class Pending:
+    """Pieces of rows buffered into row groups of ~ROW_GROUP_BYTES of Arrow data for
+    `writer` (each write call ends a row group). The running total is kept, not summed
+    again per piece: a merge of 3,650 daily files summed its pending pieces 3,650 times."""
+
+    def __init__(self, writer: pq.ParquetWriter) -> None:
+        self.writer = writer
+        self.pieces: list[pa.Table] = []
+        self.bytes = 0
+
+    def add(self, piece: pa.Table) -> None:
+        self.pieces.append(piece)
+        self.bytes += piece.nbytes
+        if self.bytes >= ROW_GROUP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pieces:
+            group = pa.concat_tables(self.pieces)
+            self.writer.write_table(group, row_group_size=group.num_rows + 1)
+            self.pieces, self.bytes = [], 0
+
+
 def rows_at(
     source: pq.ParquetFile | pa.Table, positions: pa.Array
 ) -> Iterator[tuple[pa.Table, pa.Array]]:

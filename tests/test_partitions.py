@@ -238,7 +238,7 @@ def test_a_late_insert_into_an_old_partition_is_never_lost(h: Harness) -> None:
     before = rows(h.url)
     jobs = enqueue(h.env)
     log = h.tmp / "worker.log"
-    worker = start_worker({**h.env, "ARCHIVER_FAILPOINTS": "before_detach=sleep:3"}, log=log)
+    worker = start_worker({**h.env, "ARCHIVER_FAILPOINTS": "before_detach=sleep:1"}, log=log)
     wait_for_text(log, "failpoint before_detach reached")
     outcome: dict[str, Any] = {}
 

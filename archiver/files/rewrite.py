@@ -18,7 +18,7 @@ from archiver.errors import VerificationError
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata, rows_at
+from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, rows_at
 from archiver.pgtypes.arrow import staging_table
 from archiver.storage.seam import (
     ARCHIVE_TIER,
@@ -81,15 +81,13 @@ def rewrite(
     with pq.ParquetWriter(
         local, schema, compression="zstd", use_dictionary=dictionary, write_statistics=True
     ) as writer:
-        pending: list[pa.Table] = []
+        pending = Pending(writer)
         for piece, _ in rows_at(source, keep):
             for batch in piece.to_batches():
                 if batch.num_rows:
                     stats.observe(batch, keys, cutoff)
-            pending.append(piece)
-            if sum(p.nbytes for p in pending) >= ROW_GROUP_BYTES:  # a few pieces a group
-                _write_group(writer, pending)
-        _write_group(writer, pending)
+            pending.add(piece)
+        pending.flush()
     if not stats.arrow_order:
         assert ordered_keys is not None, "keys Arrow does not order need PostgreSQL's ends"
         stats.min_key, stats.max_key = (tuple(k) for k in ordered_keys)
@@ -136,11 +134,3 @@ def rewrite(
         tier=tier,
         made_by=operation,
     )
-
-
-def _write_group(writer: pq.ParquetWriter, pieces: list[pa.Table]) -> None:
-    """The pieces as one row group (each write call ends one: buffered to ~32 MB)."""
-    if pieces:
-        group = pa.concat_tables(pieces)
-        writer.write_table(group, row_group_size=group.num_rows + 1)
-        pieces.clear()

@@ -28,7 +28,7 @@ from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import quote_ident
 from archiver.lifecycle.compact import Chunk, instant
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, ROW_GROUP_BYTES, read_metadata
+from archiver.parquet import METADATA_PREFIX, Pending, read_metadata
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.storage.seam import Storage, check_stored, file_md5, file_tags, put_file
 
@@ -146,16 +146,14 @@ def merge(
     with pq.ParquetWriter(
         local, schema, compression="zstd", use_dictionary=dictionary, write_statistics=True
     ) as writer:
-        pending: list[pa.Table] = []
+        pending = Pending(writer)
         for piece in _pieces(inputs, schema):
             for batch in piece.to_batches():
                 if batch.num_rows:
                     stats.observe(batch, keys, cutoff)
             rows += piece.num_rows
-            pending.append(piece)
-            if sum(p.nbytes for p in pending) >= ROW_GROUP_BYTES:
-                _write(writer, pending)
-        _write(writer, pending)
+            pending.add(piece)
+        pending.flush()
     if rows != expected:
         raise VerificationError(f"{table}: the merge read {rows} rows, the catalog says {expected}")
     if stats.arrow_order:
@@ -220,14 +218,6 @@ def _pieces(inputs: Inputs, schema: pa.Schema) -> Iterator[pa.Table]:
                     for x in schema
                 ]
                 yield pa.Table.from_arrays(columns, schema=schema)
-
-
-def _write(writer: pq.ParquetWriter, pieces: list[pa.Table]) -> None:
-    """The pieces as one row group (each write call ends one: buffered to ~32 MB)."""
-    if pieces:
-        group = pa.concat_tables(pieces)
-        writer.write_table(group, row_group_size=group.num_rows + 1)
-        pieces.clear()
 
 
 def _cutoff_range(files: list[CatalogFile]) -> tuple[str | None, str | None]:
