@@ -232,6 +232,26 @@ def test_a_restore_committing_while_a_merge_is_written_makes_it_yield(
     assert not [b for b in h.blobs() if "/compact-" in b]
 
 
+def test_a_purge_committing_while_a_merge_is_written_makes_it_yield(
+    events: tuple[Harness, set[int]], tmp_path: Path
+) -> None:
+    """A purge of the oldest week while a merge is written: the merge finds its inputs
+    gone at its commit and yields; the purged rows are nowhere, the rest once."""
+    h, moved = events
+    log = tmp_path / "compact.log"
+    proc = compacting(h, log, "compact_merged=sleep:6")
+    wait_for_text(log, "failpoint compact_merged reached")
+    days = (dt.date.today() - dt.date.fromisoformat(day(8))).days  # files wholly before day 8
+    purged = h.cli("purge", "--table", "events", "--older-than", f"{days} days")
+    assert purged.returncode == 0, purged.stderr
+    assert proc.wait(60) == 0, log.read_text()
+    assert "stopped early: " in log.read_text() and "merged 0 files" in log.read_text()
+    kept = {i for i in moved if _when(i) >= day(8)}
+    assert 0 < len(kept) < len(moved)
+    h.exactly_once(kept, "events")  # what the purge took is neither live nor archived
+    assert not [b for b in h.blobs() if "/compact-" in b]
+
+
 def _when(event_id: int) -> str:
     return (dt.datetime(2024, 1, 1) + dt.timedelta(minutes=10 * event_id)).date().isoformat()
 
