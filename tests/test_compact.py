@@ -213,42 +213,30 @@ def test_a_command_asking_while_a_merge_commits_waits_for_it(
     h.exactly_once(moved - erased, "events")
 
 
-def test_a_restore_committing_while_a_merge_is_written_makes_it_yield(
-    events: tuple[Harness, set[int]], tmp_path: Path
+@pytest.mark.parametrize("command", ["restore", "purge"])
+def test_a_command_committing_while_a_merge_is_written_makes_it_yield(
+    events: tuple[Harness, set[int]], tmp_path: Path, command: str
 ) -> None:
-    """A merge written while a restore takes some of its inputs out: at its commit the
-    merge finds them gone and yields; the restore succeeds, every row once."""
+    """A merge written while a restore of two days (or a purge of the oldest week) takes
+    some of its inputs out: at its commit the merge finds them gone and yields; the
+    command succeeds, every row it left once (a purged row nowhere)."""
     h, moved = events
     log = tmp_path / "compact.log"
     proc = compacting(h, log, "compact_merged=sleep:6")
     wait_for_text(log, "failpoint compact_merged reached")
-    back = h.cli("restore", "--table", "events", "--from", day(3), "--to", day(5))
-    assert back.returncode == 0, back.stderr
+    if command == "restore":
+        done = h.cli("restore", "--table", "events", "--from", day(3), "--to", day(5))
+        gone = {i for i in moved if day(3) <= _when(i) < day(5)}
+    else:  # the files wholly before day 8
+        days = (dt.date.today() - dt.date.fromisoformat(day(8))).days
+        done = h.cli("purge", "--table", "events", "--older-than", f"{days} days")
+        gone = {i for i in moved if _when(i) < day(8)}
+    assert done.returncode == 0, done.stderr
     assert proc.wait(60) == 0, log.read_text()
     assert "stopped early: " in log.read_text() and "merged 0 files" in log.read_text()
-    restored = {i for i in moved if day(3) <= _when(i) < day(5)}
-    assert h.value("SELECT count(*) FROM events") - 144 * 60 + len(moved) == len(restored)
-    h.exactly_once(moved - restored, "events")
-    assert not [b for b in h.blobs() if "/compact-" in b]
-
-
-def test_a_purge_committing_while_a_merge_is_written_makes_it_yield(
-    events: tuple[Harness, set[int]], tmp_path: Path
-) -> None:
-    """A purge of the oldest week while a merge is written: the merge finds its inputs
-    gone at its commit and yields; the purged rows are nowhere, the rest once."""
-    h, moved = events
-    log = tmp_path / "compact.log"
-    proc = compacting(h, log, "compact_merged=sleep:6")
-    wait_for_text(log, "failpoint compact_merged reached")
-    days = (dt.date.today() - dt.date.fromisoformat(day(8))).days  # files wholly before day 8
-    purged = h.cli("purge", "--table", "events", "--older-than", f"{days} days")
-    assert purged.returncode == 0, purged.stderr
-    assert proc.wait(60) == 0, log.read_text()
-    assert "stopped early: " in log.read_text() and "merged 0 files" in log.read_text()
-    kept = {i for i in moved if _when(i) >= day(8)}
-    assert 0 < len(kept) < len(moved)
-    h.exactly_once(kept, "events")  # what the purge took is neither live nor archived
+    live = h.value("SELECT count(*) FROM events") - 144 * 60 + len(moved)
+    assert live == (len(gone) if command == "restore" else 0) and 0 < len(gone) < len(moved)
+    h.exactly_once(moved - gone, "events")
     assert not [b for b in h.blobs() if "/compact-" in b]
 
 
