@@ -246,7 +246,10 @@ def erased_nowhere(world: World, ledger: Ledger, outputs: list[str]) -> list[str
     problems = []
     client = container(world)
     for blob in client.list_blobs():
-        data = client.download_blob(blob.name).readall()
+        try:
+            data = client.download_blob(blob.name).readall()
+        except ResourceNotFoundError:  # deleted since the listing (a worker reaping): gone
+            continue
         if blob.name.endswith(".parquet"):
             text = json.dumps(_values(pq.read_table(io.BytesIO(data))), default=str)
         else:
