@@ -78,8 +78,7 @@ class ParquetFileWriter:
             use_dictionary=list(dictionary),
             write_statistics=True,
         )
-        self._pending: list[pa.RecordBatch] = []
-        self._pending_bytes = 0
+        self._pending = Pending(self._writer)
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -92,23 +91,13 @@ class ParquetFileWriter:
             arrays[name] = conv(col) if conv else col
         columns = [arrays[n] if n in arrays else batch.column(n) for n in self.schema.names]
         converted = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        self._pending.append(converted)
-        self._pending_bytes += converted.nbytes
+        self._pending.add(pa.Table.from_batches([converted]))
         self.rows += converted.num_rows
-        if self._pending_bytes >= ROW_GROUP_BYTES:
-            self._flush()
         return converted
-
-    def _flush(self) -> None:
-        if self._pending:
-            self._writer.write_table(
-                pa.Table.from_batches(self._pending), row_group_size=self.rows + 1
-            )
-            self._pending, self._pending_bytes = [], 0
 
     def close(self, extra_metadata: Mapping[str, str]) -> int:
         """Finish the file; returns its row count."""
-        self._flush()
+        self._pending.flush()
         self._writer.add_key_value_metadata(
             {METADATA_PREFIX + k: v for k, v in extra_metadata.items()}
         )
@@ -123,8 +112,9 @@ class ParquetFileWriter:
 
 class Pending:
     """Pieces of rows buffered into row groups of ~ROW_GROUP_BYTES of Arrow data for
-    `writer` (each write call ends a row group). The running total is kept, not summed
-    again per piece: a merge of 3,650 daily files summed its pending pieces 3,650 times."""
+    `writer` (each write call ends a row group): a chunk's batches, a rewrite's or a
+    merge's pieces. The total is kept as pieces come, never summed again (a merge of
+    3,650 daily files did, per piece: quadratic)."""
 
     def __init__(self, writer: pq.ParquetWriter) -> None:
         self.writer = writer
