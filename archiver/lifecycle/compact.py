@@ -136,14 +136,14 @@ def plan(
     for run in runs.values():
         run.sort(key=lambda c: (instant(c.root.min_cutoff_value), c.root.id))
         group: list[Chunk] = []
+        size = 0  # the group's bytes, kept as chunks join (summed again: quadratic)
         for chunk in run:
             group.append(chunk)
-            if sum(c.bytes for c in group) >= target:
+            size += chunk.bytes
+            if size >= target:
                 result.groups.append(group)
-                group = []
-        if len(group) >= 2 and (
-            len(group) >= MIN_FILES or sum(c.bytes for c in group) >= target // 2
-        ):
+                group, size = [], 0
+        if len(group) >= 2 and (len(group) >= MIN_FILES or size >= target // 2):
             result.groups.append(group)
         else:
             result.left += [Left(c, "too few small files beside it yet") for c in group]
