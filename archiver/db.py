@@ -86,11 +86,15 @@ async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
         await conn.close()
 
 
-async def create_pool(url: str, *, size: int, timeout: float = 10.0) -> asyncpg.Pool:
+async def create_pool(
+    url: str, *, size: int, timeout: float = 10.0, lazy: bool = False
+) -> asyncpg.Pool:
+    """A pool of up to `size` connections, one made now unless `lazy` (then none until
+    the first is asked for: a server away at the start is no error yet)."""
     try:
         pool = await asyncpg.create_pool(
             url,
-            min_size=1,
+            min_size=0 if lazy else 1,
             max_size=size,
             timeout=timeout,
             command_timeout=300,

@@ -54,11 +54,18 @@ class Console:
 
     def _up(self) -> bool:
         assert self.proc.poll() is None, self.log.read_text()
+        return self.health() in (200, 503)  # 503: up, its database away
+
+    def health(self) -> int | None:
+        """/healthz's status (200: the database answers; 503: it is away), None when
+        the console does not answer."""
         try:
             with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
-                return bool(r.status == 200)
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
         except OSError:
-            return False
+            return None
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -195,8 +195,12 @@ def test_postgres_away_is_a_503_in_the_console_and_one_line_in_each_log(
         page = answer.value.read().decode()
         assert answer.value.code == 503 and answer.value.headers["Retry-After"] == "5"
         assert '<meta http-equiv="refresh" content="5">' in page and "database unavailable" in page
+        late = Console(world, tmp_path)  # started while the database is away: it serves
+        assert late.health() == 503
         cluster.start()
         wait_until(lambda: console.get("/")[0] == 200, 30, what="the console back")
+        wait_until(lambda: late.health() == 200, 30, what="the late console's database")
+        late.stop()
         job = run_cli(world.env, "enqueue", "--table", "events", "--before", "2021-01-01")
         assert job.returncode == 0, job.stderr
         wait_for_status(url, job.stdout.strip(), "completed", timeout=60)  # the worker is back
@@ -204,7 +208,7 @@ def test_postgres_away_is_a_503_in_the_console_and_one_line_in_each_log(
         assert stop(worker) == 0
         scheduler.terminate()
         assert scheduler.wait(30) == 0
-        for log in [*logs.values(), console.log]:
+        for log in [*logs.values(), console.log, late.log]:
             text = log.read_text()
             assert "Traceback" not in text, (log.name, text[-3000:])
         assert (

@@ -101,7 +101,9 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        state["pool"] = await db.create_pool(settings.database_url, size=4)
+        # lazy: a console started while PostgreSQL is away answers 503 until it is back,
+        # rather than exit with a traceback (and, restarted by supervisord, give up)
+        state["pool"] = await db.create_pool(settings.database_url, size=4, lazy=True)
         try:
             yield
         finally:
