@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from archiver.db import query
+from archiver.ident import TableName
 from archiver.model import CatalogFile
 
 
@@ -19,11 +20,13 @@ async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[st
 
 
 async def catalogued_tables(conn: asyncpg.Connection, table: str) -> list[str]:
-    """`table` as the catalog names it: schema.table as given, or every catalogued
+    """`table`, as a user writes it (PostgreSQL's syntax, see ident.TableName.parse), as
+    the catalog names it: schema.table when the schema is given, else every catalogued
     schema.table of that bare name (a loose index scan, not a read of every file)."""
-    if "." in table:
-        return [table]
-    return [r[0] for r in await conn.fetch(query("catalogued_tables_named"), table)]
+    name = TableName.parse(table)
+    if name.schema is not None:
+        return [str(name)]
+    return [r[0] for r in await conn.fetch(query("catalogued_tables_named"), name.name)]
 
 
 async def archived_files(

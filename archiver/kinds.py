@@ -31,6 +31,7 @@ from archiver.archive.job import open_job, run_job
 from archiver.bulk import BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError
+from archiver.ident import as_typed
 from archiver.model import (
     ArchiveRequest,
     CompactRequest,
@@ -188,7 +189,7 @@ async def _purge(w: Resources, run: JobRun) -> Progress:
     table = request.table
     done = await purge_table(
         w.settings,
-        table,
+        as_typed(table),
         Age.parse(request.retain, "retain"),
         skip_protected=True,
         missing_ok=True,
@@ -217,7 +218,7 @@ async def _compact(w: Resources, run: JobRun) -> Progress:
         )
     done = await compact_table(
         w.settings,
-        request.table,
+        as_typed(request.table),
         Options(request.target, request.period, request.budget),
         report=lambda line: log.info("job %s: %s", run.job.id, line),
     )

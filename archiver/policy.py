@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.triggers.cron import CronTrigger
 
 from archiver.errors import ConfigError, InputError
-from archiver.ident import TableName
+from archiver.ident import TableName, parse_column
 from archiver.lifecycle.retention import Age
 from archiver.limits import WINDOW, Window, replica_lag_limit, size_bytes, wal_rate_limit
 from archiver.model import ArchiveRequest, Mode
@@ -154,6 +154,10 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         table = TableName.parse(raw["table"])
     except InputError as exc:
         raise fail("table", str(exc)) from None
+    try:
+        column = parse_column(raw.get("column", "created_at"))
+    except InputError as exc:
+        raise fail("column", str(exc)) from None
     match = _OLDER_THAN.fullmatch(raw["older_than"])
     if not match:
         raise fail("older_than", f"expected '<n> days' or '<n> weeks', got {raw['older_than']!r}")
@@ -216,7 +220,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
     return Policy(
         name=raw["name"].strip(),
         table=table,
-        column=raw.get("column", "created_at"),
+        column=column,
         older_than=int(match.group(1)) * unit,
         schedule=raw["schedule"],
         timezone=timezone,

@@ -88,7 +88,7 @@ def references_present(key: ForeignKey, values: dict[str, str], retyped: set[str
     """SQL: the staged row's `key` references nothing (a NULL) or a row now in its parent,
     compared with the constraint's own equality, unless the column's type changed since
     it was archived (the operator is today's types')."""
-    parent = TableName.parse(key.parent)
+    parent = TableName.stored(key.parent)
     archived = [values.get(c, "NULL") for c in key.columns]  # a column added since: NULL
     match = " AND ".join(
         f"p.{quote_ident(r)} {'=' if c in retyped else eq} {v}"

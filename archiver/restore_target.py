@@ -18,7 +18,7 @@ def target_of(
     cur: BulkCursor, into: str | None, source_table: str, columns: ArchivedColumns
 ) -> str:
     """The quoted target table; --into is created from the archived types when missing."""
-    name = TableName.parse(into or source_table)
+    name = TableName.stored(into or source_table)
     quoted = (
         f"{quote_ident(name.schema)}.{quote_ident(name.name)}"
         if name.schema
@@ -48,7 +48,7 @@ def recreate_partition(cur: BulkCursor, parent: str, name: str, bound: str, key:
     is added back from the file's key columns, or the table's next job would be refused."""
     if not _BOUND.fullmatch(bound):  # from a file: only literals, never SQL
         raise InputError(f"partition {name}: unexpected bound {bound!r} in the file's metadata")
-    partition = TableName.parse(name)
+    partition = TableName.stored(name)
     quoted = f"{quote_ident(partition.schema or 'public')}.{quote_ident(partition.name)}"
     if _exists(cur, quoted):
         return

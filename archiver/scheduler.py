@@ -194,7 +194,7 @@ class PolicyScheduler:
 def partitioned(conn: BulkConnection, tables: list[str]) -> list[str]:
     """Those of `tables` (schema.table, as checked_policies qualified them) that are
     partitioned."""
-    names = {t: TableName.parse(t) for t in tables}
+    names = {t: TableName.stored(t) for t in tables}
     quoted = {
         quote_ident(n.schema or "public") + "." + quote_ident(n.name): t for t, n in names.items()
     }

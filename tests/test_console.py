@@ -178,7 +178,7 @@ def test_hostile_names_render_as_text_and_no_secret_reaches_a_page(
     name = "<script>alert(1)</script>"
     h.sql(f'CREATE TABLE "{name}" (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)')
     h.sql(f"INSERT INTO \"{name}\" SELECT g, '2020-01-01' FROM generate_series(1, 50) g")
-    job = h.archive("--table", name, "--before", "2025-01-01")
+    job = h.archive("--table", f'"{name}"', "--before", "2025-01-01")
     page = admin(browser, console, phone=True)
     dialogs: list[str] = []
 

@@ -57,8 +57,14 @@ def test_lists_policies_with_next_fire_times(
         (('"0 2 * * *"', '"61 2 * * *"'), ["policy 'orders-yearly': schedule:", "61"]),
         (('"0 2 * * *"', '"0 2 * *"'), ["policy 'orders-yearly': schedule:", "5 cron fields"]),
         (('"0 2 * * *"', '"0 2 * * 1-5"'), ["policy 'orders-yearly': schedule:", "weekday"]),
-        (('"public.orders"', '"nosuch"'), ["policy 'orders-yearly': table:", "'nosuch' not found"]),
-        (('"created_at"', '"nosuch"'), ["policy 'orders-yearly': column:", "'nosuch' not found"]),
+        (
+            ('"public.orders"', '"nosuch"'),
+            ["policy 'orders-yearly': table:", "table nosuch not found"],
+        ),
+        (
+            ('"created_at"', '"nosuch"'),
+            ["policy 'orders-yearly': column:", "column nosuch not found"],
+        ),
         (('"created_at"', '"note"'), ["policy 'orders-yearly': column:", "not a date"]),
         (
             ('mode = "move"', 'mode = "move"\ncolour = "red"'),

@@ -11,6 +11,7 @@ from archiver import text
 from archiver.commands.args import Subcommands, add_no_wait
 from archiver.config import Settings
 from archiver.errors import InputError
+from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age
 from archiver.operations import compact, erase, orphans, purge, tiers
 from archiver.operations.enqueue import parse_cutoff
@@ -232,7 +233,9 @@ async def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
         settings, args.config_file, name, target=target, period=args.period, asked=True
     )
     assert options is not None
-    done = await compact.compact_table(settings, name, options, dry_run=args.dry_run, report=_say)
+    done = await compact.compact_table(
+        settings, as_typed(name), options, dry_run=args.dry_run, report=_say
+    )
     layout = done.plan
     if args.dry_run:
         for i, group in enumerate(layout.groups, 1):

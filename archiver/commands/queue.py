@@ -13,7 +13,7 @@ from archiver import audit, catalog_reads, db, jobqueue, outcome, terminal, text
 from archiver.commands.args import Subcommands, add_limits, positive_int
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed
-from archiver.ident import TableName
+from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
 from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
 from archiver.operations import enqueue, inspect
@@ -131,7 +131,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     table = TableName.parse(args.table)
     request = ArchiveRequest(
         str(table),
-        args.column,
+        parse_column(args.column),
         cutoff,
         Mode(args.mode),
         args.chunk_rows,

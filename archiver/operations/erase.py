@@ -14,6 +14,7 @@ from archiver import db, jobqueue
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
+from archiver.ident import as_typed
 from archiver.lifecycle.retention import protected
 from archiver.model import CatalogFile
 from archiver.operations.publish import make_visible
@@ -23,6 +24,7 @@ from archiver.operations.selection import (
     chunk_children,
     hold_tables,
     refuse_offline,
+    stored_table_files,
     table_files,
 )
 from archiver.source.references import ForeignKey
@@ -81,7 +83,7 @@ async def _erase(
     from archiver.restore_target import parents_first_today
     from archiver.storage import open_storage
 
-    name, every = await table_files(settings, table, "erase")
+    name, every = await stored_table_files(settings, table, "erase")
     integer_keys = await on_source(settings.effective_source_url, lambda c: _integers(c, name))
     # one file at least: the predicate is checked on it
     files = _may_match(every, where, integer_keys) or every[:1]
@@ -99,7 +101,7 @@ async def _erase(
         )
         here = str(settings.storage_location())
         for child in ordered[1:]:
-            stored = await FileSelection(table=child).files(settings, "committed")
+            stored = await FileSelection(table=as_typed(child)).files(settings, "committed")
             per_table[child] = [f for f in stored if f.storage_url == here]
     elif await chunk_children(settings, every):
         raise InputError(

@@ -28,7 +28,7 @@ async def aggregate_children(settings: Settings, tables: list[str]) -> dict[str,
     def read(conn: BulkConnection) -> dict[str, list[str]]:
         found = {}
         for table in tables:
-            info = describe_table(conn, TableName.parse(table))
+            info = describe_table(conn, TableName.stored(table))
             found[table] = [child.qualified for child in children_of(conn, info)[0]]
         return found
 

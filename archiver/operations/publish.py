@@ -10,6 +10,7 @@ from archiver import catalog_reads, db, jobqueue
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError, PublisherBusy, error_line
+from archiver.ident import as_typed
 from archiver.text import counted
 
 if TYPE_CHECKING:
@@ -92,7 +93,10 @@ async def make_visible(
         )
         try:
             done = await publish_table(
-                settings, table, sweep_only=not settings.delta, lock_wait=settings.publish_wait
+                settings,
+                as_typed(table),
+                sweep_only=not settings.delta,
+                lock_wait=settings.publish_wait,
             )
             async with db.connection(settings.database_url) as conn:
                 retired = await conn.fetch(RETIRED_LEFT, here, table)

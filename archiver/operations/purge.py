@@ -15,7 +15,13 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.lifecycle.retention import Age, Expired, expired, protected
 from archiver.operations.publish import make_visible
-from archiver.operations.selection import as_stored, chunk_groups, hold_tables, table_files
+from archiver.operations.selection import (
+    as_stored,
+    chunk_groups,
+    hold_tables,
+    stored_table_files,
+    table_files,
+)
 
 Report = Callable[[str], None]
 
@@ -72,7 +78,7 @@ async def _purge(
     from archiver.lifecycle.purge import PurgePlan, purge
     from archiver.storage import open_storage
 
-    name, files = await table_files(settings, table, "purge")
+    name, files = await stored_table_files(settings, table, "purge")
     rooted = [f for f in files if f.cutoff_column]
     if not rooted:
         raise InputError(

@@ -54,8 +54,8 @@ async def restore(
     out of the archive in the same transaction (archiver.ledger), or, with the catalog in
     another database, through the ledger's recorded intent. Its tables are held against
     compaction meanwhile (selection.hold_tables)."""
-    if into is not None:
-        TableName.parse(into)
+    if into is not None:  # as a user wrote it: archiver's record of it from here on
+        into = str(TableName.parse(into))
     files = await _selected(settings, selection)
     async with hold_tables(settings, {f.source_table for f in files}):
         return await _restore(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from archiver import catalog_reads, db, jobqueue
 from archiver.config import Settings
 from archiver.errors import InputError
+from archiver.ident import as_typed
 from archiver.model import CatalogFile
 from archiver.text import counted
 
@@ -42,6 +43,9 @@ async def hold_tables(settings: Settings, tables: Iterable[str]) -> AsyncIterato
 
 @dataclass(frozen=True)
 class FileSelection:
+    """Catalogued files: a job's, and/or a table's (`table` as a user writes it, see
+    catalog_reads.catalogued_tables), and/or those overlapping a cutoff range."""
+
     job_id: uuid.UUID | None = None
     table: str | None = None
     cutoff_from: str | None = None  # ISO 8601, inclusive
@@ -67,7 +71,9 @@ async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, l
     async with db.connection(settings.database_url) as conn:
         named = await catalog_reads.catalogued_tables(conn, table)
     found = {
-        t: fs for t in named if (fs := await FileSelection(table=t).files(settings, "committed"))
+        t: fs
+        for t in named
+        if (fs := await FileSelection(table=as_typed(t)).files(settings, "committed"))
     }
     if not found:
         raise InputError(f"{verb}: no archived files of table {table!r}")
@@ -87,6 +93,14 @@ async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, l
         if not files:
             raise InputError(f"{verb}: no archived files of table {name} on {here}")
     return name, files
+
+
+async def stored_table_files(
+    settings: Settings, table: str, verb: str
+) -> tuple[str, list[CatalogFile]]:
+    """table_files of a table as archiver records it (schema.table, as table_files returns
+    it), not as a user types it."""
+    return await table_files(settings, as_typed(table), verb)
 
 
 def refuse_offline(verb: str, files: list[CatalogFile]) -> None:

@@ -19,9 +19,15 @@ from dataclasses import dataclass
 from archiver import db, failpoints, outcome
 from archiver.config import Settings
 from archiver.errors import InputError
+from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age, expired
 from archiver.model import CatalogFile
-from archiver.operations.selection import chunk_children, hold_tables, table_files
+from archiver.operations.selection import (
+    chunk_children,
+    hold_tables,
+    stored_table_files,
+    table_files,
+)
 from archiver.storage.seam import ARCHIVE_TIER, Storage
 from archiver.text import counted
 
@@ -33,7 +39,7 @@ async def _selected(
 ) -> tuple[str, list[CatalogFile]]:
     """The table's committed files, or those wholly older than `age` with the files
     archived in their chunks."""
-    name, files = await table_files(settings, table, verb)
+    name, files = await stored_table_files(settings, table, verb)
     if age is None:
         return name, files
     rooted = [f for f in files if f.cutoff_column]
@@ -128,7 +134,7 @@ async def _publish_now(settings: Settings, tables: set[str], report: Report) -> 
     from archiver.operations.publish import publish_table
 
     for table in sorted(tables):
-        done = await publish_table(settings, table, sweep_only=not settings.delta)
+        done = await publish_table(settings, as_typed(table), sweep_only=not settings.delta)
         if done.version is not None:
             report(f"{table}: Delta version {done.version}, the files going offline removed")
 
@@ -154,7 +160,7 @@ async def _rehydrate_table(
 ) -> Rehydrated:
     from archiver.storage import open_storage
 
-    name, files = await table_files(settings, table, "rehydrate")
+    name, files = await stored_table_files(settings, table, "rehydrate")
     storage = open_storage(settings)
     # the catalog's offline files, and any a lifecycle rule moved without telling it
     candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from archiver import audit, db, jobqueue
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError, OfflineError
+from archiver.ident import as_typed
 from archiver.model import ArchiveRequest, CatalogFile, FileState
 from archiver.operations.inspect import aggregate_children
 from archiver.operations.selection import FileSelection, mark_offline, refuse_offline
@@ -46,11 +47,11 @@ async def verify(
         job = str(selection.job_id)
         tables = await job_tables(settings, selection.job_id, files)
         prefixes = [names.job_prefix(t, job) for t in tables]
-        known = [f for t in tables for f in await FileSelection(table=t).files(settings)]
+        known = [f for t in tables for f in await FileSelection(table=as_typed(t)).files(settings)]
     elif table:
         listed = files[0].source_table if files else table
         prefixes = [names.job_prefix(listed)]
-        known = await FileSelection(table=listed).files(settings)
+        known = await FileSelection(table=as_typed(listed) if files else table).files(settings)
     else:
         prefixes = [""]
         known = await FileSelection().files(settings)

@@ -130,7 +130,7 @@ def children_of(conn: BulkConnection, table: TableInfo) -> tuple[list[TableInfo]
     a child without a usable key is refused with one line, as describe_aggregate refuses
     it."""
     graph = aggregate(conn, table.qualified, table.oid)
-    return [describe_table(conn, TableName.parse(name)) for name in graph.tables[1:]], graph
+    return [describe_table(conn, TableName.stored(name)) for name in graph.tables[1:]], graph
 
 
 def describe_aggregate(conn: BulkConnection, root: ChunkQueries) -> AggregateQueries:
@@ -139,7 +139,7 @@ def describe_aggregate(conn: BulkConnection, root: ChunkQueries) -> AggregateQue
     graph = aggregate(conn, root.table.qualified, root.table.oid)
     members = []
     for index, name in enumerate(graph.tables):
-        info = root.table if index == 0 else describe_table(conn, TableName.parse(name))
+        info = root.table if index == 0 else describe_table(conn, TableName.stored(name))
         keep = [c.name for c in info.key] + graph.referenced_columns(name)
         members.append(
             Member(info, index, tuple(graph.parents_of(name)), tuple(dict.fromkeys(keep)))

@@ -43,7 +43,7 @@ def describe_archive(
     """The table looked up (with its key checked), its cutoff column checked and, to move
     rows without their children, no foreign key pointing at it: what every command and
     job starts from (aggregates.describe_aggregate adds the children)."""
-    name = table if isinstance(table, TableName) else TableName.parse(table)
+    name = table if isinstance(table, TableName) else TableName.stored(table)
     info = describe_table(conn, name)
     queries = ChunkQueries(info, check_cutoff_column(info, column))
     if mode == Mode.MOVE and not with_children:

@@ -3,11 +3,12 @@ read from PostgreSQL's catalog, and the planner's estimate of their size."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.errors import InputError
-from archiver.ident import TableName, quote_ident
+from archiver.ident import TableName, quote_ident, sql_name
 
 CUTOFF_TYPES = ("date", "timestamp", "timestamptz")
 # Key types whose Arrow order equals PostgreSQL's (no collation) and whose text form
@@ -20,13 +21,25 @@ ARROW_ORDERED_KEYS = ("int2", "int4", "int8", "uuid", "date", "timestamp", "time
 PG_ORDERED_KEYS = ("text", "varchar", "bpchar", "citext", "numeric")
 KEY_TYPES = ARROW_ORDERED_KEYS + PG_ORDERED_KEYS
 
+log = logging.getLogger(__name__)
+
 _FIND_TABLE = """
 SELECT n.nspname::text, c.relname::text, c.oid::bigint, c.relkind = 'p'
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = $2 AND c.relkind IN ('r', 'p')
   AND (n.nspname = $1 OR ($1 = '' AND n.nspname = ANY (current_schemas(false))))
 ORDER BY array_position(current_schemas(false), n.nspname::text) NULLS LAST
-LIMIT 1
+"""
+# Tables a name not found could have meant: the same letters in another case, or a bare
+# name's table in a schema off the search_path.
+_NEAR_TABLES = """
+SELECT n.nspname::text, c.relname::text
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE lower(c.relname) = lower($2) AND c.relkind IN ('r', 'p')
+  AND ($1 = '' OR lower(n.nspname) = lower($1))
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+ORDER BY 1, 2
+LIMIT 5
 """
 
 _COLUMNS = """
@@ -143,6 +156,11 @@ class TableInfo:
         return f"{self.schema}.{self.name}"
 
     @property
+    def sql(self) -> str:
+        """The table as a user types it: `sales.orders`, `"Sales"."Orders"`."""
+        return TableName(self.schema, self.name).sql
+
+    @property
     def quoted_key(self) -> str:
         """The key's columns, quoted, comma-separated: `"a", "b"`."""
         return ", ".join(quote_ident(c.name) for c in self.key)
@@ -155,15 +173,43 @@ class TableInfo:
         for column in self.columns:
             if column.name == name:
                 return column
-        raise InputError(f"column {name!r} not found in table {self.qualified}")
+        near = [sql_name(c.name) for c in self.columns if c.name.lower() == name.lower()]
+        hint = (
+            f"; there is {', '.join(near)} (PostgreSQL folds an unquoted name to lower case: "
+            "double-quote it to keep its case)"
+            if near
+            else ""
+        )
+        raise InputError(f"column {sql_name(name)} not found in table {self.sql}{hint}")
 
 
 def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, bool]:
-    """(schema, name, oid, partitioned) of a table, by name (search_path when unqualified)."""
+    """(schema, name, oid, partitioned) of a table, by name, as PostgreSQL resolves it
+    (search_path when unqualified). A bare name that several schemas on the search_path
+    hold means the first one's, and a warning names the others; a name not found is one
+    line naming the tables it could have meant (another case, another schema)."""
     found = fetch_all(conn, _FIND_TABLE, (table.schema or "", table.name))
     if not found:
-        raise InputError(f"table {str(table)!r} not found")
+        near = [
+            TableName(str(s), str(n)).sql
+            for s, n in fetch_all(conn, _NEAR_TABLES, (table.schema or "", table.name))
+        ]
+        hint = ""
+        if near:
+            hint = (
+                f"; there is {', '.join(near)} (PostgreSQL folds an unquoted name to lower "
+                "case; double-quote a name to keep its case, and name the schema of a table "
+                "off the search_path)"
+            )
+        raise InputError(f"table {table.sql} not found{hint}")
     schema, name, oid, partitioned = found[0]
+    if len(found) > 1:
+        others = ", ".join(TableName(str(r[0]), str(r[1])).sql for r in found[1:])
+        log.warning(
+            "%s is %s, the first schema on the search_path that has it (%s too): name the "
+            "schema to mean another",
+            table.sql, TableName(str(schema), str(name)).sql, others,
+        )  # fmt: skip
     return str(schema), str(name), int(oid), bool(partitioned)
 
 

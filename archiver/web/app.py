@@ -40,6 +40,7 @@ from archiver.errors import (
     error_line,
     first_line,
 )
+from archiver.ident import as_typed
 from archiver.web import pages
 from archiver.web.auth import (
     SESSION_COOKIE,
@@ -94,6 +95,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
     templates.env.filters.update(
         size=lambda n: text.size(int(n or 0)),
         ago=pages.ago,
+        typed=as_typed,  # a table in PostgreSQL's syntax, as addresses and the CLI take it
         duration=pages.seconds_text,
         first_line=lambda s: (s or "").strip().splitlines()[0] if (s or "").strip() else "",
     )

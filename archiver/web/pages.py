@@ -18,6 +18,7 @@ from archiver import audit, catalog_reads, jobqueue
 from archiver.config import ConfigFile
 from archiver.db import query
 from archiver.errors import InputError, JobStateError
+from archiver.ident import TableName, as_typed
 from archiver.limits import limit_changes
 from archiver.model import Status
 
@@ -189,9 +190,9 @@ async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
     table = found.payload.get("table", "")
     delta, archived = None, False
     if table:
-        rows = await conn.fetch(query("table_delta"), _qualified(table))
+        rows = await conn.fetch(query("table_delta"), table)  # a job's table: as recorded
         delta = dict(rows[0]) if rows else None
-        archived = bool(await conn.fetch(query("table_archive"), _qualified(table)))
+        archived = bool(await conn.fetch(query("table_archive"), table))
     return {
         "job": found,
         "payload": json.dumps(found.payload, indent=2, sort_keys=True, default=str),
@@ -199,7 +200,7 @@ async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
         "files": files,
         "group": members,
         "delta": delta,
-        "table": _qualified(table) if table else "",
+        "table": table,
         "archived": archived,  # the table has an archive page
         "audit": await audit.of_target(conn, f"job {job_id}"),
     }
@@ -212,7 +213,9 @@ async def archive(conn: asyncpg.Connection) -> list[dict[str, Any]]:
 async def table(
     conn: asyncpg.Connection, name: str, config: ConfigFile | None
 ) -> dict[str, Any] | None:
-    qualified = _qualified(name)
+    qualified = await resolve_table(conn, name)
+    if qualified is None:
+        return None
     rows = await conn.fetch(query("table_archive"), qualified)
     if not rows:
         return None
@@ -220,19 +223,37 @@ async def table(
     verified = await conn.fetch(query("last_verification"), qualified)
     return {
         "name": qualified,
+        "typed": as_typed(qualified),  # as the CLI takes it
         "summary": dict(rows[0]),
         "schemas": [dict(r) for r in await conn.fetch(query("table_schemas"), qualified)],
         "delta": dict(delta[0]) if delta else None,
         "verified": dict(verified[0]) if verified else None,
         "tiers": [dict(r) for r in await conn.fetch(query("table_tiers"), qualified)],
         "ledger": [dict(r) for r in await conn.fetch(query("table_ledger"), qualified)],
-        "policies": [p for p in next_fires(config) if _qualified(p["table"]) == qualified],
+        "policies": [
+            p for p in next_fires(config) if await resolve_table(conn, p["table"].sql) == qualified
+        ],
         "audit": await audit.of_target(conn, f"table {qualified}"),
     }
 
 
-def _qualified(table: str) -> str:
-    return table if "." in table else f"public.{table}"
+async def resolve_table(conn: asyncpg.Connection, name: str) -> str | None:
+    """A table the console was given (an address, a policy's table), in PostgreSQL's
+    syntax, as archiver records it: schema.table when the schema is named; a bare name
+    as the catalog holds it when one schema's table has it, else as the console's
+    database resolves it (its search_path: the source's, where the catalog is in the
+    source database, as it is by default); None when neither knows it. The CLI's
+    resolution, on the catalog."""
+    table = TableName.parse(name)
+    if table.schema is not None:
+        return str(table)
+    named = await catalog_reads.catalogued_tables(conn, name)
+    if len(named) == 1:
+        return named[0]
+    schema = await conn.fetchval(query("search_path_schema"), table.name)
+    if schema is None and named:
+        raise InputError(f"table {table.sql} is ambiguous ({', '.join(named)}): name the schema")
+    return None if schema is None else f"{schema}.{table.name}"
 
 
 async def act_on_job(
@@ -280,7 +301,9 @@ async def act_on_table(conn: asyncpg.Connection, name: str, action: str) -> tupl
     """(what happened, the table's qualified name)."""
     if action not in TABLE_ACTIONS:
         raise InputError(f"action: {action[:40]!r}, expected pause or resume")
-    table = _qualified(name)
+    table = await resolve_table(conn, name)
+    if table is None:
+        raise InputError(f"table {name[:80]!r} not found")
     if action == "pause":
         return "paused" if await jobqueue.pause_table(conn, table) else "was already paused", table
     return "resumed" if await jobqueue.resume_table(conn, table) else "was not paused", table
