@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,10 +146,20 @@ class LogWriter:
         self._tidy(version)
         return True
 
-    def write_schema(self, table: Any, schema: str, table_name: str) -> None:
-        """A metaData action with the widened schema, committed as Delta's protocol
-        commits (put-if-absent of the next version's file): delta-rs has no way to
-        change a column's type."""
+    def write_schema(
+        self,
+        table: Any,
+        schema: str,
+        table_name: str,
+        *,
+        configuration: dict[str, str] | None = None,
+        protocol: dict[str, Any] | None = None,
+        operation: str = "CHANGE COLUMN",
+    ) -> None:
+        """A metaData action with `schema` (and `configuration`, and a `protocol` action
+        when it changes), committed as Delta's protocol commits (put-if-absent of the
+        next version's file): delta-rs has no way to change a column's type, nor to add a
+        column to a table with column mapping (delta.mapping)."""
         table.update_incremental()
         meta = table.metadata()
         version = table.version() + 1
@@ -160,22 +171,52 @@ class LogWriter:
                 "format": {"provider": "parquet", "options": {}},
                 "schemaString": schema,
                 "partitionColumns": list(meta.partition_columns),
-                "configuration": dict(meta.configuration),
+                "configuration": dict(
+                    meta.configuration if configuration is None else configuration
+                ),
                 "createdTime": meta.created_time,
             }
         }
-        info = {
-            "commitInfo": {
-                "timestamp": int(time.time() * 1000),
-                "operation": "CHANGE COLUMN",
-                "operationParameters": {},
-                "engineInfo": "archiver",
-            }
-        }
-        if not self._put(version, [info, action]):
+        actions = [_info(operation), *([{"protocol": protocol}] if protocol else []), action]
+        if not self._put(version, actions):
             raise RuntimeError(f"{table_name}: Delta version {version} was written meanwhile")
+
+    def create(
+        self,
+        schema: str,
+        configuration: dict[str, str],
+        protocol: dict[str, Any],
+        name: str,
+        description: str,
+    ) -> None:
+        """Version 0 of a table delta-rs cannot create: one whose columns carry their
+        column mapping (delta.mapping); put-if-absent, as every commit here."""
+        now = int(time.time() * 1000)
+        meta = {
+            "id": str(uuid.uuid4()),
+            "name": name,
+            "description": description,
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema,
+            "partitionColumns": [],
+            "configuration": configuration,
+            "createdTime": now,
+        }
+        if not self._put(0, [_info("CREATE TABLE"), {"protocol": protocol}, {"metaData": meta}]):
+            raise RuntimeError(f"{name}: its Delta table was created meanwhile")
 
     def _put(self, version: int, actions: list[dict[str, Any]]) -> bool:
         """Commit `actions` as version `version`, if no one has: whether this did."""
         body = "\n".join(json.dumps(a) for a in actions) + "\n"
         return self.storage.create(f"{self.root}/{LOG_DIR}/{version:020d}.json", body.encode())
+
+
+def _info(operation: str) -> dict[str, Any]:
+    return {
+        "commitInfo": {
+            "timestamp": int(time.time() * 1000),
+            "operation": operation,
+            "operationParameters": {},
+            "engineInfo": "archiver",
+        }
+    }

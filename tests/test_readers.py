@@ -1,0 +1,309 @@
+"""The archive's Delta tables as the readers people use read them: delta-rs, DuckDB,
+Polars, DataFusion and Daft, each compared value by value with PostgreSQL's rows; and a
+table whose column names Spark-family readers refuse, published with Delta column
+mapping (archiver.delta.mapping) and checked against the protocol's rules for it, since
+no Spark runs here: created mapped, upgraded when such a column arrives, a column renamed
+later, and rebuilt."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tests.delta_check import delta, duck, options, uri
+from tests.harness import Harness
+
+
+@pytest.fixture
+def d(h: Harness) -> Harness:
+    """The test's world with Delta Lake publishing on, as it is by default."""
+    return h.with_env(ARCHIVER_DELTA="true")
+
+
+# Every type archiver maps to a Delta type of its own, and what archiver publishes as
+# text, selected in PostgreSQL as each reader should see it (bulk rows: no special value)
+EXPECTED = """
+SELECT id, created_at, c_int2, c_int4, c_int8, c_num, c_num_big::text AS c_num_big,
+  c_num_u::text AS c_num_u, c_real, c_double, c_bool, c_text, c_varchar, c_char, c_bytea,
+  c_date, c_ts, c_tstz, c_time::text AS c_time, c_uuid::text AS c_uuid,
+  c_json::text AS c_json, c_jsonb::text AS c_jsonb, c_inet::text AS c_inet,
+  c_enum::text AS c_enum, c_domain, c_int_arr, c_text_arr, c_date_arr, c_float_arr,
+  c_uuid_arr::text[] AS c_uuid_arr, c_enum_arr::text[] AS c_enum_arr
+FROM snapshot WHERE id <= 100000 ORDER BY id
+"""
+
+
+def _same(a: Any, b: Any) -> bool:
+    """A reader's value against PostgreSQL's: datetimes as instants (a reader may give
+    UTC as a zone or not), floats with NaN equal to itself, sequences element-wise."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
+        if (a.tzinfo is None) != (b.tzinfo is None):
+            a, b = (
+                a.replace(tzinfo=dt.UTC) if a.tzinfo is None else a,
+                b.replace(tzinfo=dt.UTC) if b.tzinfo is None else b,
+            )
+        return bool(a == b)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
+        return a is not None and b is not None and decimal.Decimal(a) == decimal.Decimal(b)
+    if isinstance(a, bytes | bytearray | memoryview) or isinstance(b, bytes | bytearray):
+        return a is not None and b is not None and bytes(a) == bytes(b)
+    return bool(a == b)
+
+
+def compare(reader: str, rows: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert len(rows) == len(expected), (reader, len(rows), len(expected))
+    rows = sorted(rows, key=lambda r: r["id"])
+    for got, want in zip(rows, expected, strict=True):
+        for column, value in want.items():
+            assert _same(got[column], value), (reader, want["id"], column, got[column], value)
+
+
+def _bulk(table: pa.Table | pa.RecordBatchReader) -> list[dict[str, Any]]:
+    """A reader's rows as Python values, the bulk rows only (the edge rows hold dates
+    Python cannot: their own test is test_delta's, through delta-rs and DuckDB)."""
+    if isinstance(table, pa.RecordBatchReader):
+        table = table.read_all()
+    rows: list[dict[str, Any]] = table.filter(pc.field("id") <= 100000).to_pylist()
+    return rows
+
+
+def _daft_azure(h: Harness) -> Any:
+    from daft.io import AzureConfig
+
+    return AzureConfig(
+        storage_account="devstoreaccount1",
+        access_key=options(h)["azure_storage_account_key"],
+        endpoint_url=f"http://127.0.0.1:{h.azurite.port}/devstoreaccount1",
+        use_ssl=False,
+    )
+
+
+def readers(h: Harness, table: str) -> dict[str, list[dict[str, Any]]]:
+    """The table's rows through each reader's own Delta support, as Python values."""
+    import daft
+    import polars as pl
+    from daft.io import IOConfig
+
+    location = uri(h, table)
+    found: dict[str, list[dict[str, Any]]] = {}
+    found["delta-rs"] = _bulk(delta(h, table).to_pyarrow_table())
+    con = duck(h)
+    found["duckdb"] = _bulk(con.execute(f"SELECT * FROM delta_scan('{location}')").arrow())
+    found["polars"] = _bulk(pl.read_delta(location, storage_options=options(h)).to_arrow())
+    found["datafusion"] = _bulk(datafusion_rows(h, table))
+    io = IOConfig(azure=_daft_azure(h))
+    found["daft"] = _bulk(daft.read_deltalake(location, io_config=io).to_arrow())
+    return found
+
+
+def datafusion_rows(h: Harness, table: str) -> pa.Table:
+    """DataFusion's read of the Delta table. Its documented way, delta-rs's table
+    provider (`ctx.register_table(name, DeltaTable(...))`), reads a local table but not
+    one on Azure (datafusion 55, deltalake 1.6.6: "No suitable object store found for
+    az://...", with the store registered in the session too): the provider runs in
+    delta-rs's own DataFusion across the FFI boundary. So DataFusion scans delta-rs's
+    dataset of the table's active files instead, and is asked to fail the other way, so
+    that this test says when it starts to work."""
+    import datafusion
+
+    ctx = datafusion.SessionContext()
+    with pytest.raises(Exception, match="No suitable object store"):
+        ctx.register_table("provider", delta(h, table))
+        ctx.sql("SELECT max(id) FROM provider").collect()  # count(*): from the stats
+    ctx.register_dataset("archive", delta(h, table).to_pyarrow_dataset())
+    return ctx.sql("SELECT * FROM archive").to_arrow_table()
+
+
+def test_every_reader_reads_every_type_as_postgresql_holds_it(d: Harness) -> None:
+    from tests.alltypes import seed_alltypes
+
+    seed_alltypes(d.url)
+    d.archive("--table", "alltypes", "--before", "2100-01-01", "--chunk-rows", "1000")
+    expected = [dict(r) for r in d.sql(EXPECTED)]
+    for reader, rows in readers(d, "public.alltypes").items():
+        compare(reader, rows, expected)
+
+
+AWKWARD = """
+CREATE TABLE awkward (
+  id bigint PRIMARY KEY, created_at timestamptz NOT NULL,
+  "Customer Name" text, "total, eur" numeric(12, 2), "a;b{c}(d)=e" integer,
+  "tab\there" text, "new
+line" text, "CamelCase" integer, "été" text, "dash-name" integer, "dot.name" integer,
+  "quote""d" text, c_ts timestamp
+);
+INSERT INTO awkward
+SELECT g, timestamptz '2023-01-01' + g * interval '1 hour', 'customer ' || g, g * 1.25, g,
+  't' || g, 'n' || g, g * 2, 'é' || g, g * 3, g * 4, 'q' || g,
+  timestamp '2023-01-01' + g * interval '1 minute'
+FROM generate_series(1, 300) g;
+"""
+
+
+def mapping_rules(h: Harness, table: str, files: list[str]) -> dict[str, Any]:
+    """Check the Delta table's column mapping against PROTOCOL.md (Column Mapping, Writer
+    Requirements): mode name, a protocol that has it, every field (nested too) with a
+    unique id no greater than maxColumnId and a physical name, each column found in the
+    files under its physical name. Returns the schema's fields by name."""
+    table_ = delta(h, table)
+    config = table_.metadata().configuration
+    assert config["delta.columnMapping.mode"] == "name"
+    protocol = table_.protocol()
+    if protocol.min_reader_version == 2:
+        assert protocol.min_writer_version == 5
+    else:
+        assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
+        readers, writers = protocol.reader_features or [], protocol.writer_features or []
+        assert "columnMapping" in readers and set(readers) <= set(writers)
+    fields = json.loads(table_.schema().to_json())["fields"]
+    ids: list[int] = []
+
+    def walk(fs: list[dict[str, Any]]) -> None:
+        for f in fs:
+            meta = f["metadata"]
+            ids.append(meta["delta.columnMapping.id"])
+            assert meta["delta.columnMapping.physicalName"]
+            t = f["type"]
+            if isinstance(t, dict) and t.get("type") == "struct":
+                walk(t["fields"])
+
+    walk(fields)
+    assert len(ids) == len(set(ids)) and max(ids) <= int(config["delta.columnMapping.maxColumnId"])
+    physical = {f["delta.columnMapping.physicalName"] for f in (x["metadata"] for x in fields)}
+    in_files: set[str] = set()
+    for path in files:
+        in_files |= set(pq.read_schema(pa.BufferReader(h.blob(path))).names)
+    assert physical <= in_files  # name mode reads each column under its physical name
+    return {f["name"]: f for f in fields}
+
+
+def _expected_awkward(h: Harness) -> list[dict[str, Any]]:
+    return [dict(r) for r in h.sql("SELECT * FROM snapshot ORDER BY id")]
+
+
+def test_names_spark_refuses_are_column_mapped_and_every_reader_that_can_reads_them(
+    d: Harness,
+) -> None:
+    d.sql(
+        AWKWARD + "CREATE TABLE snapshot AS SELECT * FROM awkward WHERE created_at < '2023-01-08'"
+    )
+    d.archive("--table", "awkward", "--before", "2023-01-08", "--chunk-rows", "60")
+    files = [
+        r["path"]
+        for r in d.sql("SELECT path FROM archive_files WHERE source_table = 'public.awkward'")
+    ]
+    fields = mapping_rules(d, "public.awkward", files)
+    assert (
+        fields["Customer Name"]["metadata"]["delta.columnMapping.physicalName"] == "Customer Name"
+    )
+    expected = _expected_awkward(d)
+    # delta-rs's SQL engine and DuckDB resolve physical names (PROTOCOL.md, name mode);
+    # see readers_mapped for the others
+    found = readers_mapped(d, "public.awkward")
+    for reader, rows in found.items():
+        compare(reader, rows, expected)
+
+
+def readers_mapped(h: Harness, table: str) -> dict[str, list[dict[str, Any]]]:
+    """A column-mapped table's rows through the readers that resolve physical names:
+    delta-rs's SQL engine (QueryBuilder) and DuckDB. The others are asked to refuse it as
+    they do today, so that this test says when one starts to read it (docs/delta.md)."""
+    import daft
+    import datafusion
+    import polars as pl
+    from daft.io import IOConfig
+    from deltalake import QueryBuilder
+
+    location = uri(h, table)
+    table_ = delta(h, table)
+    found: dict[str, list[dict[str, Any]]] = {}
+    answer = QueryBuilder().register("archive", table_).execute("SELECT * FROM archive")
+    found["delta-rs"] = pa.table(answer).to_pylist()
+    found["duckdb"] = (
+        duck(h).execute(f"SELECT * FROM delta_scan('{location}')").arrow().read_all().to_pylist()
+    )
+    refusals: dict[str, tuple[Callable[[], Any], str]] = {
+        "delta-rs's pyarrow dataset": (lambda: table_.to_pyarrow_dataset(), "columnMapping"),
+        "polars": (
+            lambda: pl.read_delta(location, storage_options=options(h)),
+            "which polars does not support",
+        ),
+        "daft": (
+            lambda: daft.read_deltalake(
+                location, io_config=IOConfig(azure=_daft_azure(h))
+            ).to_arrow(),
+            "carries no parquet field IDs",
+        ),
+    }
+    for read, says in refusals.values():
+        with pytest.raises(Exception, match=says):
+            read()
+    ctx = datafusion.SessionContext()
+    ctx.register_table("provider", table_)
+    with pytest.raises(Exception, match="No suitable object store"):
+        ctx.sql("SELECT max(id) FROM provider").collect()
+    return found
+
+
+def test_a_table_upgrades_to_column_mapping_keeps_renames_and_rebuilds(d: Harness) -> None:
+    from deltalake import QueryBuilder
+
+    d.sql(AWKWARD)
+    d.sql('ALTER TABLE awkward DROP COLUMN "Customer Name", DROP COLUMN "total, eur", '
+          'DROP COLUMN "a;b{c}(d)=e", DROP COLUMN "tab\there", DROP COLUMN "new\nline"')  # fmt: skip
+    d.archive("--table", "awkward", "--before", "2023-01-03")
+    before = delta(d, "public.awkward")
+    assert "delta.columnMapping.mode" not in before.metadata().configuration  # plain names
+    assert before.protocol().min_reader_version == 3  # timestamp_ntz, as delta-rs made it
+    # a column Spark refuses arrives: the table upgrades, its older rows read on
+    d.sql('ALTER TABLE awkward ADD COLUMN "Customer Name" text')
+    d.sql("""UPDATE awkward SET "Customer Name" = 'c ' || id""")
+    d.archive("--table", "awkward", "--before", "2023-01-05")
+    # renamed in PostgreSQL: a column of the new name joins, the old one stays (older rows)
+    d.sql('ALTER TABLE awkward RENAME COLUMN "Customer Name" TO "Client Name"')
+    d.archive("--table", "awkward", "--before", "2023-01-07")
+    files = [
+        r["path"]
+        for r in d.sql("SELECT path FROM archive_files WHERE source_table = 'public.awkward'")
+    ]
+    fields = mapping_rules(d, "public.awkward", files)
+    assert list(fields)[-2:] == ["Customer Name", "Client Name"]
+    table = delta(d, "public.awkward")
+    protocol = table.protocol()
+    assert sorted(protocol.reader_features or []) == ["columnMapping", "timestampNtz"]
+    answer = QueryBuilder().register("archive", table).execute("SELECT * FROM archive")
+    rows = sorted(pa.table(answer).to_pylist(), key=lambda r: r["id"])
+    assert len(rows) == 6 * 24 - 1  # hours 1..143 before 2023-01-07
+    assert rows[0]["Customer Name"] is None and rows[0]["Client Name"] is None
+    assert rows[60]["Customer Name"] == "c 61" and rows[60]["Client Name"] is None
+    assert rows[-1]["Client Name"] == "c 143" and rows[-1]["Customer Name"] is None
+    con = duck(d)
+    location = uri(d, "public.awkward")
+    assert con.execute(
+        f'SELECT count(*), count("Customer Name"), count("Client Name") FROM delta_scan(\'{location}\')'
+    ).fetchone() == (143, 48, 48)
+    rebuilt = d.cli("publish", "--table", "awkward", "--rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    fields = mapping_rules(d, "public.awkward", files)
+    assert delta(d, "public.awkward").protocol().min_reader_version == 3
+    assert con.execute(
+        f'SELECT count(*), count("Customer Name"), count("Client Name") FROM delta_scan(\'{location}\')'
+    ).fetchone() == (143, 48, 48)
+    # the files were never rewritten: the catalog's paths stand
+    assert sorted(
+        r["path"]
+        for r in d.sql("SELECT path FROM archive_files WHERE source_table = 'public.awkward'")
+    ) == sorted(files)
