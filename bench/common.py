@@ -204,26 +204,26 @@ def enqueue_orders(env: dict[str, str], mode: str, *extra: str, root: Path = ROO
 
 
 def run_workers(env: dict[str, str], count: int, *args: str, root: Path = ROOT) -> list[int]:
-    """Run `count` burst workers to the end; their peak RSS in bytes.
+    """Run `count` burst workers to the end; their peak RSS in bytes, each its own VmHWM
+    read every 10 ms until it exits (as wait_measured).
 
-    A child's ru_maxrss starts at its parent's peak: Linux carries the old address space's
-    high-water mark across exec, and Python spawns with vfork, whose old address space is
-    the parent's (seen here: a 14 MB child read 314 MB after the parent touched 300 MB,
-    and still after it freed them). So a figure at or below the bench's own high-water
-    mark is the bench's, not the worker's: archive_copy refuses one. The bench's own is
-    its VmHWM, not its ru_maxrss, which starts at *its* parent's peak (pytest's, in the
-    suite: 387 MB)."""
+    Not the ru_maxrss wait4 reports: a child's starts at its parent's peak (Linux carries
+    the old address space's high-water mark across exec, and Python spawns with vfork,
+    whose old address space is the parent's; seen here: a 14 MB child read 314 MB after
+    the parent touched 300 MB, and still after it freed them). A worker lighter than the
+    bench then read as the bench (the tiny bench of a fresh clone: 165 MB both)."""
     procs = [
         subprocess.Popen(archiver_cmd("worker", "--burst", *args), env=env, cwd=root)
         for _ in range(count)
     ]
-    peaks = []
+    peaks = [0] * count
+    while any(proc.poll() is None for proc in procs):
+        for i, proc in enumerate(procs):
+            peaks[i] = max(peaks[i], high_water_mark(proc.pid))
+        time.sleep(0.01)
     for proc in procs:
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise RuntimeError(f"worker exited with {proc.returncode}")
-        peaks.append(usage.ru_maxrss * 1024)
     return peaks
 
 
@@ -252,8 +252,7 @@ def high_water_mark(pid: int | str = "self") -> int:
 def wait_measured(proc: subprocess.Popen[bytes]) -> tuple[int, int]:
     """Wait for `proc`: (exit code, its peak RSS). The peak is its own VmHWM, read every
     10 ms until it exits (a zombie has none), not the ru_maxrss wait4 reports, which
-    starts at the bench's own peak (see run_workers): a command lighter than the bench
-    could not be told apart from it."""
+    starts at the bench's own peak (see run_workers)."""
     peak = 0
     while proc.poll() is None:
         peak = max(peak, high_water_mark(proc.pid))

@@ -114,7 +114,7 @@ def test_pausing_a_running_job_stops_it_at_a_chunk_boundary(h: Harness) -> None:
 def test_pause_refuses_bad_input(h: Harness) -> None:
     for args, needle in (
         (["pause"], "give either a job id or --table T"),
-        (["pause", "--table", "nope"], "table 'nope' not found"),
+        (["pause", "--table", "nope"], "table nope not found"),
         (["resume", "00000000-0000-0000-0000-000000000000"], "no job 00000000"),
     ):
         result = h.cli(*args)
