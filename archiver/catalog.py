@@ -88,6 +88,11 @@ class PgCatalog:
     def catalogued_paths(self) -> set[str]:
         return {str(r[0]) for r in fetch_all(self.conn, query("job_paths"), (self.job_id,))}
 
+    def file_schemas(self, table: str) -> list[str | None]:
+        """The distinct Delta schemas of `table`'s committed files (None: files written
+        before Delta publishing, sql/008)."""
+        return [r[0] for r in fetch_all(self.conn, query("table_file_schemas"), (table,))]
+
     def committed_progress(self, saved: Progress) -> Progress:
         files, rows, nbytes, last_key = fetch_all(
             self.conn, query("committed_progress"), (self.job_id,)

@@ -706,6 +706,10 @@ FROM background_jobs WHERE payload->>'group' = $1 ORDER BY created_at, id
 -- One table's archive: files, rows, bytes, cutoff range (as archiver_archive_files).
 SELECT * FROM archiver_archive_files WHERE source_table = $1
 
+-- name: table_file_schemas
+-- The distinct Delta schemas of a table's committed files (NULL: written before 008).
+SELECT DISTINCT delta_schema FROM archive_files WHERE source_table = $1 AND state = 'committed'
+
 -- name: table_schemas
 -- The Delta schemas a table's files were written with, oldest first.
 SELECT md5(delta_schema) AS version, min(created_at) AS first_at, count(*) AS files

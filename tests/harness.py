@@ -39,6 +39,11 @@ class Harness:
     def value(self, query: str, *args: Any) -> Any:
         return sql_value(self.url, query, *args)
 
+    def missing(self, rows: str, of: str) -> int:
+        """How many of the rows query `of` gives are not among those `rows` gives
+        (EXCEPT ALL: duplicates counted)."""
+        return int(self.value(f"SELECT count(*) FROM ({of} EXCEPT ALL {rows}) x"))
+
     def keys(self, table: str = "orders", key: str = "id") -> set[Any]:
         """The keys left in `table`."""
         return {r[0] for r in self.sql(f"SELECT {key} FROM {table}")}

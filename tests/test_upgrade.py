@@ -10,6 +10,8 @@ the same database and archives on, publishing."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,3 +121,50 @@ def _parquet_schema(h: Harness, path: str, local: Path) -> str:
     (name,) = [b for b in h.blobs() if b.endswith(path)]
     local.write_bytes(client.download_blob(name).readall())
     return str(pq.ParquetFile(local).schema)
+
+
+TEXT_NUMERIC = "800d8d4"  # the last release that archived an unconstrained numeric as text
+
+
+def test_a_numeric_an_earlier_release_archived_as_text_stays_text(
+    upgraded_world: Harness,
+) -> None:
+    """A table whose unconstrained numeric column an earlier release archived as text
+    (its Delta column a string) keeps it text: a decimal file could not join that Delta
+    table (pgtypes.sql.OPEN_NUMERIC, archive.context.text_numeric)."""
+    h = upgraded_world.with_env(ARCHIVER_DELTA="true")
+    h.sql(
+        "CREATE TABLE amounts (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, "
+        "amount numeric);"
+        "INSERT INTO amounts SELECT g, '2023-01-01'::timestamptz + g * interval '1 hour', "
+        "g * 1.25 FROM generate_series(1, 300) g;"
+        "CREATE TABLE amounts_then AS SELECT * FROM amounts"
+    )
+    root = h.tmp / "text-numeric"
+    export_commit(TEXT_NUMERIC, root)
+    for args in (("migrate",), ("enqueue", "--table", "amounts", "--before", "2023-01-04"),
+                 ("worker", "--burst")):  # fmt: skip
+        done = subprocess.run(
+            archiver_cmd(*args), env=h.env, cwd=root, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+    assert h.value("SELECT sum(row_count) FROM archive_files") == 71  # hours 1-71
+
+    migrated = h.cli("migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    # a column this release archives first: a decimal
+    h.sql("ALTER TABLE amounts ADD COLUMN fresh numeric; UPDATE amounts SET fresh = amount")
+    h.archive("--table", "amounts", "--before", "2023-01-10")
+    assert not h.value("SELECT count(*) FROM archive_files WHERE delta_refused IS NOT NULL")
+    fields = {
+        f["name"]: f["type"]
+        for f in json.loads(delta(h, "public.amounts").schema().to_json())["fields"]
+    }
+    assert (fields["amount"], fields["fresh"]) == ("string", "decimal(38,18)")
+    rows = delta(h, "public.amounts").to_pyarrow_table(columns=["id", "amount"]).to_pylist()
+    assert len(rows) == 215 and {r["id"]: r["amount"] for r in rows}[2] == "2.50"
+    back = h.cli("restore", "--table", "amounts")
+    assert back.returncode == 0, back.stderr
+    then = "SELECT id, amount::text, CASE WHEN id > 71 THEN amount::text END FROM amounts_then"
+    # rows 1-71 were archived before `fresh` existed: NULL there
+    assert not h.missing("SELECT id, amount::text, fresh::text FROM amounts", then)

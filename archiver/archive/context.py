@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from archiver.source.tables import TableInfo
 from archiver.storage.seam import Storage
 
 if TYPE_CHECKING:
+    from archiver.catalog import PgCatalog
     from archiver.source.aggregates import AggregateQueries
 
 
@@ -161,3 +163,39 @@ class FileOf:
     @property
     def keys(self) -> list[str]:
         return [c.name for c in self.table.key]
+
+
+def text_numeric(info: TableInfo, file_schemas: list[str | None]) -> TableInfo:
+    """`info` with the unconstrained numeric columns its archived files hold as text
+    (their Delta schemas, `file_schemas`; None: a file from before Delta publishing, whose
+    numeric was text): they stay text, since a Delta table cannot hold text and decimal
+    in one column (pgtypes.sql.OPEN_NUMERIC)."""
+    wanted = {c.name for c in info.columns if pgtypes.open_numeric(c)}
+    if not wanted:
+        return info
+    kept: set[str] = set()
+    for schema in file_schemas:
+        if schema is None:
+            kept = wanted
+            break
+        if schema:
+            fields = json.loads(schema)["fields"]
+            kept |= {f["name"] for f in fields if f["name"] in wanted and f["type"] == "string"}
+    return dataclasses.replace(info, numeric_as_text=frozenset(kept))
+
+
+def numeric_kept_text(
+    catalog: PgCatalog, table: str, queries: ChunkQueries, aggregate: AggregateQueries | None
+) -> tuple[ChunkQueries, AggregateQueries | None]:
+    """A job's statements with text_numeric applied to its table (`table`, as archiver
+    records it) and to each table of its aggregate."""
+    queries = dataclasses.replace(
+        queries, table=text_numeric(queries.table, catalog.file_schemas(table))
+    )
+    if aggregate is None:
+        return queries, None
+    members = tuple(
+        dataclasses.replace(m, table=text_numeric(m.table, catalog.file_schemas(m.table.qualified)))
+        for m in aggregate.members
+    )
+    return queries, dataclasses.replace(aggregate, root=queries, members=members)

@@ -22,7 +22,7 @@ from archiver.archive.commit import (
     SameDatabase,
     SeparateDatabase,
 )
-from archiver.archive.context import ChunkLimits, JobContext
+from archiver.archive.context import ChunkLimits, JobContext, numeric_kept_text
 from archiver.archive.plan import plan_archive
 from archiver.archive.snapshot import open_snapshot
 from archiver.bulk import BulkConnection, fetch_all
@@ -95,6 +95,7 @@ def open_job(
             whole = WholePartition(parent, request.partition, PartitionAction(request.partitions))
             if whole.attached(src) is not None:  # else an earlier attempt took it
                 queries = describe_archive(src, request.partition, request.column, Mode.COPY)
+    queries, aggregate = numeric_kept_text(catalog, request.table, queries, aggregate)
     return JobContext(
         job_id,
         attempt,

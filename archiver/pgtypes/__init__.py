@@ -8,7 +8,9 @@ Archive side: the SQL expression each column is selected as (so the ADBC driver 
 back an exact Arrow value) and, for types whose standard Parquet type cannot hold every
 value (infinite dates, 24:00:00, NaN in numeric(p,s), multi-dimensional arrays), a
 companion text column `<name>__pg_text` holding PostgreSQL's own text form of exactly
-those values (NULL in every other row; the standard column is NULL in those rows).
+those values (NULL in every other row; the standard column is NULL in those rows; an
+unconstrained numeric's companion also holds values whose own scale its decimal would
+lose, the decimal kept: see sql.OPEN_NUMERIC).
 Restore side: the SQL expression that turns a staged column back into the exact type.
 
 Why text for some types: the ADBC driver returns inet, cidr, macaddr, bit, varbit,

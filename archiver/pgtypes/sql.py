@@ -87,6 +87,14 @@ SCALED_MAX_PRECISION = 18
 # one is selected as its text, which it reads back exactly.
 TEXT_KEYS = frozenset(("citext", "uuid"))  # uuid: Delta's string (see AS_TEXT)
 NUMERIC_NAN_UNSCALED = -(2**63)
+# Unconstrained numeric: Delta's decimal(38,18), as Spark's JDBC reader maps it (20 digits
+# before the point, 18 after). A value that does not fit (NaN, +-Infinity, more digits on
+# either side: a cast would round it or fail) is NULL there and its text in the companion;
+# so is one whose own scale trimming would lose (12.50, 0.0: restore rebuilds the others
+# from the decimal with trim_scale), whose decimal stays, so readers see every number.
+OPEN_NUMERIC = "numeric(38,18)"
+_OPEN_NUMERIC_SPECIAL = "NOT ({c} = trunc({c}, 18) AND abs({c}) < 1e20)"
+_OPEN_NUMERIC_TEXT = "scale({c}) <> min_scale({c})"
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,9 @@ class ColumnPlan:
     # Parquet dictionary encoding: only where the type bounds the distinct values (see
     # dictionary_encoded)
     dictionary: bool = False
+    # predicate: rows whose exact text the companion keeps too, their value staying in
+    # the standard column (see OPEN_NUMERIC)
+    exact_text: str | None = None
 
     @property
     def companion(self) -> str | None:
@@ -127,10 +138,26 @@ def decimal_of(typmod: int) -> tuple[int, int] | None:
     return precision, scale
 
 
-def plan_column(column: Column) -> ColumnPlan:
-    """The representation of one column (the table of docs/types.md, in code)."""
+def open_numeric(column: Column) -> bool:
+    """An unconstrained numeric column (see OPEN_NUMERIC); not a domain over one, whose
+    restore could not tell its decimal from its text (restore_expression sees its name)."""
+    return column.type_sql == "numeric"
+
+
+def plan_column(column: Column, as_text: bool = False) -> ColumnPlan:
+    """The representation of one column (the table of docs/types.md, in code); `as_text`:
+    an unconstrained numeric its table's earlier files hold as text (see
+    source.tables.TableInfo.numeric_as_text)."""
     c = quote_ident(column.name)
     base = column.base_type
+    if open_numeric(column) and not as_text:
+        return ColumnPlan(
+            column,
+            f"{c}::{OPEN_NUMERIC}",
+            _OPEN_NUMERIC_SPECIAL.format(c=c),
+            "DECIMAL(38,18) (the others: NULL, exact text beside)",
+            exact_text=_OPEN_NUMERIC_TEXT.format(c=c),
+        )
     if base in ARROW_CHECKED:
         return ColumnPlan(column, c, None, _STANDARD[base][0], arrow_special=True)
     if base in AS_TEXT:
@@ -170,14 +197,18 @@ def plan_column(column: Column) -> ColumnPlan:
     return ColumnPlan(column, f"{c}::text", None, "STRING (PostgreSQL text form)")
 
 
-def plan_table(columns: tuple[Column, ...], key: tuple[Column, ...]) -> list[ColumnPlan]:
+def plan_table(
+    columns: tuple[Column, ...], key: tuple[Column, ...], as_text: frozenset[str] = frozenset()
+) -> list[ColumnPlan]:
     """Plans for every column. Key columns are taken as they are (their text, for
     TEXT_KEYS): their types are checked by source.describe_table and resuming needs
-    their real values."""
+    their real values. `as_text`: unconstrained numeric columns kept as text."""
     names = {c.name for c in columns}
     plans = []
     for column in columns:
-        plan = plan_column(column)
+        plan = plan_column(column, column.name in as_text)
+        if (column in key or plan.companion in names) and plan.exact_text:
+            plan = plan_column(column, as_text=True)  # no room for a companion: text
         if column in key:
             raw = quote_ident(column.name)
             value = f"{raw}::text" if column.base_type in TEXT_KEYS else raw
@@ -203,8 +234,9 @@ def select_list(plans: list[ColumnPlan]) -> str:
     for p in plans:
         if p.special:
             column = quote_ident(p.name)
+            when = f"{p.special} OR {p.exact_text}" if p.exact_text else p.special
             exprs.append(
-                f"CASE WHEN {p.special} THEN {column}::text END "
+                f"CASE WHEN {when} THEN {column}::text END "
                 f"AS {quote_ident(p.name + PG_TEXT_SUFFIX)}"
             )
     return ", ".join(exprs)
@@ -212,9 +244,13 @@ def select_list(plans: list[ColumnPlan]) -> str:
 
 def restore_expression(name: str, type_sql: str, has_pg_text: bool, table: str) -> str:
     """SQL turning the staged column `name` of `table` (an alias), and its __pg_text
-    companion, back into `type_sql`, the exact type format_type() gave at archive time."""
+    companion, back into `type_sql`, the exact type format_type() gave at archive time.
+    An unconstrained numeric with a companion was archived as OPEN_NUMERIC: its decimal
+    trimmed of the scale's zeros (the companion holds every value that is not so)."""
     c = f"{table}.{quote_ident(name)}"
     value = f"{c}::{type_sql}"
+    if has_pg_text and type_sql == "numeric":
+        value = f"trim_scale({value})"
     if has_pg_text:
         text = f"{table}.{quote_ident(name + PG_TEXT_SUFFIX)}"
         value = f"CASE WHEN {text} IS NOT NULL THEN {text}::{type_sql} ELSE {value} END"

@@ -50,7 +50,7 @@ class Member:
 
     @cached_property
     def plans(self) -> list[pgtypes.ColumnPlan]:
-        return pgtypes.plan_table(self.table.columns, self.table.key)
+        return pgtypes.plan_table(self.table.columns, self.table.key, self.table.numeric_as_text)
 
     @property
     def rows(self) -> str:

@@ -165,7 +165,7 @@ class ChunkQueries:
     @cached_property
     def plans(self) -> list[pgtypes.ColumnPlan]:
         """How each column travels (pgtypes), the one place that decides it."""
-        return pgtypes.plan_table(self.table.columns, self.table.key)
+        return pgtypes.plan_table(self.table.columns, self.table.key, self.table.numeric_as_text)
 
     @property
     def select_list(self) -> str:

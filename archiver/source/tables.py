@@ -145,6 +145,9 @@ class TableInfo:
     key: tuple[Column, ...]  # primary key (or unique index, see _KEY_INDEX), in index order
     partitioned: bool = False
     oid: int = 0
+    # unconstrained numeric columns its earlier files hold as text: kept so, since a
+    # Delta table cannot hold text and decimal in one column (archive.context.text_numeric)
+    numeric_as_text: frozenset[str] = frozenset()
 
     @property
     def key_in_arrow_order(self) -> bool:

@@ -34,7 +34,9 @@ def typmod(precision: int, scale: int) -> int:
          """CASE WHEN "z" = 'NaN' THEN '-9223372036854775808'::int8 ELSE "z"::int8 END""",
          "DECIMAL(18,0)", "z__pg_text"),
         (Column("w", "numeric(19,4)", "numeric", "N", typmod(19, 4)), '"w"', "DECIMAL(19,4)", "w__pg_text"),
-        (Column("x", "numeric", "numeric", "N"), '"x"::text', "STRING (PostgreSQL text form)", None),
+        (Column("x", "numeric", "numeric", "N"), '"x"::numeric(38,18)',
+         "DECIMAL(38,18) (the others: NULL, exact text beside)", "x__pg_text"),
+        (Column("dx", "amount", "numeric", "N"), '"dx"::text', "STRING (PostgreSQL text form)", None),
         (Column("m", "money", "money", "N"), '"m"::numeric::text', "STRING (numeric text)", None),
         (Column("e", "mood", "mood", "E"), '"e"::text', "STRING (enum label)", None),
         (Column("a", "text[]", "_text", "A", -1, "text", "S"), '"a"', "LIST<STRING>", "a__pg_text"),
@@ -73,6 +75,27 @@ def test_key_columns_have_no_companion_and_select_list_adds_them_last() -> None:
     assert select.startswith('"d" AS "d", CASE WHEN')
     assert select.endswith('AS "a__pg_text"')
     assert pgtypes.companions(plans) == ["a__pg_text"]
+
+
+def test_unconstrained_numeric_keeps_its_decimal_and_exact_text_beside() -> None:
+    key = Column("k", "numeric", "numeric", "N")
+    x = Column("x", "numeric", "numeric", "N")
+    plans = pgtypes.plan_table((key, x), (key,))
+    assert plans[0].expression == '"k"' and plans[0].parquet.startswith("STRING")  # a key: text
+    select = pgtypes.select_list(plans)
+    special = 'NOT ("x" = trunc("x", 18) AND abs("x") < 1e20)'
+    assert f'(CASE WHEN {special} THEN NULL ELSE "x"::numeric(38,18) END)::numeric(38,18)' in select
+    exact = 'scale("x") <> min_scale("x")'
+    assert f'CASE WHEN {special} OR {exact} THEN "x"::text END AS "x__pg_text"' in select
+    kept = pgtypes.plan_table((key, x), (key,), frozenset({"x"}))  # its earlier files: text
+    assert kept[1].expression == '"x"::text' and kept[1].companion is None
+    restore = pgtypes.restore_expression("x", "numeric", True, "s")
+    assert restore == (
+        'CASE WHEN s."x__pg_text" IS NOT NULL THEN s."x__pg_text"::numeric '
+        'ELSE trim_scale(s."x"::numeric) END'
+    )
+    assert "trim_scale" not in pgtypes.restore_expression("x", "numeric", False, "s")
+    assert "trim_scale" not in pgtypes.restore_expression("p", "numeric(12,2)", True, "s")
 
 
 def test_timestamp_specials_found_in_arrow() -> None:
