@@ -89,9 +89,10 @@ TEXT_KEYS = frozenset(("citext", "uuid"))  # uuid: Delta's string (see AS_TEXT)
 NUMERIC_NAN_UNSCALED = -(2**63)
 # Unconstrained numeric: Delta's decimal(38,18), as Spark's JDBC reader maps it (20 digits
 # before the point, 18 after). A value that does not fit (NaN, +-Infinity, more digits on
-# either side: a cast would round it or fail) is NULL there and its text in the companion;
-# so is one whose own scale trimming would lose (12.50, 0.0: restore rebuilds the others
-# from the decimal with trim_scale), whose decimal stays, so readers see every number.
+# either side: a cast would round it or fail) is NULL there, its text in the companion. A
+# value whose own scale trim_scale would lose (12.50, 0.0) keeps its decimal, so readers
+# see the number, and has its text in the companion too; restore rebuilds every other
+# value from the decimal with trim_scale (restore_expression).
 OPEN_NUMERIC = "numeric(38,18)"
 _OPEN_NUMERIC_SPECIAL = "NOT ({c} = trunc({c}, 18) AND abs({c}) < 1e20)"
 _OPEN_NUMERIC_TEXT = "scale({c}) <> min_scale({c})"
