@@ -24,6 +24,7 @@ from archiver.bulk import connect_bulk, driver_round_trip
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line
 from archiver.grants import QUEUE_TABLES
+from archiver.ident import TableName
 from archiver.model import Mode
 
 MAX_CLOCK_SKEW = 5.0  # seconds; leases use the database's clock, schedules the worker's
@@ -103,7 +104,7 @@ def _storage_features(settings: Settings) -> list[Check]:
 
 
 def _privileges_on(settings: Settings, table: str, mode: Mode) -> Callable[[], Awaitable[str]]:
-    return lambda: _table_privileges(settings, table, mode)
+    return lambda: _table_privileges(settings, TableName.stored(table).quoted, mode)
 
 
 async def _reachable(url: str) -> str:

@@ -124,7 +124,7 @@ class TableName:
     @classmethod
     def stored(cls, text: str) -> TableName:
         """A table as archiver records it: `schema.table`, each part as stored, unquoted."""
-        schema, dot, name = text.strip().rpartition(".")
+        schema, dot, name = text.rpartition(".")  # as recorded: blanks are the name's
         if not name or (dot and not schema):
             raise InputError(f"invalid table name {text!r}: expected table or schema.table")
         return cls(schema or None, name)
@@ -134,6 +134,13 @@ class TableName:
         """The name as a user would type it: `sales.orders`, `"Sales"."Orders"`."""
         name = sql_name(self.name)
         return f"{sql_name(self.schema)}.{name}" if self.schema else name
+
+    @property
+    def quoted(self) -> str:
+        """The name for SQL, every part quoted: `"Sales"."Orders"` (to_regclass, ::regclass
+        and a statement read it as this table, never folded)."""
+        name = quote_ident(self.name)
+        return f"{quote_ident(self.schema)}.{name}" if self.schema else name
 
     def __str__(self) -> str:
         """archiver's record of the table (TableName.stored reads it back)."""

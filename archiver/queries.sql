@@ -799,7 +799,9 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 -- database has: a catalogued key range of theirs compares as numbers (text ends do not).
 SELECT t.name, a.attname::text
 FROM jsonb_array_elements_text($1::jsonb) AS t(name)
-JOIN pg_attribute a ON a.attrelid = to_regclass(t.name) AND a.attnum > 0
+JOIN pg_attribute a ON a.attrelid = to_regclass(
+    quote_ident(split_part(t.name, '.', 1)) || '.' || quote_ident(substr(t.name, strpos(t.name, '.') + 1))
+) AND a.attnum > 0
  AND NOT a.attisdropped AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype)
 
 -- name: audit_record

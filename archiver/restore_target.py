@@ -78,7 +78,9 @@ def parents_first_today(
         return tables, []
     keys = []
     for table in tables:
-        found = fetch_all(conn, "SELECT to_regclass($1)::oid::bigint", (table,))
+        found = fetch_all(
+            conn, "SELECT to_regclass($1)::oid::bigint", (TableName.stored(table).quoted,)
+        )
         if found and found[0][0] is not None:
             keys += [k for k in foreign_keys_to(conn, table, int(found[0][0])) if k.child in tables]
     return parents_first(tables[0], tables, keys), keys

@@ -106,3 +106,53 @@ def test_postgresql_names_in_every_command_the_console_and_a_policy(
     assert restored.returncode == 0, restored.stderr
     assert h.value('SELECT count(*) FROM "Sales"."Orders"') == 500 - 34  # g % 10 = 3, g <= 335
     assert h.value("SELECT count(*) FROM background_jobs WHERE id = $1::uuid", job) == 1
+
+
+MIXED_CASE_SHAPES = """
+CREATE SCHEMA "Sales";
+CREATE TABLE "Sales"."Orders" ("Id" bigint PRIMARY KEY, "CreatedAt" timestamptz NOT NULL,
+                               "Customer" text);
+CREATE TABLE "Sales"."Order Lines" (
+  "Id" bigint PRIMARY KEY, "OrderId" bigint NOT NULL REFERENCES "Sales"."Orders" ON DELETE CASCADE,
+  "Sku" text);
+INSERT INTO "Sales"."Orders"
+SELECT g, timestamptz '2023-01-01' + g * interval '1 hour', 'c' || (g % 5)
+FROM generate_series(1, 200) g;
+INSERT INTO "Sales"."Order Lines" SELECT g, 1 + g % 200, 's' || g FROM generate_series(1, 600) g;
+CREATE TABLE "Sales"."Events" ("Id" bigint, "At" date NOT NULL, PRIMARY KEY ("Id", "At"))
+  PARTITION BY RANGE ("At");
+CREATE TABLE "Sales"."Events 2023-01" PARTITION OF "Sales"."Events"
+  FOR VALUES FROM ('2023-01-01') TO ('2023-02-01');
+CREATE TABLE "Sales"."Events 2023-02" PARTITION OF "Sales"."Events"
+  FOR VALUES FROM ('2023-02-01') TO ('2023-03-01');
+INSERT INTO "Sales"."Events" SELECT g, date '2023-01-01' + g % 59 FROM generate_series(1, 300) g;
+"""
+
+
+def test_mixed_case_aggregates_and_partitions_move_erase_and_restore(h: Harness) -> None:
+    """The commands that look a recorded table up in PostgreSQL's catalog again
+    (to_regclass: a partition still attached, an aggregate's foreign keys, key types)
+    find a mixed-case one, not its lower-case fold."""
+    h.sql(MIXED_CASE_SHAPES)
+    orders = '"Sales"."Orders"'
+    h.archive("--table", orders, "--column", '"CreatedAt"', "--before", "2023-01-05",
+              "--with-children")  # fmt: skip
+    assert h.value('SELECT count(*) FROM "Sales"."Orders"') == 200 - 95
+    assert h.value('SELECT count(*) FROM "Sales"."Order Lines"') == 600 - 3 * 95
+    erased = h.cli("erase", "--table", orders, "--where", "\"Customer\" = 'c1'", "--with-children")
+    assert erased.returncode == 0, erased.stderr
+    restored = h.cli("restore", "--table", orders)
+    assert restored.returncode == 0, restored.stderr
+    assert h.value('SELECT count(*) FROM "Sales"."Orders"') == 200 - 19  # c1's 19 erased
+    assert h.value('SELECT count(*) FROM "Sales"."Order Lines"') == 600 - 3 * 19
+    assert h.value('SELECT count(*) FROM "Sales"."Order Lines" l WHERE NOT EXISTS '
+                   '(SELECT FROM "Sales"."Orders" o WHERE o."Id" = l."OrderId")') == 0  # fmt: skip
+
+    events = '"Sales"."Events"'
+    h.archive("--table", events, "--column", '"At"', "--before", "2023-02-01",
+              "--partitions", "drop", "--chunk-rows", "50")  # fmt: skip
+    assert h.value('SELECT to_regclass(\'"Sales"."Events 2023-01"\') IS NULL')  # dropped
+    assert h.value('SELECT count(*) FROM "Sales"."Events"') == 300 - 160  # January's
+    back = h.cli("restore", "--table", events)
+    assert back.returncode == 0, back.stderr
+    assert h.value('SELECT count(*) FROM "Sales"."Events"') == 300

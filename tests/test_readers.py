@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from archiver.ident import quote_ident
-from tests.delta_check import delta, duck, options, uri
+from tests.delta_check import delta, duck, mapping_rules, options, uri
 from tests.harness import Harness
 
 
@@ -209,43 +209,6 @@ FROM generate_series(1, 300) g;
 """
 
 
-def mapping_rules(h: Harness, table: str, files: list[str]) -> dict[str, Any]:
-    """Check the Delta table's column mapping against PROTOCOL.md (Column Mapping, Writer
-    Requirements): mode name, a protocol that has it, every field (nested too) with a
-    unique id no greater than maxColumnId and a physical name, each column found in the
-    files under its physical name. Returns the schema's fields by name."""
-    table_ = delta(h, table)
-    config = table_.metadata().configuration
-    assert config["delta.columnMapping.mode"] == "name"
-    protocol = table_.protocol()
-    if protocol.min_reader_version == 2:
-        assert protocol.min_writer_version == 5
-    else:
-        assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
-        readers, writers = protocol.reader_features or [], protocol.writer_features or []
-        assert "columnMapping" in readers and set(readers) <= set(writers)
-    fields = json.loads(table_.schema().to_json())["fields"]
-    ids: list[int] = []
-
-    def walk(fs: list[dict[str, Any]]) -> None:
-        for f in fs:
-            meta = f["metadata"]
-            ids.append(meta["delta.columnMapping.id"])
-            assert meta["delta.columnMapping.physicalName"]
-            t = f["type"]
-            if isinstance(t, dict) and t.get("type") == "struct":
-                walk(t["fields"])
-
-    walk(fields)
-    assert len(ids) == len(set(ids)) and max(ids) <= int(config["delta.columnMapping.maxColumnId"])
-    physical = {f["delta.columnMapping.physicalName"] for f in (x["metadata"] for x in fields)}
-    in_files: set[str] = set()
-    for path in files:
-        in_files |= set(pq.read_schema(pa.BufferReader(h.blob(path))).names)
-    assert physical <= in_files  # name mode reads each column under its physical name
-    return {f["name"]: f for f in fields}
-
-
 def _expected_awkward(h: Harness) -> list[dict[str, Any]]:
     return [dict(r) for r in h.sql("SELECT * FROM snapshot ORDER BY id")]
 
@@ -400,3 +363,22 @@ def test_a_table_upgrades_to_column_mapping_keeps_renames_and_rebuilds(d: Harnes
         r["path"]
         for r in d.sql("SELECT path FROM archive_files WHERE source_table = 'public.awkward'")
     ) == sorted(files)
+
+
+def test_a_mapped_table_takes_the_feature_a_new_column_needs(d: Harness) -> None:
+    """Mapped at reader 2 / writer 5 (no timestamp without time zone), then such a column
+    arrives: the table moves to reader 3 / writer 7 with both features, as the protocol
+    requires of a timestamp_ntz column, and its readers read on."""
+    d.sql(AWKWARD + "ALTER TABLE awkward DROP COLUMN c_ts")
+    d.archive("--table", "awkward", "--before", "2023-01-03")
+    assert delta(d, "public.awkward").protocol().min_reader_version == 2
+    d.sql("ALTER TABLE awkward ADD COLUMN c_ts timestamp DEFAULT '2023-01-01 12:00'")
+    d.archive("--table", "awkward", "--before", "2023-01-05")
+    files = [r["path"] for r in d.sql("SELECT path FROM archive_files")]
+    fields = mapping_rules(d, "public.awkward", files)
+    protocol = delta(d, "public.awkward").protocol()
+    assert sorted(protocol.reader_features or []) == ["columnMapping", "timestampNtz"]
+    assert fields["c_ts"]["type"] == "timestamp_ntz"
+    location = uri(d, "public.awkward")
+    counted = duck(d).execute(f"SELECT count(*), count(c_ts) FROM delta_scan('{location}')")
+    assert counted.fetchone() == (95, 48)  # hours 1-95; 48-95 archived with c_ts

@@ -11,7 +11,7 @@ from archiver import text
 from archiver.commands.args import Subcommands, add_no_wait
 from archiver.config import Settings
 from archiver.errors import InputError
-from archiver.ident import as_typed
+from archiver.ident import TableName, as_typed
 from archiver.lifecycle.retention import Age
 from archiver.operations import compact, erase, orphans, purge, tiers
 from archiver.operations.enqueue import parse_cutoff
@@ -212,8 +212,9 @@ async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> in
         if kept:
             _say(f"{table.table}: kept {', '.join(kept)}")
 
+    table = str(TableName.parse(args.table)) if args.table else None  # as recorded
     done = await orphans.remove_orphans(
-        settings, args.table, grace=grace, dry_run=args.dry_run, report=say
+        settings, table, grace=grace, dry_run=args.dry_run, report=say
     )
     found = [o for t in done for o in t.found]
     verb = "would delete" if args.dry_run else "deleted"

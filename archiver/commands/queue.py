@@ -205,7 +205,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     async with db.connection(settings.database_url) as conn:
-        rows = await jobqueue.list_jobs(conn, args.status, args.table, args.limit)
+        table = str(TableName.parse(args.table)) if args.table else None  # as recorded
+        rows = await jobqueue.list_jobs(conn, args.status, table, args.limit)
     if args.json:
         print(terminal.dumps(rows))
     else:

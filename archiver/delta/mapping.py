@@ -68,6 +68,16 @@ def assign(fields: list[Field], last_id: int) -> tuple[list[Field], int]:
     return done, last_id
 
 
+def same_protocol(current: Any, wanted: dict[str, Any]) -> bool:
+    """Whether delta-rs's ProtocolVersions `current` is the protocol action `wanted`."""
+    return bool(
+        current.min_reader_version == wanted["minReaderVersion"]
+        and current.min_writer_version == wanted["minWriterVersion"]
+        and sorted(current.reader_features or ()) == wanted.get("readerFeatures", [])
+        and sorted(current.writer_features or ()) == wanted.get("writerFeatures", [])
+    )
+
+
 def _uses_ntz(fields: list[Field]) -> bool:
     def of(t: Any) -> bool:
         if isinstance(t, str):
@@ -81,11 +91,12 @@ def protocol(fields: list[Field], current: Any = None) -> dict[str, Any]:
     """The lowest protocol action with column mapping for a table of `fields` whose
     protocol is now `current` (delta-rs's ProtocolVersions; None: a new table)."""
     reader = current.min_reader_version if current is not None else 1
+    writer = current.min_writer_version if current is not None else 2
     readers = set(current.reader_features or ()) if current is not None else set()
     writers = set(current.writer_features or ()) if current is not None else set()
     if _uses_ntz(fields):
         readers.add("timestampNtz")
-    if reader < 3 and not readers:
+    if reader < 3 and writer < 7 and not readers:
         return {"minReaderVersion": 2, "minWriterVersion": 5}
     readers.add("columnMapping")
     return {

@@ -345,12 +345,14 @@ class Publisher:
             upgrade = not mapping.mapped(config)
             fields, last = mapping.assign(changes.fields, int(config.get(mapping.MAX_ID, "0")))
             config.update({mapping.MODE: "name", mapping.MAX_ID: str(last)})
+            # a feature a new column needs (timestampNtz) joins the protocol with it
+            protocol = mapping.protocol(fields, table.protocol())
             self.writer.write_schema(
                 table,
                 _schema(fields),
                 self.table,
                 configuration=config,
-                protocol=mapping.protocol(fields, table.protocol()) if upgrade else None,
+                protocol=None if mapping.same_protocol(table.protocol(), protocol) else protocol,
                 operation="ADD COLUMNS" if changes.added else "CHANGE COLUMN",
             )
             if upgrade:

@@ -34,7 +34,7 @@ from archiver.db import query
 from archiver.files import names
 from archiver.files.rewrite import key_ends, rewrite
 from archiver.files.stats import in_arrow_order
-from archiver.ident import quote_ident
+from archiver.ident import TableName, quote_ident
 from archiver.lifecycle.predicate import FILE, Predicate, matches
 from archiver.model import CatalogFile
 from archiver.source.references import ForeignKey
@@ -202,7 +202,7 @@ def _key_ends(conn: BulkConnection, kept: pa.Table, f: CatalogFile) -> tuple[lis
     compared under its collation there, where this database has the table (a numeric
     archived as text compares as a number); as staged otherwise."""
     with conn.cursor() as cur:
-        cur.execute(query("key_types"), (f.source_table,))
+        cur.execute(query("key_types"), (TableName.stored(f.source_table).quoted,))
         typed = {name: (kind, collation) for name, kind, collation in cur.fetchall()}
         columns = []
         for k in f.key_columns:

@@ -25,7 +25,7 @@ from archiver.errors import VerificationError
 from archiver.files import names
 from archiver.files.rewrite import key_ends
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
-from archiver.ident import quote_ident
+from archiver.ident import TableName, quote_ident
 from archiver.lifecycle.compact import Chunk, instant
 from archiver.model import ArchivedFile, CatalogFile
 from archiver.parquet import METADATA_PREFIX, Pending, read_metadata
@@ -238,7 +238,7 @@ def _key_ends(conn: BulkConnection, files: list[CatalogFile]) -> tuple[list[Any]
     ends = [f.min_key for f in files] + [f.max_key for f in files]
     staged = pa.table({k: [e[i] for e in ends] for i, k in enumerate(keys)})
     with conn.cursor() as cur:
-        cur.execute(query("key_types"), (files[0].source_table,))
+        cur.execute(query("key_types"), (TableName.stored(files[0].source_table).quoted,))
         typed = {name: (kind, collation) for name, kind, collation in cur.fetchall()}
         columns = []
         for k in keys:

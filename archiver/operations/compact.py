@@ -25,6 +25,7 @@ from archiver import db, outcome
 from archiver.bulk import BulkConnection, fetch_in, fetch_records, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, InputError
+from archiver.ident import TableName
 from archiver.lifecycle.compact import PERIODS, Chunk, Plan, chunks_of, plan
 from archiver.model import CatalogFile
 from archiver.text import counted
@@ -66,14 +67,14 @@ def options_for(
     """The options of `table` (schema.table): `target` and `period` as given (the
     CLI's), else its policy's keys, else the settings'; None when its policy says
     `compact = false`, unless compaction was `asked` for (`archiver compact`). A policy
-    names its table as its user wrote it: `orders` is public's."""
+    naming the table with its schema is its own; else one naming it bare (the
+    search_path's table, which this cannot ask: a bare name is taken as any schema's)."""
     from archiver.policy import parse_policies
 
     policies = parse_policies(config.policies) if config is not None else []
-    schema, _, name = table.partition(".")
-    mine = next(
-        (p for p in policies if p.table.name == name and (p.table.schema or "public") == schema),
-        None,
+    named = TableName.stored(table)
+    mine = next((p for p in policies if p.table == named), None) or next(
+        (p for p in policies if p.table.schema is None and p.table.name == named.name), None
     )
     if mine is not None and not mine.compact and not asked:
         return None

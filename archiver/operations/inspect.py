@@ -44,7 +44,7 @@ async def vacuumed_since(settings: Settings, table: str, since: dt.datetime) -> 
         row = await conn.fetchrow(
             "SELECT last_autovacuum, last_vacuum FROM pg_stat_user_tables "
             "WHERE relid = to_regclass($1)",
-            table,
+            TableName.stored(table).quoted,
         )
     runs = [t for t in (row or {}).values() if t is not None and t >= since]
     return f"yes, at {max(runs).isoformat()}" if runs else "not yet"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from archiver import audit, db, jobqueue
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError, OfflineError
-from archiver.ident import as_typed
+from archiver.ident import TableName, as_typed
 from archiver.model import ArchiveRequest, CatalogFile, FileState
 from archiver.operations.inspect import aggregate_children
 from archiver.operations.selection import FileSelection, mark_offline, refuse_offline
@@ -49,7 +49,7 @@ async def verify(
         prefixes = [names.job_prefix(t, job) for t in tables]
         known = [f for t in tables for f in await FileSelection(table=as_typed(t)).files(settings)]
     elif table:
-        listed = files[0].source_table if files else table
+        listed = files[0].source_table if files else str(TableName.parse(table))
         prefixes = [names.job_prefix(listed)]
         known = await FileSelection(table=as_typed(listed) if files else table).files(settings)
     else:

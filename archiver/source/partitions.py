@@ -109,7 +109,7 @@ class WholePartition:
 
     def attached(self, conn: BulkConnection) -> str | None:
         """The partition's bound while it is still attached to the parent, else None."""
-        rows = fetch_all(conn, _ATTACHED, (self.name, self.parent.oid))
+        rows = fetch_all(conn, _ATTACHED, (self.quoted, self.parent.oid))
         return str(rows[0][0]) if rows else None
 
     def statements(self) -> list[str]:
