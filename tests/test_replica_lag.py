@@ -66,6 +66,16 @@ def test_a_move_waits_for_a_lagging_replica(
     assert run_cli(env, "migrate").returncode == 0
     seed_orders(url, 7_000)  # 2,680 rows older than 2024-12-29: three chunks
     expected = {r["id"] for r in sql(url, "SELECT id FROM orders WHERE created_at < '2024-12-29'")}
+    # the standby caught up with the seed first: paused behind it, the job waited before
+    # its first chunk (a fresh clone under load: 0 files, not 1 or 2)
+    caught_up = sql_value(primary.admin_url, "SELECT pg_current_wal_lsn()::text")
+    wait_until(
+        lambda: sql_value(
+            standby.admin_url, "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", caught_up
+        ),
+        timeout=60,
+        what="the standby to replay the seed",
+    )
     sql(standby.admin_url, "SELECT pg_wal_replay_pause()")
     job_id = run_cli(
         env, "enqueue", "--table", "orders", "--before", "2024-12-29", "--chunk-rows", "1000",
