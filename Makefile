@@ -51,9 +51,10 @@ docs: $(STAMP)
 # The whole suite: lint, the docs, then pytest against a real PostgreSQL and Azurite.
 # Two pytest processes (pytest-xdist): each test makes its own database and container,
 # each process its own template database and Azurite. TEST_WORKERS=0 runs them in one.
+# The 25 slowest tests are listed at the end: where the suite's time goes, on every run.
 TEST_WORKERS ?= 2
 test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM) $(NGINX)
-	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 # The fast tier alone: no PostgreSQL, no Azurite.
 unit: $(STAMP)

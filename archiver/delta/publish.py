@@ -44,6 +44,7 @@ from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.history import forget_history
 from archiver.delta.location import table_uri
+from archiver.ident import as_typed
 from archiver.source.guardrails import transaction_status
 from archiver.storage.seam import Storage
 from archiver.text import counted
@@ -137,7 +138,7 @@ class Publisher:
         self.conn.commit()
         outcome.committed(
             f"{self.table}: its Delta log is being rebuilt from the catalog",
-            f"the next publication (a worker's, or `archiver publish --table {self.table}`) "
+            f"the next publication (a worker's, or `archiver publish --table {as_typed(self.table)}`) "
             "finishes the rebuild",
             partial=True,
         )

@@ -114,7 +114,7 @@ async def _erase(
         raise InputError(
             f"erase: job {running} is archiving {name} now, and rows it moves after the "
             "erasure read the archive would escape it: wait for it to finish (or "
-            f"`archiver pause --table {name}`), then erase"
+            f"`archiver pause --table {as_typed(name)}`), then erase"
         )
     refuse_offline("erase", [f for fs in per_table.values() for f in fs])
     storage = open_storage(settings)
@@ -132,7 +132,7 @@ async def _erase(
             except duckdb.IOException as exc:  # a catalogued file not stored (found by the soak)
                 raise InputError(
                     f"erase refused, nothing erased: an archived file of {name} cannot be read "
-                    f"({first_line(exc)}); `archiver verify --table {name}` checks them all"
+                    f"({first_line(exc)}); `archiver verify --table {as_typed(name)}` checks them all"
                 ) from None
 
     plan, found = await asyncio.to_thread(find)

@@ -88,9 +88,7 @@ async def make_visible(
         return
     unfinished = False
     for table in names:
-        finishes = (
-            f"the workers' next publication finishes it, or `archiver publish --table {table}`"
-        )
+        finishes = f"the workers' next publication finishes it, or `archiver publish --table {as_typed(table)}`"
         try:
             done = await publish_table(
                 settings,

@@ -110,7 +110,7 @@ def refuse_offline(verb: str, files: list[CatalogFile]) -> None:
         table = offline[0].source_table
         raise InputError(
             f"{verb}: {len(offline)} of {len(files)} files of {table} are in the Archive "
-            f"tier and cannot be read until rehydrated: `archiver rehydrate --table {table}` "
+            f"tier and cannot be read until rehydrated: `archiver rehydrate --table {as_typed(table)}` "
             "(up to 15 hours; run it again to follow)"
             + ("; `verify --skip-offline` checks the others" if verb == "verify" else "")
         )

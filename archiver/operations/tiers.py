@@ -82,7 +82,7 @@ async def _set_tier(
     if offline and tier != ARCHIVE_TIER:
         raise InputError(
             f"tier: {len(offline)} of these files are in the Archive tier: "
-            f"`archiver rehydrate --table {name} --tier {tier}` brings them back"
+            f"`archiver rehydrate --table {as_typed(name)} --tier {tier}` brings them back"
         )
     # to Archive: also those a killed run marked offline but did not move
     todo = [f for f in files if f.tier != tier and (tier == ARCHIVE_TIER or not f.offline)]
@@ -92,7 +92,7 @@ async def _set_tier(
             if unverified:
                 raise InputError(
                     f"tier: {len(unverified)} of {len(todo)} files were not verified since "
-                    f"they were written; run `archiver verify --table {name}` first (an "
+                    f"they were written; run `archiver verify --table {as_typed(name)}` first (an "
                     "Archive-tier file cannot be read to be verified); nothing moved"
                 )
         if dry_run:
@@ -104,12 +104,12 @@ async def _set_tier(
             outcome.committed(
                 f"{counted(len(todo), 'file')} of {name} marked offline (their rows out of "
                 "reach until they are rehydrated), none moved yet",
-                f"`archiver tier --table {name} --tier {tier}` again moves them, `archiver "
-                f"rehydrate --table {name}` brings them back",
+                f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves them, `archiver "
+                f"rehydrate --table {as_typed(name)}` brings them back",
                 partial=True,
             )
             await _publish_now(settings, {f.source_table for f in todo}, report)
-    again = f"`archiver tier --table {name} --tier {tier}` again moves the rest"
+    again = f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves the rest"
     moved = await asyncio.to_thread(_move, storage, todo, tier, report, again)
     async with db.connection(settings.database_url) as conn:
         await conn.execute(db.query("files_tier"), [f.id for f in todo], tier)
@@ -210,7 +210,7 @@ def _rehydrate(
             outcome.committed(
                 f"rehydration asked for {states.count('started') + 1} of "
                 f"{counted(len(files), 'file')}",
-                f"`archiver rehydrate --table {name}` again goes on",
+                f"`archiver rehydrate --table {as_typed(name)}` again goes on",
                 partial=True,
             )
             failpoints.reach("rehydrate_asked")

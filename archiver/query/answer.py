@@ -11,6 +11,7 @@ from archiver import failpoints
 from archiver.bulk import BulkConnection
 from archiver.config import Settings, StorageLocation
 from archiver.errors import InputError, StorageError, first_line
+from archiver.ident import as_typed
 from archiver.query import catalog, engine, statement
 from archiver.query.catalog import Snapshot
 from archiver.query.source import attached, import_snapshot, pin_scans
@@ -49,7 +50,7 @@ def answer(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live
             catalog.prune(snapshot, refs)
         statement.refuse_tables(sql, {
             table: f"{command}: {n} archived files of {table} are in the Archive tier and "
-            f"cannot be read: `archiver rehydrate --table {table}`; nothing returned"
+            f"cannot be read: `archiver rehydrate --table {as_typed(table)}`; nothing returned"
             for table, n in snapshot.offline.items()
         })  # fmt: skip
         failpoints.reach("live_catalog_read")
