@@ -304,13 +304,6 @@ WITH RECURSIVE t AS (
 )
 SELECT s FROM t WHERE right(s, length($1) + 1) = '.' || $1
 
--- name: search_path_schema
--- The schema of the table a bare name $1 means on this connection's search_path.
-SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relname = $1 AND c.relkind IN ('r', 'p') AND n.nspname = ANY (current_schemas(false))
-ORDER BY array_position(current_schemas(false), n.nspname::text)
-LIMIT 1
-
 -- name: archived_files
 -- Catalogued files by job and/or tables (schema.table each; see catalogued_tables_named)
 -- and/or an overlap with [from, to) of the cutoff column.

@@ -165,16 +165,17 @@ class FileOf:
         return [c.name for c in self.table.key]
 
 
-def text_numeric(info: TableInfo, file_schemas: list[str | None]) -> TableInfo:
+def text_numeric(info: TableInfo, file_schemas: Callable[[], list[str | None]]) -> TableInfo:
     """`info` with the unconstrained numeric columns its archived files hold as text
-    (their Delta schemas, `file_schemas`; None: a file from before Delta publishing, whose
-    numeric was text): they stay text, since a Delta table cannot hold text and decimal
-    in one column (pgtypes.sql.OPEN_NUMERIC)."""
+    (their Delta schemas, read from `file_schemas` only for a table that has such a
+    column; None: a file from before Delta publishing, whose numeric was text): they stay
+    text, since a Delta table cannot hold text and decimal in one column
+    (pgtypes.sql.OPEN_NUMERIC)."""
     wanted = {c.name for c in info.columns if pgtypes.open_numeric(c)}
     if not wanted:
         return info
     kept: set[str] = set()
-    for schema in file_schemas:
+    for schema in file_schemas():
         if schema is None:
             kept = wanted
             break
@@ -189,13 +190,14 @@ def numeric_kept_text(
 ) -> tuple[ChunkQueries, AggregateQueries | None]:
     """A job's statements with text_numeric applied to its table (`table`, as archiver
     records it) and to each table of its aggregate."""
-    queries = dataclasses.replace(
-        queries, table=text_numeric(queries.table, catalog.file_schemas(table))
-    )
+
+    def kept(info: TableInfo, recorded: str) -> TableInfo:
+        return text_numeric(info, lambda: catalog.file_schemas(recorded))
+
+    queries = dataclasses.replace(queries, table=kept(queries.table, table))
     if aggregate is None:
         return queries, None
     members = tuple(
-        dataclasses.replace(m, table=text_numeric(m.table, catalog.file_schemas(m.table.qualified)))
-        for m in aggregate.members
+        dataclasses.replace(m, table=kept(m.table, m.table.qualified)) for m in aggregate.members
     )
     return queries, dataclasses.replace(aggregate, root=queries, members=members)

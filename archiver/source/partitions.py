@@ -38,7 +38,7 @@ from enum import StrEnum
 
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.errors import InputError
-from archiver.ident import quote_ident
+from archiver.ident import TableName, quote_ident
 from archiver.model import ArchiveRequest, Mode
 from archiver.source.chunks import ChunkQueries
 from archiver.source.tables import Column, TableInfo
@@ -104,8 +104,7 @@ class WholePartition:
 
     @property
     def quoted(self) -> str:
-        schema, _, name = self.name.partition(".")
-        return f"{quote_ident(schema)}.{quote_ident(name)}"
+        return TableName.stored(self.name).quoted
 
     def attached(self, conn: BulkConnection) -> str | None:
         """The partition's bound while it is still attached to the parent, else None."""

@@ -23,7 +23,9 @@ KEY_TYPES = ARROW_ORDERED_KEYS + PG_ORDERED_KEYS
 
 log = logging.getLogger(__name__)
 
-_FIND_TABLE = """
+# A table by name as PostgreSQL resolves it: ($1 schema or '', $2 name); a bare name's
+# matches in search_path order (find_table; the console's resolve_table too).
+FIND_TABLE = """
 SELECT n.nspname::text, c.relname::text, c.oid::bigint, c.relkind = 'p'
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = $2 AND c.relkind IN ('r', 'p')
@@ -170,7 +172,7 @@ class TableInfo:
 
     @property
     def quoted(self) -> str:
-        return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
+        return TableName(self.schema, self.name).quoted
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -191,7 +193,7 @@ def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, b
     (search_path when unqualified). A bare name that several schemas on the search_path
     hold means the first one's, and a warning names the others; a name not found is one
     line naming the tables it could have meant (another case, another schema)."""
-    found = fetch_all(conn, _FIND_TABLE, (table.schema or "", table.name))
+    found = fetch_all(conn, FIND_TABLE, (table.schema or "", table.name))
     if not found:
         near = [
             TableName(str(s), str(n)).sql

@@ -21,6 +21,7 @@ from archiver.errors import InputError, JobStateError
 from archiver.ident import TableName, as_typed
 from archiver.limits import limit_changes
 from archiver.model import Status
+from archiver.source.tables import FIND_TABLE
 
 STATUSES = tuple(str(s) for s in Status)
 TASKS = (jobqueue.ARCHIVE_TASK, jobqueue.PUBLISH_TASK, jobqueue.PURGE_TASK)
@@ -231,7 +232,10 @@ async def table(
         "tiers": [dict(r) for r in await conn.fetch(query("table_tiers"), qualified)],
         "ledger": [dict(r) for r in await conn.fetch(query("table_ledger"), qualified)],
         "policies": [
-            p for p in next_fires(config) if await resolve_table(conn, p["table"].sql) == qualified
+            p
+            for p in next_fires(config)
+            if p["table"].name == TableName.stored(qualified).name  # the name first: no query
+            and await resolve_table(conn, p["table"].sql) == qualified
         ],
         "audit": await audit.of_target(conn, f"table {qualified}"),
     }
@@ -250,10 +254,10 @@ async def resolve_table(conn: asyncpg.Connection, name: str) -> str | None:
     named = await catalog_reads.catalogued_tables(conn, name)
     if len(named) == 1:
         return named[0]
-    schema = await conn.fetchval(query("search_path_schema"), table.name)
-    if schema is None and named:
+    found = await conn.fetch(FIND_TABLE, "", table.name)  # as the CLI's find_table
+    if not found and named:
         raise InputError(f"table {table.sql} is ambiguous ({', '.join(named)}): name the schema")
-    return None if schema is None else f"{schema}.{table.name}"
+    return f"{found[0][0]}.{table.name}" if found else None
 
 
 async def act_on_job(
