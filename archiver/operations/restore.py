@@ -116,7 +116,8 @@ async def _restore(
     tables = list(dict.fromkeys(f.source_table for f in files))
     request = {
         "job": str(selection.job_id) if selection.job_id else None,
-        "table": selection.table,
+        # as archiver records tables (the erase's and purge's requests name it so too)
+        "table": str(TableName.parse(selection.table)) if selection.table else None,
         "from": selection.cutoff_from,
         "to": selection.cutoff_to,
         "on_conflict": "skip" if skip_conflicts else "refuse",
