@@ -101,6 +101,14 @@ def fetch_records(
         conn.rollback()
 
 
+def run_in(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+    """One statement in the connection's open transaction, left open (the caller
+    commits): its rows, if it returns any."""
+    with conn.cursor() as cur:
+        cur.execute(sql, params or None)
+        return cur.fetchall() if cur.description is not None else []
+
+
 def fetch_in(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
     """One query in the connection's open transaction, left open (fetch_all ends it):
     a transaction-scoped lock taken before a commit."""

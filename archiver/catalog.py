@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from archiver.bulk import BulkConnection, Row, fetch_all
+from archiver.bulk import BulkConnection, fetch_all
 from archiver.db import query
 from archiver.errors import LeaseLost
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
+from archiver.store import archive_files, jobs
 
 
 class Catalog(Protocol):
@@ -65,22 +66,8 @@ class PgCatalog:
     def __init__(self, conn: BulkConnection, job_id: str, worker: str) -> None:
         self.conn, self.job_id, self.worker = conn, job_id, worker
 
-    def _one(self, name: str, *params: Any) -> Row | None:
-        with self.conn.cursor() as cur:
-            cur.execute(query(name), params)
-            rows = cur.fetchall()
-        return rows[0] if rows else None
-
-    def _run(self, name: str, *params: Any) -> None:
-        with self.conn.cursor() as cur:
-            cur.execute(query(name), params)
-
-    def _held(self, name: str, *params: Any) -> None:
-        if self._one(name, *params) is None:
-            raise LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
-
-    def _insert(self, f: ArchivedFile, state: FileState, xid: str | None) -> None:
-        insert_file(self.conn, f, state, xid)
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
 
     def next_part(self) -> int:
         return int(fetch_all(self.conn, query("next_part"), (self.job_id,))[0][0])
@@ -94,10 +81,10 @@ class PgCatalog:
         return [r[0] for r in fetch_all(self.conn, query("table_file_schemas"), (table,))]
 
     def committed_progress(self, saved: Progress) -> Progress:
-        files, rows, nbytes, last_key = fetch_all(
+        count, rows, nbytes, last_key = fetch_all(
             self.conn, query("committed_progress"), (self.job_id,)
         )[0]
-        return resumed(saved, int(files), int(rows), int(nbytes), last_key)
+        return resumed(saved, int(count), int(rows), int(nbytes), last_key)
 
     def pending_files(self) -> list[PendingFile]:
         rows = fetch_all(self.conn, query("pending_files"), (self.job_id,))
@@ -105,69 +92,35 @@ class PgCatalog:
 
     def add_committed(self, f: ArchivedFile, progress: Progress) -> None:
         self.checkpoint(progress)  # first: a job that is no longer ours is LeaseLost
-        self._insert(f, FileState.COMMITTED, None)
+        archive_files.insert(self.conn, f, FileState.COMMITTED)
 
     def add_pending(self, f: ArchivedFile, source_xid: str) -> None:
         # Locks the job row until this commits: a rescue cannot slip in between.
-        self._held("still_held", self.job_id, self.worker)
-        self._insert(f, FileState.PENDING, source_xid)
+        if not jobs.still_held(self.conn, self.job_id, self.worker):
+            raise self._lost()
+        archive_files.insert(self.conn, f, FileState.PENDING, source_xid)
 
     def confirm(self, part: int) -> None:
-        self._run("confirm_file", self.job_id, part)
+        archive_files.confirm(self.conn, self.job_id, part)
 
     def forget(self, part: int) -> None:
-        self._run("forget_file", self.job_id, part)
+        archive_files.forget(self.conn, self.job_id, part)
 
     def checkpoint(self, progress: Progress) -> None:
-        self._held("checkpoint", self.job_id, self.worker, json.dumps(progress.to_json()))
+        if not jobs.checkpoint(self.conn, self.job_id, self.worker, progress.to_json()):
+            raise self._lost()
 
     def limits(self) -> dict[str, Any]:
-        rows = fetch_all(self.conn, query("job_limits"), (self.job_id,))
-        found: dict[str, Any] = json.loads(rows[0][0]) if rows else {}
-        return found
+        return jobs.limits_now(self.conn, self.job_id)
 
     def set_throttled(self, reason: str | None) -> None:
-        self._run("set_throttled", self.job_id, self.worker, reason or "")
-        self.conn.commit()
+        jobs.set_throttled(self.conn, self.job_id, self.worker, reason)
 
     def commit(self) -> None:
         self.conn.commit()
 
     def rollback(self) -> None:
         self.conn.rollback()
-
-
-def insert_file(
-    conn: BulkConnection, f: ArchivedFile, state: FileState, xid: str | None = None
-) -> None:
-    """Record `f` in the connection's open transaction."""
-    with conn.cursor() as cur:
-        cur.execute(
-            query("insert_file"),
-            (
-                f.job_id,
-                f.part,
-                f.source_table,
-                f.storage_url,
-                f.path,
-                f.row_count,
-                f.byte_size,
-                f.md5,
-                json.dumps(f.key_columns),
-                json.dumps(f.min_key),
-                json.dumps(f.max_key),
-                f.cutoff_column,
-                f.min_cutoff_value or "-infinity",
-                f.max_cutoff_value or "infinity",
-                str(state),
-                xid or "",
-                f.delta_schema,
-                f.delta_stats,
-                str(f.delta).lower(),
-                f.tier,
-                f.made_by,
-            ),
-        )
 
 
 def resumed(saved: Progress, files: int, rows: int, nbytes: int, last_key: Any) -> Progress:

@@ -23,13 +23,21 @@ _MIGRATION_FILE = re.compile(r"(\d{3})_[\w-]+\.sql")
 
 @cache
 def _queries() -> dict[str, str]:
-    text = resources.files("archiver").joinpath("queries.sql").read_text()
-    parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    found: dict[str, str] = {}
+    for sql in resources.files("archiver.store").iterdir():
+        if not sql.name.endswith(".sql"):
+            continue
+        parts = re.split(r"^-- name: (\w+)\s*$", sql.read_text(), flags=re.M)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"two queries named {name} in archiver/store")
+            found[name] = body.strip()
+    return found
 
 
 def query(name: str) -> str:
-    """A named query from queries.sql (every query on the queue and the catalog)."""
+    """A named query of archiver/store's .sql files (every query on archiver's own
+    tables, each file owned by its store module: archiver.store)."""
     return _queries()[name]
 
 

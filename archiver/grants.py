@@ -13,7 +13,7 @@ from archiver.ident import quote_ident
 if TYPE_CHECKING:
     from archiver.source.triggers import DeleteTrigger
 
-# What the queue's code reads and writes (jobqueue, catalog, the views); one line each.
+# What the queue's code reads and writes (archiver.store, the views); one line each.
 QUEUE_TABLES = (
     ("background_jobs", "SELECT, INSERT, UPDATE, DELETE", "enqueue, claim, finish, prune"),
     ("archive_files", "SELECT, INSERT, UPDATE, DELETE", "the catalog: record, confirm, forget"),

@@ -3,14 +3,15 @@ one place, as River registers a worker per job kind. The worker's claim loop, it
 and its maintenance never look at a kind's name: they ask this registry for the kind's
 handler, the words that say it completed, and what follows it.
 
-A kind declares its payload (a request class with `from_payload`, as model.ArchiveRequest;
-whatever queues the kind builds its payload with the same class) and its handler, which
-runs one claimed job, its payload parsed into `run.request`, and returns its Progress,
-in the worker's job thread (`threaded`: bulk work on its own ADBC connections) or on its event loop. `after`
-runs once the job has ended, whatever its outcome. A kind with no work (`batch`) is
-completed by the claim loop in batches (the bench's queue figures). To add a kind: its
-request class in model.py, its handler here, a KINDS entry, and whatever queues it
-(jobqueue.enqueue with its `task_name` and the request's payload)."""
+A kind is its request class (model.py: its name, `KIND`, and its payload, written by
+`payload()` when queued and read by `from_payload` when claimed) and its handler here,
+registered with `Kind.of(RequestClass, handler)`: the handler is typed with the request
+class, so the type checker holds the two together (no isinstance). It runs one claimed
+job and returns its Progress, in the worker's job thread (`threaded`: bulk work on its
+own ADBC connections) or on its event loop. `after` runs once the job has ended,
+whatever its outcome. A kind with no work (`batch`) is completed by the claim loop in
+batches (the bench's queue figures). To add a kind: its request class in model.py, its
+handler and `Kind.of` here, and whatever queues it (store.jobs.enqueue_request)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import asyncpg
 
-from archiver import jobqueue, metrics
+from archiver import metrics
 from archiver.archive.context import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.bulk import BulkPool
@@ -42,9 +43,12 @@ from archiver.model import (
     PurgeRequest,
 )
 from archiver.storage.seam import Storage
+from archiver.store import jobs
 from archiver.text import counted
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass
@@ -52,7 +56,6 @@ class JobRun:
     """A job in progress: what the worker's loop and the job's thread share."""
 
     job: Job
-    request: Any = None  # the job's payload as its kind's request (Kind.request)
     interrupt: BaseException | None = None  # read by the thread between chunks
     source_pids: list[int] = field(default_factory=list)  # its source backends
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -68,22 +71,38 @@ class Resources(Protocol):
     name: str
 
     @property
-    def queue(self) -> asyncpg.Pool: ...
+    def queue_pool(self) -> asyncpg.Pool: ...
+
+
+class Request(Protocol[R_co]):
+    """A request class (model.py): a kind's name and how its payload is read."""
+
+    KIND: ClassVar[str]
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> R_co: ...
 
 
 @dataclass(frozen=True)
-class Kind:
+class Kind(Generic[R]):
     name: str
-    run: Callable[[Resources, JobRun], Any]  # a Progress; awaitable unless threaded
+    run: Callable[[Resources, JobRun, R], Any]  # a Progress; awaitable unless threaded
+    payload: Callable[[Mapping[str, Any]], R]
     threaded: bool = True
     done: Callable[[Progress], str] = lambda p: (
         f"{counted(p.rows, 'row')} in {counted(p.files, 'file')}"
     )
-    payload: Callable[[Mapping[str, Any]], object] = lambda payload: None
     after: Callable[[Resources, Job], Awaitable[object]] | None = None
     batch: bool = False
 
-    def request(self, job: Job) -> object:
+    @classmethod
+    def of(
+        cls, request: type[Request[R]], run: Callable[[Resources, JobRun, R], Any], **kw: Any
+    ) -> Kind[R]:
+        """The kind of `request`'s jobs, run by `run` (with Kind's other fields)."""
+        return cls(request.KIND, run, request.from_payload, **kw)
+
+    def request(self, job: Job) -> R:
         """The job's payload as this kind's request; a malformed one fails the attempt,
         naming the kind and what is wrong."""
         try:
@@ -97,9 +116,8 @@ class Kind:
 # -- archive: move or copy a table's old rows ------------------------------------------
 
 
-def _archive(w: Resources, run: JobRun) -> Progress:
-    job, settings, request = run.job, w.settings, run.request
-    assert isinstance(request, ArchiveRequest)
+def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
+    job, settings = run.job, w.settings
     with contextlib.ExitStack() as connections:
         src = connections.enter_context(w.bulk.connection(settings.effective_source_url))
         catalog_conn = connections.enter_context(w.bulk.connection(settings.database_url))
@@ -139,17 +157,15 @@ def _publish_after(w: Resources, job: Job) -> Awaitable[object]:
     ends, so a burst worker takes the publish job before it exits)."""
     if not w.settings.delta:
         return asyncio.sleep(0)
-    return jobqueue.enqueue_publications(w.queue, str(w.storage.location))
+    return jobs.enqueue_publications(w.queue_pool, str(w.storage.location))
 
 
 # -- publish: a table's catalogued files into its Delta table -----------------------
 
 
-def _publish(w: Resources, run: JobRun) -> Progress:
+def _publish(w: Resources, run: JobRun, request: PublishRequest) -> Progress:
     from archiver.delta.publish import publish_table_on
 
-    request = run.request
-    assert isinstance(request, PublishRequest)
     if request.storage_url != str(w.storage.location):
         raise ArchiverError(
             f"publish: files on {request.storage_url}, this worker writes to another storage"
@@ -178,14 +194,12 @@ def _published(p: Progress) -> str:
 # -- purge: a policy's retention -------------------------------------------------------
 
 
-async def _purge(w: Resources, run: JobRun) -> Progress:
+async def _purge(w: Resources, run: JobRun, request: PurgeRequest) -> Progress:
     """Its table's files older than `retain` purged (those under an immutability
     policy or legal hold kept, and said)."""
     from archiver.lifecycle.retention import Age
     from archiver.operations.purge import purge_table
 
-    request = run.request
-    assert isinstance(request, PurgeRequest)
     table = request.table
     done = await purge_table(
         w.settings,
@@ -205,13 +219,11 @@ async def _purge(w: Resources, run: JobRun) -> Progress:
 # -- compact: a table's small files merged --------------------------------------------
 
 
-async def _compact(w: Resources, run: JobRun) -> Progress:
+async def _compact(w: Resources, run: JobRun, request: CompactRequest) -> Progress:
     """Its table's small chunks merged, up to its budget; yielding to a command that
     holds the table (the job completes: the next compaction goes on)."""
     from archiver.operations.compact import Options, compact_table
 
-    request = run.request
-    assert isinstance(request, CompactRequest)
     if request.storage_url != str(w.storage.location):
         raise ArchiverError(
             f"compact: files on {request.storage_url}, this worker writes to another storage"
@@ -241,12 +253,10 @@ def _compacted(p: Progress) -> str:
 # -- orphans: archived files nothing references ------------------------------------
 
 
-async def _orphans(w: Resources, run: JobRun) -> Progress:
+async def _orphans(w: Resources, run: JobRun, request: OrphansRequest) -> Progress:
     """Each table folder of the job's storage looked through; its orphans deleted."""
     from archiver.operations.orphans import remove_orphans
 
-    request = run.request
-    assert isinstance(request, OrphansRequest)
     if request.storage_url != str(w.storage.location):
         raise ArchiverError(
             f"orphans: files on {request.storage_url}, this worker writes to another storage"
@@ -279,41 +289,24 @@ def _swept(p: Progress) -> str:
     return f"{counted(deleted, 'orphan')} deleted in {counted(tables, 'table folder')}"
 
 
-def _nothing(w: Resources, run: JobRun) -> Progress:
+def _nothing(w: Resources, run: JobRun, request: None) -> Progress:
     return Progress()
 
 
-KINDS: dict[str, Kind] = {
+KINDS: dict[str, Kind[Any]] = {
     k.name: k
     for k in (
-        Kind(
-            jobqueue.ARCHIVE_TASK,
-            _archive,
-            payload=ArchiveRequest.from_payload,
-            after=_publish_after,
-        ),
-        Kind(jobqueue.PUBLISH_TASK, _publish, payload=PublishRequest.from_payload, done=_published),
-        Kind(jobqueue.PURGE_TASK, _purge, payload=PurgeRequest.from_payload, threaded=False),
-        Kind(
-            jobqueue.COMPACT_TASK,
-            _compact,
-            payload=CompactRequest.from_payload,
-            done=_compacted,
-            threaded=False,
-        ),
-        Kind(
-            jobqueue.ORPHANS_TASK,
-            _orphans,
-            payload=OrphansRequest.from_payload,
-            done=_swept,
-            threaded=False,
-        ),
-        Kind(jobqueue.NOOP_TASK, _nothing, batch=True),  # the bench's queue figures
+        Kind.of(ArchiveRequest, _archive, after=_publish_after),
+        Kind.of(PublishRequest, _publish, done=_published),
+        Kind.of(PurgeRequest, _purge, threaded=False),
+        Kind.of(CompactRequest, _compact, done=_compacted, threaded=False),
+        Kind.of(OrphansRequest, _orphans, done=_swept, threaded=False),
+        Kind(jobs.NOOP_TASK, _nothing, lambda payload: None, batch=True),  # the bench's
     )
 }
 
 
-def kind_of(job: Job) -> Kind:
+def kind_of(job: Job) -> Kind[Any]:
     """The job's kind; a task_name no kind has fails the attempt, naming it."""
     try:
         return KINDS[job.task_name]

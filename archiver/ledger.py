@@ -43,14 +43,16 @@ from typing import Any
 import adbc_driver_manager
 
 from archiver import failpoints, outcome
-from archiver.audit import actor
-from archiver.bulk import BulkConnection, fetch_all
-from archiver.catalog import insert_file
+from archiver.bulk import BulkConnection, connect_bulk, fetch_all, run_in
 from archiver.db import query
 from archiver.errors import ArchiverError, InputError, StorageError, first_line
 from archiver.files import names
 from archiver.model import ArchivedFile, FileState
+from archiver.source.guardrails import transaction_status
 from archiver.storage.seam import Storage
+from archiver.store import archive_files
+from archiver.store import ledger as ledger_rows
+from archiver.store.audit import actor
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +64,6 @@ OPERATIONS = {
 }
 
 
-def _run(conn: BulkConnection, name: str, *params: Any) -> list[Any]:
-    with conn.cursor() as cur:
-        cur.execute(query(name), params)
-        return cur.fetchall() if cur.description is not None else []
-
-
 def begin(
     conn: BulkConnection,
     operation: str,
@@ -76,17 +72,9 @@ def begin(
     request: dict[str, Any],
 ) -> int:
     """Step 1: the ledger row, committed, and its lock held by this session."""
-    rows = _run(
-        conn,
-        "ledger_begin",
-        operation,
-        actor(),
-        storage_url,
-        json.dumps(tables),
-        json.dumps(request),
-    )
+    operation_id = ledger_rows.begin(conn, operation, actor(), storage_url, tables, request)
     conn.commit()
-    return int(rows[0][0])
+    return operation_id
 
 
 class FilesGone(InputError):
@@ -106,7 +94,7 @@ def guard(conn: BulkConnection, operation: int) -> Callable[[], None]:
 
     def check() -> None:
         try:
-            held = bool(_run(conn, "ledger_held", operation)[0][0])
+            held = ledger_rows.held(conn, operation)
         except adbc_driver_manager.Error as exc:
             raise OperationLost(
                 f"operation {operation}: its database session ended ({first_line(exc)})"
@@ -119,14 +107,14 @@ def guard(conn: BulkConnection, operation: int) -> Callable[[], None]:
 
 def end(conn: BulkConnection, operation: int) -> None:
     """Give the operation's lock back (it also goes with the session)."""
-    _run(conn, "ledger_unlock", operation)
+    ledger_rows.unlock(conn, operation)
     conn.commit()
 
 
 def lock_files(conn: BulkConnection, ids: list[int]) -> bool:
     """In the operation's transaction: lock the files it will retire. False when some
     were retired meanwhile (another operation took their rows)."""
-    return len(_run(conn, "ledger_lock_files", json.dumps(ids))) == len(set(ids))
+    return len(run_in(conn, query("ledger_lock_files"), (json.dumps(ids),))) == len(set(ids))
 
 
 def commit_changes(
@@ -139,11 +127,11 @@ def commit_changes(
 ) -> None:
     """Step 3, in the operation's open transaction (the caller commits): the files
     retired, their rewrites catalogued, the ledger row done."""
-    _run(conn, "ledger_retire", json.dumps(retired), operation)
+    archive_files.retire(conn, retired, operation)
     for f in written:
-        insert_file(conn, f, FileState.COMMITTED)
-    _run(conn, "ledger_unkeep", operation)
-    _run(conn, "ledger_done", operation, rows, json.dumps(detail))
+        archive_files.insert(conn, f, FileState.COMMITTED)
+    archive_files.unkeep(conn, operation)
+    ledger_rows.done(conn, operation, rows, detail)
 
 
 @dataclass
@@ -251,8 +239,8 @@ def abandon(
                 if not fetch_all(conn, query("catalogued_path"), (here, stored.name))[0][0]:
                     storage.delete(stored.name)
                     deleted += 1
-    _run(conn, "ledger_unclaim", operation)
-    _run(conn, "ledger_abandon", operation)
+    archive_files.unclaim(conn, operation)
+    ledger_rows.abandon(conn, operation)
     conn.commit()
     return deleted
 
@@ -278,7 +266,7 @@ def record_intent(
     """Step 3's first half when the catalog is another database, before the source
     commits: claim the files to retire (refused if some left or were claimed meanwhile)
     and record what `settle` will do and the source transaction that decides it."""
-    claimed = _run(catalog, "ledger_claim_files", json.dumps(retired), operation)
+    claimed = archive_files.claim(catalog, retired, operation)
     if len(claimed) != len(set(retired)):
         catalog.rollback()
         raise InputError(
@@ -291,7 +279,7 @@ def record_intent(
         "rows": rows,
         "detail": detail,
     }
-    _run(catalog, "ledger_intent", operation, source_xid, json.dumps(intent))
+    ledger_rows.intend(catalog, operation, source_xid, intent)
     catalog.commit()
 
 
@@ -308,15 +296,15 @@ def settle(catalog: BulkConnection, operation: int) -> None:
 def sweep(
     conn: BulkConnection,
     storage: Storage,
-    table: str | None = None,
     source_status: Callable[[str], str | None] | None = None,
 ) -> None:
-    """What dead operations left on this storage (their rewritten blobs), then the
-    retired files of `table` that are out of its Delta log (their blobs and rows). A
-    dead restore into another database is settled by its source transaction's fate
+    """What dead operations left on this storage: each settled by the maintenance duty
+    (archiver.maintenance.settle), which then reaps the retired files. A dead restore into another database is settled by its source transaction's fate
     (`source_status`: pg_xact_status on the source): committed, its intent is applied;
     aborted, it is abandoned; in progress or forgotten, it is left, and said."""
-    for operation, tables, xid, intent in _run(conn, "ledger_running", str(storage.location)):
+    for operation, tables, xid, intent in run_in(
+        conn, query("ledger_running"), (str(storage.location),)
+    ):
         conn.commit()
         try:
             if intent is not None:
@@ -346,8 +334,6 @@ def sweep(
         finally:
             end(conn, int(operation))
     conn.commit()
-    if table is not None:
-        reap(conn, storage, table)
 
 
 def reap_now(conn: BulkConnection, storage: Storage, table: str) -> int:
@@ -379,10 +365,22 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
         for path, why in refused.items():  # a hold set outside archiver: kept
             log.warning("%s: retired file %s not deleted: %s", table, path, why)
         gone = [int(file_id) for file_id, path in batch if str(path) not in refused]
-        _run(conn, "reaped", json.dumps(gone))
+        archive_files.delete_retired(conn, gone)
         conn.commit()
         total += len(gone)
     conn.commit()
     if total:
         log.info("%s: %d retired files deleted", table, total)
     return total
+
+
+def source_status(url: str) -> Callable[[str], str | None]:
+    """pg_xact_status of a transaction of the source database at `url` (None: too old
+    for it to remember), on a connection opened when asked: how the sweep learns the
+    fate of a dead restore into another database."""
+
+    def status(xid: str) -> str | None:
+        with connect_bulk(url) as conn:
+            return transaction_status(conn, xid)
+
+    return status

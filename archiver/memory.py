@@ -2,21 +2,19 @@
 C library's allocator, that allocator's mmap threshold fixed, and what a chunk freed
 handed back to the system. Each is the operator's to override.
 
-Arrow's pool: with pyarrow's default (mimalloc) a copy job's worker peaked at 222-232 MB
-on 1M reference rows and 245-252 MB on 3M; with malloc at 202-203 and 205-206 MB, at the
-same CPU (8 MB driver batches; docs/performance.md, "Memory"). pyarrow reads the variable
-once, as it loads (pa.set_memory_pool() later would leave the Parquet writer's buffers
-behind). Empty counts as unset (Arrow would take its default).
+Arrow's pool: malloc rather than pyarrow's default (mimalloc), which left a copy job's
+worker a fifth larger at the same CPU (docs/performance.md, "Memory", says by how much
+and in which run). pyarrow reads the variable once, as it loads (pa.set_memory_pool()
+later would leave the Parquet writer's buffers behind). Empty counts as unset (Arrow
+would take its default).
 
 glibc's mmap threshold: a block at or above it is its own mapping, unmapped when freed;
 below it, heap memory that stays resident. glibc raises the threshold to the largest block
 freed (up to 32 MB), so after the first chunk a job's 8 MB batches and the Parquet
-writer's buffers come from the heap and each chunk peaks wherever fragmentation leaves it:
-in copy jobs of 10M reference rows, chunks peaked at 162-197 MB (1M rows: 165-180 MB).
-Fixed at 512 KiB, 154-168 MB (1M: 156-163 MB), for ~0.1-0.15 CPU-s more of page faults
-per 1M rows (system time; the job's own time the same in an interleaved A/B); at 128 KiB
-146-155 MB for ~0.3 CPU-s (docs/performance.md, "At 30M rows"). Other C libraries have
-neither knob: nothing is done there."""
+writer's buffers come from the heap and each chunk peaks wherever fragmentation leaves
+it, higher the more chunks a job has. Fixed at 512 KiB, the peaks stay flat for a little
+system time in page faults (docs/performance.md, "At 30M rows", has the figures). Other
+C libraries have neither knob: nothing is done there."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from archiver import jobqueue
 from archiver.bulk import connect_bulk
 from archiver.errors import ConfigError
 from archiver.model import Job, Status
+from archiver.store import jobs
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class JobsByStatus(Collector):
         up = GaugeMetricFamily("archiver_queue_up", "1 if the queue could be read")
         try:
             with connect_bulk(self.database_url) as conn:
-                counts = jobqueue.count_jobs_by_status(conn)
+                counts = jobs.count_jobs_by_status(conn)
         except Exception as exc:
             log.warning("metrics: cannot count jobs (%s)", type(exc).__name__)
             up.add_metric([], 0)

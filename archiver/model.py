@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from archiver.errors import InputError
 
@@ -57,6 +57,8 @@ class PublishRequest:
     """A publish job's payload: a table's catalogued files on one storage into its Delta
     table (archiver.delta.publish)."""
 
+    KIND: ClassVar[str] = "publish"  # its jobs' task_name: archiver.kinds runs them
+
     table: str
     storage_url: str
 
@@ -73,6 +75,8 @@ class CompactRequest:
     """A compaction job's payload: a table's small files on one storage merged into files
     of `target` bytes within one `period`, at most `budget` bytes of them a run
     (archiver.operations.compact)."""
+
+    KIND: ClassVar[str] = "compact"  # its jobs' task_name: archiver.kinds runs them
 
     table: str
     storage_url: str
@@ -99,6 +103,8 @@ class OrphansRequest:
     """An orphan sweep's payload: the storage whose table folders it looks through
     (archiver.lifecycle.orphans)."""
 
+    KIND: ClassVar[str] = "orphans"  # its jobs' task_name: archiver.kinds runs them
+
     storage_url: str
 
     @classmethod
@@ -112,6 +118,8 @@ class OrphansRequest:
 @dataclass(frozen=True)
 class PurgeRequest:
     """A purge job's payload: a policy's `retain` on its table (archiver.lifecycle.purge)."""
+
+    KIND: ClassVar[str] = "purge"  # its jobs' task_name: archiver.kinds runs them
 
     table: str
     retain: str  # an age, as the policy says it ('7 years')
@@ -127,6 +135,8 @@ class PurgeRequest:
 @dataclass(frozen=True)
 class ArchiveRequest:
     """What to archive, as stored in a job's payload."""
+
+    KIND: ClassVar[str] = "archive"  # its jobs' task_name: archiver.kinds runs them
 
     table: str
     column: str

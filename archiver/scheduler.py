@@ -21,7 +21,7 @@ import signal
 import asyncpg
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from archiver import db, jobqueue
+from archiver import db
 from archiver.bulk import BulkConnection, fetch_all, on_source
 from archiver.config import Settings
 from archiver.errors import ArchiverError, ConfigError, error_line
@@ -31,6 +31,7 @@ from archiver.model import PurgeRequest
 from archiver.operations.enqueue import archive_parts
 from archiver.policy import Policy
 from archiver.source.partitions import PartitionAction
+from archiver.store import jobs
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class PolicyScheduler:
         horizon = now - self.grace
         after = self.last_slot.get(policy.name)
         if after is None:  # just started: resume after the newest slot on record
-            after = await jobqueue.last_policy_slot(self.pool, policy.name)
+            after = await jobs.last_policy_slot(self.pool, policy.name)
         if after is None or after < horizon:
             skipped = policy.fire_times(after, horizon)[:1] if after is not None else []
             if skipped:
@@ -152,13 +153,13 @@ class PolicyScheduler:
         request = policy.request(slot, table)
         if not self.settings.delta:  # ARCHIVER_DELTA=false: plain files for every policy
             request = dataclasses.replace(request, delta=False)
-        parts: list[jobqueue.Part] = [(request, request.keys())]
+        parts: list[jobs.Part] = [(request, request.keys())]
         if policy.partitions != PartitionAction.ROWS and table in self.partitioned:
             # the table's partitions, as of now
             _, parts = await on_source(
                 self.settings.effective_source_url, lambda c: archive_parts(c, request)
             )
-        job_id, created = await jobqueue.enqueue_slot(
+        job_id, created = await jobs.enqueue_slot(
             self.pool,
             parts,
             policy=policy.name,
@@ -171,13 +172,8 @@ class PolicyScheduler:
         self.last_slot[policy.name] = slot
         if policy.retain is not None:  # one purge queued or running per table
             key = f"purge:{table}"
-            await jobqueue.enqueue(
-                self.pool,
-                PurgeRequest(table, str(policy.retain)).payload(),
-                dedup_key=key,
-                lock_key=key,
-                task_name=jobqueue.PURGE_TASK,
-            )
+            purge = PurgeRequest(table, str(policy.retain))
+            await jobs.enqueue_request(self.pool, purge, key=key, max_attempts=5)
         log.info(
             "policy %s: slot %s: %s job %s (cutoff %s)%s",
             policy.name,

@@ -1,7 +1,7 @@
 """What the CLI prints: aligned tables for people, JSON for scripts, a job's live progress.
 
 Formatting only; the figures come from the operator views (sql/003_ops_views.sql)
-through jobqueue.py, so psql and the CLI always agree.
+through jobs.py, so psql and the CLI always agree.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, TextIO
 
 import asyncpg
 
-from archiver import jobqueue
 from archiver.model import FINISHED, Job, Status
+from archiver.store import jobs
 from archiver.text import duration, size
 
 Columns = Sequence[tuple[str, str]]  # (key, header)
@@ -165,7 +165,7 @@ FILE_COLUMNS: Columns = [
 ]
 
 
-FAILED_SHOWN = 50  # queries.sql's failed_jobs LIMIT
+FAILED_SHOWN = 50  # store/jobs.sql's failed_jobs LIMIT
 
 
 def status_report(report: dict[str, list[dict[str, Any]]]) -> str:
@@ -288,7 +288,7 @@ async def wait_for_job(
     bar = ProgressBar(out)
     try:
         while True:
-            job = await jobqueue.get_job(conn, job_id)
+            job = await jobs.get_job(conn, job_id)
             bar.draw(job)
             if job.status in FINISHED:
                 return job

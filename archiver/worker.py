@@ -24,14 +24,15 @@ import adbc_driver_manager
 import asyncpg
 import pyarrow as pa
 
-from archiver import db, failpoints, jobqueue, metrics
+from archiver import db, failpoints, metrics
 from archiver.bulk import BulkPool
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.kinds import KINDS, JobRun, kind_of
-from archiver.maintenance import Maintenance
+from archiver.maintenance import Duties, Maintenance
 from archiver.model import Job, Status
 from archiver.storage.seam import Storage
+from archiver.store.queue import PgQueue, Queue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,8 +70,13 @@ class Worker:
         name: str | None = None,
         workdir: Path | None = None,
         config: ConfigFile | None = None,
+        queue: Queue | None = None,
     ) -> None:
+        """`queue`: the jobs' queue (default: PostgreSQL's, at settings.database_url; the
+        in-memory one of archiver.testing.queue runs the loop with no database, without
+        LISTEN and the duties that read the catalog)."""
         self.settings, self.storage, self.config = settings, storage, config
+        self.jobs: Queue | None = queue
         self.concurrency, self.burst = concurrency, burst
         self.name = name or worker_name()
         self.workdir = workdir or Path(tempfile.gettempdir())
@@ -113,11 +119,19 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
-        listener = asyncio.create_task(self._listen())
-        maintenance = Maintenance(self.pool, self.settings, self.wake.set, self.config)
+        tasks: list[asyncio.Task[None]] = []
+        if self.jobs is None:
+            self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
+            self.jobs = PgQueue(self.pool)
+            tasks.append(asyncio.create_task(self._listen()))
+        maintenance = Maintenance(
+            Duties(
+                self.jobs, self.settings, self.wake.set, self.config, self.pool,
+                self.storage if self.pool is not None else None,
+            )
+        )  # fmt: skip
         await maintenance.once()
-        services = maintenance.start()
+        tasks += maintenance.start()
         log.info(
             "worker %s started (concurrency %d, Arrow memory pool %s)",
             self.name,
@@ -133,31 +147,31 @@ class Worker:
                     while len(self.runs) < self.concurrency and not self.stopping:
                         free = self.concurrency - len(self.runs)
                         idle = not self.runs
-                        jobs = await jobqueue.claim_jobs(self.pool, self.name, free)
-                        if not jobs:
+                        found = await self._queue().claim(self.name, free)
+                        if not found:
                             drained = idle
                             await failpoints.areach("claim_found_nothing")
                             break
                         claimed = True
-                        batch = [j.id for j in jobs if j.task_name in BATCH_KINDS]
-                        for job in jobs:
+                        batch = [j.id for j in found if j.task_name in BATCH_KINDS]
+                        for job in found:
                             if job.task_name not in BATCH_KINDS:
                                 self._start(job)
                         if batch:
-                            await jobqueue.complete_many(self.pool, batch, self.name)
+                            await self._queue().complete_many(batch, self.name)
                             log.debug("completed %d no-op jobs", len(batch))
-                        if len(jobs) < free:
+                        if len(found) < free:
                             break
                     # NOTIFY fires when a retry is queued, not when its backoff ends.
-                    next_run = await jobqueue.seconds_to_next_run(self.pool)
+                    next_run = await self._queue().seconds_to_next_run()
                     if next_run is not None:
                         wait = min(wait, max(next_run, 0.05))
                 except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
                     log.warning("queue database unreachable (%s); retrying", error_line(exc))
-                    await self.pool.expire_connections()  # none of them is to be trusted now
+                    await self._expire_connections()  # none of them is to be trusted now
                 except Exception:  # never let the claim loop die: log it, retry after a wait
                     log.exception("unexpected error in the claim loop; retrying")
-                    await self.pool.expire_connections()
+                    await self._expire_connections()
                 # A burst ends only on a claim that found nothing while none of this worker's
                 # jobs ran: one that ran may have held back another job on its table, and may
                 # have ended during the claim or an await since (a CI run lost two jobs so).
@@ -170,10 +184,11 @@ class Worker:
                     await asyncio.wait_for(self.wake.wait(), wait)
             await self._drain()
         finally:
-            for task in (listener, *services):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(listener, *services, return_exceptions=True)
-            await self.pool.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.pool is not None:
+                await self.pool.close()
             self.executor.shutdown(wait=not self.abandoned, cancel_futures=True)
             self.bulk.close()
         log.info("worker %s stopped", self.name)
@@ -193,7 +208,7 @@ class Worker:
             await asyncio.wait(tasks, timeout=5)
             for run in list(self.runs.values()):  # threads stuck in I/O: hand back anyway
                 log.warning("job %s: chunk still busy at exit; handing the job back", run.job.id)
-                await self._finish_quietly(jobqueue.release(self._pool(), run.job.id, self.name))
+                await self._finish_quietly(self._queue().release(run.job.id, self.name))
                 self.abandoned = True
         hard.cancel()
 
@@ -209,13 +224,19 @@ class Worker:
             log.error("could not roll back chunks in progress: %s", error_line(exc))
 
     @property
-    def queue(self) -> asyncpg.Pool:
-        """The queue's pool (kinds.Resources)."""
-        return self._pool()
-
-    def _pool(self) -> asyncpg.Pool:
-        assert self.pool is not None
+    def queue_pool(self) -> asyncpg.Pool:
+        """The queue database's pool (kinds.Resources)."""
+        if self.pool is None:
+            raise ArchiverError("this worker's queue is not in PostgreSQL")
         return self.pool
+
+    def _queue(self) -> Queue:
+        assert self.jobs is not None, "run() sets the queue"
+        return self.jobs
+
+    async def _expire_connections(self) -> None:
+        if self.pool is not None:
+            await self.pool.expire_connections()
 
     # -- LISTEN ----------------------------------------------------------------------
 
@@ -278,29 +299,29 @@ class Worker:
         run.task = asyncio.create_task(self._run_job(run))
 
     async def _run_job(self, run: JobRun) -> None:
-        job, pool = run.job, self._pool()
+        job, queue = run.job, self._queue()
         beat = asyncio.create_task(self._heartbeat(run))
         try:
             if job.cancel_requested_at is not None:
                 raise CancelRequested("cancelled by an operator")
             kind = kind_of(job)
-            run.request = kind.request(job)
+            request = kind.request(job)
             if kind.threaded:
                 loop = asyncio.get_running_loop()
-                progress = await loop.run_in_executor(self.executor, kind.run, self, run)
+                progress = await loop.run_in_executor(self.executor, kind.run, self, run, request)
             else:
-                progress = await kind.run(self, run)
+                progress = await kind.run(self, run, request)
         except StopRequested as stop:
-            await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
+            await self._finish_quietly(queue.release(job.id, self.name))
             paused = isinstance(stop, PauseRequested)
             log.info("job %s: %s to the queue", job.id, "paused; back" if paused else "handed back")
             metrics.job_finished("handed_back")
         except OutsideWindow as closed:
-            await self._finish_quietly(jobqueue.release(pool, job.id, self.name, closed.opens))
+            await self._finish_quietly(queue.release(job.id, self.name, closed.opens))
             log.info("job %s: %s; back to the queue until %s", job.id, closed, closed.opens)
             metrics.job_finished("window_closed")
         except CancelRequested:
-            await self._finish_quietly(jobqueue.finish_cancelled(pool, job.id, self.name))
+            await self._finish_quietly(queue.finish_cancelled(job.id, self.name))
             log.info("job %s: cancelled", job.id)
             metrics.job_finished("cancelled")
         except LeaseLost as exc:
@@ -308,7 +329,7 @@ class Worker:
             metrics.job_finished("lease_lost")
         except Exception as exc:
             if isinstance(run.interrupt, StopRequested):  # failed because we aborted it
-                await self._finish_quietly(jobqueue.release(pool, job.id, self.name))
+                await self._finish_quietly(queue.release(job.id, self.name))
                 log.info("job %s: rolled back and handed back to the queue", job.id)
                 metrics.job_finished("handed_back")
             else:
@@ -321,8 +342,7 @@ class Worker:
                     exc_info=not isinstance(exc, EXPECTED_ERRORS),
                 )
                 status = await self._finish_quietly(
-                    jobqueue.fail_attempt(
-                        pool,
+                    queue.fail_attempt(
                         job,
                         self.name,
                         error_line(exc),
@@ -335,9 +355,7 @@ class Worker:
                     "requeued" if status == Status.QUEUED else str(status or "unknown")
                 )
         else:
-            if await self._finish_quietly(
-                jobqueue.complete(pool, job.id, self.name, progress.to_json())
-            ):
+            if await self._finish_quietly(queue.complete(job.id, self.name, progress.to_json())):
                 log.info("job %s: completed, %s", job.id, kind.done(progress))
                 metrics.job_finished("completed")
         finally:
@@ -359,11 +377,11 @@ class Worker:
             return None
 
     async def _heartbeat(self, run: JobRun) -> None:
-        pool = self._pool()
+        queue = self._queue()
         while True:
             await asyncio.sleep(self.settings.heartbeat_seconds)
             try:
-                held = await jobqueue.heartbeat(pool, run.job.id, self.name)
+                held = await queue.heartbeat(run.job.id, self.name)
             except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 log.warning("job %s: heartbeat failed (%s)", run.job.id, error_line(exc))
                 continue

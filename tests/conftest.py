@@ -13,7 +13,7 @@ import pytest
 
 from archiver import db
 from archiver.testing.services import Azurite, with_database
-from tests.harness import Harness
+from tests.harness import Harness, Worlds, world_env
 from tests.support import ADMIN_URL, fast_env, fresh_database, reap_started, sql
 
 
@@ -50,6 +50,16 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def worlds(
+    template_db: str, azurite: Azurite, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worlds]:
+    """Archives a module's tests share, built once per process (tests.harness.Worlds)."""
+    built = Worlds(template_db, azurite, tmp_path_factory.mktemp("worlds"))
+    yield built
+    built.close()
+
+
 @pytest.fixture
 def container() -> str:
     return f"t{uuid.uuid4().hex[:20]}"
@@ -58,16 +68,7 @@ def container() -> str:
 @pytest.fixture
 def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> dict[str, str]:
     """The environment of a CLI or worker subprocess for this test."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ARCHIVER_", "AZURE_"))}
-    base.pop("DATABASE_URL", None)
-    return {
-        **base,
-        "ARCHIVER_DATABASE_URL": database_url,
-        "ARCHIVER_STORAGE_URL": f"az://{container}/archive",
-        "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
-        "ARCHIVER_POLL_INTERVAL": "0.5",
-        "TMPDIR": str(tmp_path),
-    }
+    return world_env(database_url, azurite, container, tmp_path)
 
 
 @pytest.fixture

@@ -5,17 +5,53 @@ environment of every process it starts — with the steps nearly every test take
 
 from __future__ import annotations
 
+import os
 import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
 from archiver.testing.services import Azurite
 from tests.archive_check import blob_names, catalog_paths, rows_in_blobs
 from tests.exactly_once import assert_exactly_once
-from tests.support import run_cli, sql, sql_value, start_worker, wait_for_status
+from tests.support import (
+    fresh_database,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_for_status,
+)
+
+T = TypeVar("T")
+
+# Where the state tables record the storage their rows are on (cloned() rewrites them).
+STORAGE_URL_COLUMNS = {
+    "archive_files": "storage_url",
+    "delta_tables": "storage_url",
+    "archive_ledger": "storage_url",
+    "archiver_maintenance": "scope",
+}
+
+
+def world_env(database_url: str, azurite: Azurite, container: str, tmp: Path) -> dict[str, str]:
+    """The environment of the CLI and worker processes of a world: its database, its
+    container on the run's Azurite, its scratch directory."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ARCHIVER_", "AZURE_"))}
+    base.pop("DATABASE_URL", None)
+    return {
+        **base,
+        "ARCHIVER_DATABASE_URL": database_url,
+        "ARCHIVER_STORAGE_URL": f"az://{container}/archive",
+        "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
+        "ARCHIVER_POLL_INTERVAL": "0.5",
+        "TMPDIR": str(tmp),
+    }
 
 
 @dataclass(frozen=True)
@@ -109,3 +145,61 @@ class Harness:
         assert_exactly_once(
             self.url, self.azurite.connection_string, self.container, expected, table, **kw
         )
+
+
+class Worlds:
+    """Worlds built once per test process and kept until it ends, each by a function of
+    a test module (`build(world) -> what the tests need to know of it`), for `cloned` to
+    copy for each test: what a module's tests all start from, built by real jobs once
+    instead of once a test."""
+
+    def __init__(self, template: str, azurite: Azurite, tmp: Path) -> None:
+        self.template, self.azurite, self.tmp = template, azurite, tmp
+        self.stack = ExitStack()
+        self.built: dict[Callable[..., Any], tuple[Harness, Any]] = {}
+
+    def get(self, build: Callable[[Harness], T]) -> tuple[Harness, T]:
+        if build not in self.built:
+            container = f"w{uuid.uuid4().hex[:20]}"
+            url = self.stack.enter_context(fresh_database("archiver_w", self.template))
+            tmp = self.tmp / container
+            tmp.mkdir()
+            world = Harness(world_env(url, self.azurite, container, tmp), url, self.azurite,
+                            container, tmp)  # fmt: skip
+            self.built[build] = (world, build(world))
+        world, known = self.built[build]
+        return world, known
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+@contextmanager
+def cloned(world: Harness, h: Harness) -> Iterator[Harness]:
+    """Test `h`'s world as a copy of `world` (Worlds), as a test of its own would leave it:
+    the database copied from world's (CREATE DATABASE ... TEMPLATE: world's processes
+    must all have ended), world's blobs copied into h's container, and the storage URL
+    each state table records rewritten to h's. What a module's tests all start from is
+    built once by real jobs, then copied in a second instead of rebuilt in twenty."""
+    from azure.storage.blob import BlobServiceClient
+
+    template = world.url.rsplit("/", 1)[1]
+    with fresh_database("archiver_c", template) as url:
+        service = BlobServiceClient.from_connection_string(world.azurite.connection_string)
+        source = service.get_container_client(world.container)
+        target = service.get_container_client(h.container)
+        if not target.exists():
+            target.create_container()
+        for blob in source.list_blobs():
+            data = source.download_blob(blob.name).readall()
+            target.upload_blob(blob.name, data)
+        old, new = world.container, h.container  # each a random name: replaced alone
+        for table, column in STORAGE_URL_COLUMNS.items():
+            sql(url, f"UPDATE {table} SET {column} = replace({column}, $1, $2)", old, new)
+        sql(
+            url,
+            "UPDATE background_jobs SET payload = replace(payload::text, $1, $2)::jsonb, "
+            "dedup_key = replace(dedup_key, $1, $2), lock_key = replace(lock_key, $1, $2)",
+            old, new,
+        )  # fmt: skip
+        yield replace(h, url=url, env={**h.env, "ARCHIVER_DATABASE_URL": url})

@@ -10,13 +10,14 @@ import datetime as dt
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.delta_check import delta, duck, uri
-from tests.harness import Harness
+from tests.harness import Harness, Worlds, cloned
 from tests.support import archiver_cmd, assert_refused, start_process, wait_for_text
 
 DAYS = 16  # from 2024-01-01: 15 daily jobs, each a file of 144 rows
@@ -46,12 +47,19 @@ def daily(h: Harness, table: str = "events", days: int = DAYS, *args: str) -> se
     return moved
 
 
+def archived_daily(world: Harness) -> set[int]:
+    world.sql(SCHEMA)
+    moved = daily(world)
+    assert world.value("SELECT count(*) FROM archive_files WHERE state = 'committed'") == DAYS - 1
+    return moved
+
+
 @pytest.fixture
-def events(h: Harness) -> tuple[Harness, set[int]]:
-    h.sql(SCHEMA)
-    moved = daily(h)
-    assert h.value("SELECT count(*) FROM archive_files WHERE state = 'committed'") == DAYS - 1
-    return h, moved
+def events(h: Harness, worlds: Worlds) -> Iterator[tuple[Harness, set[int]]]:
+    """A copy of the events table archived a day at a time, built once (Worlds)."""
+    world, moved = worlds.get(archived_daily)
+    with cloned(world, h) as mine:
+        yield mine, moved
 
 
 def committed(h: Harness, table: str = "public.events") -> list[dict[str, Any]]:

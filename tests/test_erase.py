@@ -6,6 +6,7 @@ values are in no file, no Delta log entry, no log line and no ledger row."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from tests.archive_check import catalog_paths, icu_rewrites, rows_in_blobs
 from tests.console_check import Console
 from tests.delta_check import delta
-from tests.harness import Harness
+from tests.harness import Harness, Worlds, cloned
 from tests.support import (
     archiver_cmd,
     assert_refused,
@@ -59,15 +60,20 @@ INSERT INTO order_extras SELECT id, id % 2 = 0 FROM orders;
 ERASED_ORDERS = {g for g in range(1, 1001) if 1 + g % 100 == 42}
 
 
-@pytest.fixture
-def d(h: Harness) -> Harness:
-    h = h.with_env(ARCHIVER_DELTA="true")
-    h.sql(SCHEMA.replace("$1", f"'{SECRET}'"))
-    h.archive(
+def archived_aggregate(world: Harness) -> None:
+    world.sql(SCHEMA.replace("$1", f"'{SECRET}'"))
+    world.with_env(ARCHIVER_DELTA="true").archive(
         "--table", "orders", "--before", "2025-01-01", "--with-children", "--chunk-rows", "500"
     )
-    assert h.value("SELECT count(*) FROM archive_files") == 18
-    return h
+    assert world.value("SELECT count(*) FROM archive_files") == 18
+
+
+@pytest.fixture
+def d(h: Harness, worlds: Worlds) -> Iterator[Harness]:
+    """A copy of the aggregate archived with its children, built once (Worlds)."""
+    world, _ = worlds.get(archived_aggregate)
+    with cloned(world, h.with_env(ARCHIVER_DELTA="true")) as mine:
+        yield mine
 
 
 def archived(h: Harness, table: str) -> list[dict[str, Any]]:

@@ -160,7 +160,7 @@ def test_the_summary_counts_finished_jobs_through_every_change(h: Harness) -> No
     failed for good, retried, cancelled, changed while finished, inserted finished in
     bulk, pruned in batches, the counts compacted, the table truncated: after each, the
     summary equals a GROUP BY over every job, row for row."""
-    from archiver import jobqueue
+    from archiver.store import archive_files, jobs
 
     async def scenario() -> list[str]:
         pool = await asyncpg.create_pool(h.url, min_size=4, max_size=6)
@@ -180,19 +180,19 @@ def test_the_summary_counts_finished_jobs_through_every_change(h: Harness) -> No
 
         for i in range(120):
             payload = {"table": f"public.t{i % 2}", "n": i}
-            await jobqueue.enqueue(pool, payload, dedup_key=f"j{i}", lock_key=None, max_attempts=1)
+            await jobs.enqueue(pool, payload, dedup_key=f"j{i}", lock_key=None, max_attempts=1)
         # a job without a table (as the bench's no-op jobs): its table is NULL
-        await jobqueue.enqueue(pool, {"n": "no table"}, dedup_key="none", lock_key=None)
+        await jobs.enqueue(pool, {"n": "no table"}, dedup_key="none", lock_key=None)
         await check("enqueued")
 
         async def finish(worker: str) -> None:
-            while jobs := await jobqueue.claim_jobs(pool, worker, 3):
-                for job in jobs:
+            while claimed := await jobs.claim_jobs(pool, worker, 3):
+                for job in claimed:
                     n = job.payload["n"]
                     if n == "no table" or n % 5:
-                        await jobqueue.complete(pool, job.id, worker, {"rows": 7, "bytes": 70})
+                        await jobs.complete(pool, job.id, worker, {"rows": 7, "bytes": 70})
                     else:
-                        await jobqueue.fail_attempt(pool, job, worker, "boom")
+                        await jobs.fail_attempt(pool, job, worker, "boom")
 
         await asyncio.gather(*(finish(f"w{k}") for k in range(4)))
         await check("finished by four workers at once")
@@ -203,8 +203,8 @@ def test_the_summary_counts_finished_jobs_through_every_change(h: Harness) -> No
         assert len(failed) == 24
         async with pool.acquire() as conn:
             for job_id in failed[:10]:
-                await jobqueue.retry(conn, job_id)
-            await jobqueue.cancel(conn, failed[0])  # queued again, then cancelled
+                await jobs.retry(conn, job_id)
+            await jobs.cancel(conn, failed[0])  # queued again, then cancelled
         await check("retried and cancelled")
         await pool.execute(
             "UPDATE background_jobs SET progress = progress || '{\"rows\": 9}' "
@@ -219,11 +219,12 @@ def test_the_summary_counts_finished_jobs_through_every_change(h: Harness) -> No
             "FROM generate_series(1, 5000) i"
         )
         await check("inserted finished in bulk")
-        while await jobqueue.prune_finished(pool, 1, batch=1000) == 1000:
+        while await jobs.prune_finished(pool, 1, batch=1000) == 1000:
             pass
         await check("pruned in batches")
         deltas = await pool.fetchval("SELECT count(*) FROM archiver_job_counts")
-        await jobqueue.compact_counts(pool)
+        await jobs.compact_counts(pool)
+        await archive_files.compact_counts(pool)
         folded = await pool.fetchval("SELECT count(*) FROM archiver_job_counts")
         assert folded < deltas and folded <= 3 * 4  # a row per table and finished status
         await check("compacted")
@@ -263,7 +264,7 @@ def test_the_archive_summary_counts_files_through_every_change(h: Harness) -> No
     published (no count changes), deleted, inserted by several connections at once,
     the counts compacted, the catalog truncated: the view equals a GROUP BY over every
     file after each."""
-    from archiver import jobqueue
+    from archiver.store import archive_files, jobs
 
     async def scenario() -> int:
         pool = await asyncpg.create_pool(h.url, min_size=4, max_size=6)
@@ -302,7 +303,8 @@ def test_the_archive_summary_counts_files_through_every_change(h: Harness) -> No
         await check("retired, rewritten, published")
         await pool.execute("DELETE FROM archive_files WHERE state = 'retired' OR row_count < 10")
         await check("deleted")
-        await jobqueue.compact_counts(pool)
+        await jobs.compact_counts(pool)
+        await archive_files.compact_counts(pool)
         assert await pool.fetchval("SELECT count(*) FROM archiver_file_counts") == 3
         await check("compacted")
         await pool.execute("TRUNCATE archive_files")

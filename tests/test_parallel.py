@@ -11,8 +11,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from archiver import jobqueue
 from archiver.model import ArchiveRequest, Job, Mode
+from archiver.store import jobs
 from archiver.testing.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
@@ -38,9 +38,9 @@ def test_parallel_ranges_move_each_row_exactly_once(h: Harness) -> None:
     assert result.returncode == 0, result.stderr
     ids = result.stdout.split()
     assert len(ids) == 3 and "3 jobs" in result.stderr
-    jobs = h.sql("SELECT payload, lock_key FROM background_jobs ORDER BY lock_key")
-    assert len({j["lock_key"] for j in jobs}) == 3  # the parts may run at once
-    assert len({j["payload"] for j in jobs}) == 3
+    rows = h.sql("SELECT payload, lock_key FROM background_jobs ORDER BY lock_key")
+    assert len({j["lock_key"] for j in rows}) == 3  # the parts may run at once
+    assert len({j["payload"] for j in rows}) == 3
 
     log = h.tmp / "workers.log"
     workers = [start_worker(h.env, "--burst", "--concurrency", "2", log=log) for _ in range(2)]
@@ -118,12 +118,12 @@ def test_claim_takes_several_jobs_but_one_per_lock_key(h: Harness) -> None:
         pool = await asyncpg.create_pool(h.url, min_size=1, max_size=2)
         try:
             for i in range(3):
-                await jobqueue.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")
+                await jobs.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")
             for i in range(3):
-                await jobqueue.enqueue(pool, {"n": i}, dedup_key=f"b{i}", lock_key=None)
-            first = await jobqueue.claim_jobs(pool, "w1", 10)
-            second = await jobqueue.claim_jobs(pool, "w2", 10)
-            done = await jobqueue.complete_many(pool, [j.id for j in first], "w2")  # not w2's
+                await jobs.enqueue(pool, {"n": i}, dedup_key=f"b{i}", lock_key=None)
+            first = await jobs.claim_jobs(pool, "w1", 10)
+            second = await jobs.claim_jobs(pool, "w2", 10)
+            done = await jobs.complete_many(pool, [j.id for j in first], "w2")  # not w2's
             return first, second, done
         finally:
             await pool.close()

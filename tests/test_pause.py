@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from archiver.audit import actor as audit_actor
+from archiver.store.audit import actor as audit_actor
 from archiver.testing.reference import seed_orders
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness

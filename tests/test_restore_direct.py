@@ -1,5 +1,5 @@
 """A whole file goes back by one COPY straight into its table where every column arrives
-in its type's own binary form (archiver.restore_direct), and by the staging table's
+in its type's own binary form (archiver.restore.direct), and by the staging table's
 INSERT … SELECT otherwise: either way each value comes back exactly as it was archived,
 compared as PostgreSQL prints the whole row."""
 

@@ -9,7 +9,7 @@ import sys
 import uuid
 from typing import Any
 
-from archiver import audit, catalog_reads, db, jobqueue, outcome, terminal, text
+from archiver import db, outcome, terminal, text
 from archiver.commands.args import Subcommands, add_limits, positive_int
 from archiver.config import Settings
 from archiver.errors import InputError, JobFailed
@@ -17,6 +17,7 @@ from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
 from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
 from archiver.operations import enqueue, inspect
+from archiver.store import archive_files, audit, jobs
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -198,7 +199,7 @@ async def _wait(settings: Settings, job_id: uuid.UUID) -> None:
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     async with db.connection(settings.database_url) as conn:
-        report = await jobqueue.ops_report(conn)
+        report = await jobs.ops_report(conn)
     print(terminal.dumps(report) if args.json else terminal.status_report(report))
     return 0
 
@@ -206,7 +207,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     async with db.connection(settings.database_url) as conn:
         table = str(TableName.parse(args.table)) if args.table else None  # as recorded
-        rows = await jobqueue.list_jobs(conn, args.status, table, args.limit)
+        rows = await jobs.list_jobs(conn, args.status, table, args.limit)
     if args.json:
         print(terminal.dumps(rows))
     else:
@@ -217,8 +218,8 @@ async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     job_id = parse_job_id(args.job_id)
     async with db.connection(settings.database_url) as conn:
-        job = await jobqueue.get_job(conn, job_id)
-        files = await catalog_reads.job_files(conn, job_id)
+        job = await jobs.get_job(conn, job_id)
+        files = await archive_files.job_files(conn, job_id)
     if args.json:
         print(terminal.dumps({"job": job, "files": files}))
         return 0
@@ -236,7 +237,7 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     job_id = parse_job_id(args.job_id)
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        status = await jobqueue.cancel(conn, job_id)
+        status = await jobs.cancel(conn, job_id)
         said = "cancelled" if status == Status.CANCELLED else "will stop at its next chunk boundary"
         await audit.record(conn, "cancel", f"job {job_id}", said)
     print(f"job {job_id} {said}")
@@ -246,7 +247,7 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     job_id = parse_job_id(args.job_id)
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        await jobqueue.retry(conn, job_id)
+        await jobs.retry(conn, job_id)
         await audit.record(conn, "retry", f"job {job_id}", "queued again")
     print(f"job {job_id} queued again")
     return 0
@@ -263,12 +264,12 @@ async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
     if job_id is None:
         table = await inspect.qualified_table(settings, args.table)
         async with db.connection(settings.database_url) as conn, conn.transaction():
-            said = "paused" if await jobqueue.pause_table(conn, table) else "was already paused"
+            said = "paused" if await jobs.pause_table(conn, table) else "was already paused"
             await audit.record(conn, "pause", f"table {table}", said)
         print(f"table {table} {said}")
         return 0
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        status = await jobqueue.pause_job(conn, job_id)
+        status = await jobs.pause_job(conn, job_id)
         said = "paused" + (
             ": it stops at its next chunk boundary" if status == Status.RUNNING else ""
         )
@@ -282,12 +283,12 @@ async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
     if job_id is None:
         table = await inspect.qualified_table(settings, args.table)
         async with db.connection(settings.database_url) as conn, conn.transaction():
-            said = "resumed" if await jobqueue.resume_table(conn, table) else "was not paused"
+            said = "resumed" if await jobs.resume_table(conn, table) else "was not paused"
             await audit.record(conn, "resume", f"table {table}", said)
         print(f"table {table} {said}")
         return 0
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        await jobqueue.resume_job(conn, job_id)
+        await jobs.resume_job(conn, job_id)
         await audit.record(conn, "resume", f"job {job_id}", "resumed")
     print(f"job {job_id} resumed")
     return 0
@@ -312,7 +313,7 @@ async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
             "--max-replica-lag LIMIT or --window HH:MM-HH:MM (0 or none removes one)"
         )
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        limits = await jobqueue.set_limits(conn, job_id, changes)
+        limits = await jobs.set_limits(conn, job_id, changes)
         said = f"limits: {terminal.dumps(limits) if limits else 'none'}"
         await audit.record(conn, "throttle", f"job {job_id}", said)
     print(f"job {job_id} {said}")

@@ -29,6 +29,7 @@ from archiver.files.rewrite import rewrite
 from archiver.model import CatalogFile
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.storage.seam import Storage
+from archiver.store import archive_files
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,7 @@ def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] |
 
         def rewrite_one(operation: int) -> ledger.TakenOut:
             # never added to the Delta log (it could not be): no removal to publish
-            with conn.cursor() as cur:
-                cur.execute(query("delta_unnumber"), (file_id,))
+            archive_files.unnumber(conn, file_id)
             name = names.rewritten_name(original.path, operation)
             ends = (original.min_key, original.max_key)  # every row kept: the same ends
             kept = pa.array(range(table.num_rows), pa.int64())

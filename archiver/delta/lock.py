@@ -1,5 +1,5 @@
 """One publisher per Delta table: a session advisory lock per (storage, table), held
-across the publisher's transactions (delta_lock in queries.sql); taken with or without
+across the publisher's transactions (delta_lock in store/publications.sql); taken with or without
 a limit on the wait, checked before each Delta commit, released at the end."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ the catalog: Delta's own conflict check lets two concurrent appends through):
            their rows twice or not at all. New columns and widened types reach the
            table's schema first, in commits of their own (repeating one changes nothing).
  3 record  the catalog notes the number as published; then the retired files out of the
-           log are deleted (ledger.sweep).
+           log are deleted (ledger.reap).
 
 So a file is never in the Delta table twice (its number is committed once), never
 before its chunk committed (only committed files are numbered), and none is missing
@@ -27,13 +27,12 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from archiver import failpoints, ledger, outcome
-from archiver.bulk import BulkConnection, Row, connect_bulk
+from archiver.bulk import BulkConnection, Row
 from archiver.config import StorageLocation
 from archiver.db import query
 from archiver.delta import lock, mapping
@@ -45,8 +44,8 @@ from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.history import forget_history
 from archiver.delta.location import table_uri
 from archiver.ident import as_typed
-from archiver.source.guardrails import transaction_status
 from archiver.storage.seam import Storage
+from archiver.store import archive_files, publications
 from archiver.text import counted
 
 log = logging.getLogger(__name__)
@@ -75,11 +74,8 @@ class Publisher:
         storage: Storage,
         options: dict[str, str],
         table: str,
-        source_status: Callable[[str], str | None] | None = None,
     ) -> None:
         self.conn, self.storage, self.options, self.table = conn, storage, options, table
-        # pg_xact_status on a source database apart from the catalog (ledger.sweep)
-        self.source_status = source_status
         self.location: StorageLocation = storage.location
         self.url = str(self.location)
         self.uri = table_uri(self.location, table)
@@ -92,29 +88,28 @@ class Publisher:
             cur.execute(query(name), (self.url, self.table, *params))
             return cur.fetchall()
 
-    def _run(self, name: str, *params: Any) -> None:
-        with self.conn.cursor() as cur:
-            cur.execute(query(name), params)
-
     def run(
         self, *, rebuild: bool = False, sweep_only: bool = False, lock_wait: float | None = None
     ) -> Published:
         """Publish until no committed file of the table is left out of its Delta log.
-        `sweep_only` (publishing is off): ledger.sweep, and publications only to take
-        retired or offline files out of a Delta log that exists (rewrites join it).
+        `sweep_only` (publishing is off): publications only to take retired or offline
+        files out of a Delta log that exists (rewrites join it). Either way, the table's
+        retired files out of its log are deleted after (ledger.reap: the publisher holds
+        the lock that keeps them out); what dead operations left is the ledger sweep's,
+        a maintenance duty of its own (archiver.maintenance.settle).
         `lock_wait`: seconds to wait for the table's publisher lock (None: as long as it
         takes), else PublisherBusy."""
         done = Published(self.table)
         lock.take(self.conn, self.url, self.table, lock_wait)
         try:
             if sweep_only and not self._rows("delta_removals_pending")[0][0]:
-                ledger.sweep(self.conn, self.storage, self.table, self.source_status)
+                ledger.reap(self.conn, self.storage, self.table)
                 return done
             if rebuild or self._rows("delta_rebuilding")[0][0]:  # asked, or cut short
                 self._forget()
             while (number := self._number()) is not None:
                 self._publish(number, done)
-            ledger.sweep(self.conn, self.storage, self.table, self.source_status)
+            ledger.reap(self.conn, self.storage, self.table)
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
@@ -133,8 +128,8 @@ class Publisher:
         first, so a rebuild a crash cut short is finished by the next publisher (a
         half-dropped log, or a dropped one the catalog still counts as published,
         would otherwise stay)."""
-        self._run("delta_table", self.url, self.table)
-        self._run("delta_rebuild_mark", self.url, self.table)
+        publications.ensure(self.conn, self.url, self.table)
+        publications.mark_rebuilding(self.conn, self.url, self.table)
         self.conn.commit()
         outcome.committed(
             f"{self.table}: its Delta log is being rebuilt from the catalog",
@@ -144,18 +139,18 @@ class Publisher:
         )
         for stored in list(self.storage.list(f"{self.root}/{LOG_DIR}/")):
             self.storage.delete(stored.name)
-        self._run("delta_forget", self.url, self.table)
+        publications.forget(self.conn, self.url, self.table)
         self.conn.commit()
         log.info("%s: Delta log dropped, to be rebuilt from the catalog", self.table)
 
     def _number(self) -> int | None:
         """Step 1: the publication to do now (one left in flight first), or None."""
-        self._run("delta_table", self.url, self.table)
+        publications.ensure(self.conn, self.url, self.table)
         numbered, published = self._rows("delta_state")[0]
         if numbered > published:
             self.conn.commit()
             return int(numbered)
-        counted = self._rows("delta_number", numbered + 1, BATCH_FILES)
+        counted = publications.number(self.conn, self.url, self.table, numbered + 1, BATCH_FILES)
         self.conn.commit()
         return int(numbered) + 1 if counted else None
 
@@ -232,9 +227,9 @@ class Publisher:
         if erased is not None:  # an erasure's removals are in the log: its history goes
             if table is not None:
                 forget_history(self.storage, self.uri, self.options, self.root, self.table)
-            self._run("delta_history_forgotten", self.url, self.table, erased)
+            publications.history_forgotten(self.conn, self.url, self.table, erased)
         version = table.version() if table is not None else None
-        self._run("delta_published", self.url, self.table, number, version)
+        publications.published(self.conn, self.url, self.table, number, version)
         self.conn.commit()
         done.version = version
         log.info(
@@ -263,10 +258,10 @@ class Publisher:
                         self._refuse(id_, f"{path}: {exc}", done)
                     continue
                 if mode != "move":  # a copy whose job was pruned before 008 could tell
-                    self._run("delta_not_mine", id_)
+                    archive_files.not_mine(self.conn, id_)
                     self.conn.commit()
                     continue
-                self._run("delta_facts", id_, schema, stats)
+                archive_files.set_facts(self.conn, id_, schema, stats)
                 self.conn.commit()
             out.append(
                 {
@@ -297,7 +292,7 @@ class Publisher:
 
     def _refuse(self, file_id: int, why: str, done: Published) -> None:
         """The file stays archived and restorable, outside the Delta table."""
-        self._run("delta_refuse", file_id, why)
+        archive_files.refuse(self.conn, file_id, why)
         self.conn.commit()
         done.refused.append(why)
         log.error("%s: a file left out of the Delta table: %s", self.table, why)
@@ -381,16 +376,4 @@ def publish_table_on(
     from archiver.delta.location import storage_options
 
     options = storage_options(settings, storage.location)
-    status = None if settings.same_database else source_status(settings.effective_source_url)
-    return Publisher(conn, storage, options, table, status).run(**run)
-
-
-def source_status(url: str) -> Callable[[str], str | None]:
-    """pg_xact_status of a transaction of the source database at `url` (None: too old
-    for it to remember), on a connection opened when asked."""
-
-    def status(xid: str) -> str | None:
-        with connect_bulk(url) as conn:
-            return transaction_status(conn, xid)
-
-    return status
+    return Publisher(conn, storage, options, table).run(**run)

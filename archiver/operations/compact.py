@@ -103,10 +103,10 @@ class Compacted:
 
 async def resolve(settings: Settings, table: str) -> str:
     """`table` as the catalog names it (schema.table); one line if none or several."""
-    from archiver import catalog_reads
+    from archiver.store import archive_files
 
     async with db.connection(settings.database_url) as conn:
-        named = await catalog_reads.catalogued_tables(conn, table)
+        named = await archive_files.catalogued_tables(conn, table)
     if len(named) > 1:
         raise InputError(f"compact: {table!r} is ambiguous ({', '.join(named)}): name the schema")
     if not named:

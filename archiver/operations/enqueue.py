@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from archiver import db, jobqueue
+from archiver import db
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ConfigError, InputError
@@ -22,6 +22,7 @@ from archiver.source.chunks import ChunkQueries, describe_archive
 from archiver.source.explain import explain_archive
 from archiver.source.references import check_unreferenced
 from archiver.source.tables import check_cutoff_column, cutoff_indexed, describe_table
+from archiver.store import jobs
 
 if TYPE_CHECKING:
     from archiver.policy import Policy
@@ -73,7 +74,7 @@ async def enqueue_archive(
 
     storage = open_storage(settings)
 
-    def check(conn: BulkConnection) -> tuple[str | None, list[jobqueue.Part], str | None]:
+    def check(conn: BulkConnection) -> tuple[str | None, list[jobs.Part], str | None]:
         group, parts = archive_parts(conn, request, parallel)
         return group, parts, unindexed_cutoff(conn, request)
 
@@ -81,7 +82,7 @@ async def enqueue_archive(
     await asyncio.to_thread(storage.check)
     run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        queued = await jobqueue.enqueue_parts(
+        queued = await jobs.enqueue_parts(
             conn,
             parts,
             priority=priority,
@@ -105,7 +106,7 @@ def unindexed_cutoff(conn: BulkConnection, request: ArchiveRequest) -> str | Non
 
 def archive_parts(
     conn: BulkConnection, request: ArchiveRequest, parallel: int = 1
-) -> tuple[str | None, list[jobqueue.Part]]:
+) -> tuple[str | None, list[jobs.Part]]:
     """Check an archive on the source and split it into the jobs that do it: one, or one
     per key range (`parallel` > 1), or one per old partition (whole, or its older rows).
     Several share a group id: (the group id or None, the jobs)."""

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from archiver import db, jobqueue
+from archiver import db
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
@@ -28,6 +28,7 @@ from archiver.operations.selection import (
     table_files,
 )
 from archiver.source.references import ForeignKey
+from archiver.store import jobs
 
 Report = Callable[[str], None]
 
@@ -80,7 +81,7 @@ async def _erase(
     from archiver.lifecycle import erase as eraser
     from archiver.lifecycle.predicate import Predicate
     from archiver.query.engine import engine
-    from archiver.restore_target import parents_first_today
+    from archiver.restore.target import parents_first_today
     from archiver.storage import open_storage
 
     name, every = await stored_table_files(settings, table, "erase")
@@ -109,7 +110,7 @@ async def _erase(
             "give --with-children, or those rows would stay archived without their parents"
         )
     async with db.connection(settings.database_url) as conn:
-        running = await jobqueue.running_archive(conn, name)
+        running = await jobs.running_archive(conn, name)
     if running:
         raise InputError(
             f"erase: job {running} is archiving {name} now, and rows it moves after the "

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from archiver import catalog_reads, db, jobqueue
+from archiver import db
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError, PublisherBusy, error_line
 from archiver.ident import as_typed
+from archiver.store import archive_files, jobs
 from archiver.text import counted
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ async def publish_table(
     async with db.connection(settings.database_url) as conn:
         found = [
             t
-            for t in await catalog_reads.catalogued_tables(conn, table)
+            for t in await archive_files.catalogued_tables(conn, table)
             if await conn.fetchval(CATALOGUED, t)
         ]
     if not found:
@@ -80,7 +81,7 @@ async def make_visible(
         return
     if no_wait:
         async with db.connection(settings.database_url) as conn:
-            await jobqueue.enqueue_publications(conn, here, delta=settings.delta)
+            await jobs.enqueue_publications(conn, here, delta=settings.delta)
         report(
             f"{', '.join(names)}: left to the workers (--no-wait): Delta readers see the "
             "change after their next publication"
@@ -132,6 +133,6 @@ async def make_visible(
     if unfinished:
         try:
             async with db.connection(settings.database_url) as conn:
-                await jobqueue.enqueue_publications(conn, here, delta=settings.delta)
+                await jobs.enqueue_publications(conn, here, delta=settings.delta)
         except Exception as exc:  # the workers' periodic publication still finds it
             report(f"the publications could not be queued ({error_line(exc)})")

@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from archiver import catalog_reads, db, jobqueue
+from archiver import db
 from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.ident import as_typed
 from archiver.model import CatalogFile
+from archiver.store import archive_files, jobs
 from archiver.text import counted
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ async def hold_tables(settings: Settings, tables: Iterable[str]) -> AsyncIterato
 @dataclass(frozen=True)
 class FileSelection:
     """Catalogued files: a job's, and/or a table's (`table` as a user writes it, see
-    catalog_reads.catalogued_tables), and/or those overlapping a cutoff range."""
+    files.catalogued_tables), and/or those overlapping a cutoff range."""
 
     job_id: uuid.UUID | None = None
     table: str | None = None
@@ -53,7 +54,7 @@ class FileSelection:
 
     async def files(self, settings: Settings, state: str | None = None) -> list[CatalogFile]:
         async with db.connection(settings.database_url) as conn:
-            return await catalog_reads.archived_files(
+            return await archive_files.archived_files(
                 conn,
                 job_id=self.job_id,
                 table=self.table,
@@ -69,7 +70,7 @@ async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, l
     """`table` as the catalog names it, and its committed files; one line if none or
     if the bare name is in several schemas."""
     async with db.connection(settings.database_url) as conn:
-        named = await catalog_reads.catalogued_tables(conn, table)
+        named = await archive_files.catalogued_tables(conn, table)
     found = {
         t: fs
         for t in named
@@ -171,6 +172,6 @@ async def mark_offline(settings: Settings, paths: list[str]) -> None:
                 paths,
             )
         ]
-        await conn.execute(db.query("files_going_offline"), ids)
-        await conn.execute(db.query("files_tier"), ids, "Archive")
-        await jobqueue.enqueue_publications(conn, here, delta=settings.delta)
+        await archive_files.going_offline(conn, ids)
+        await archive_files.set_tier(conn, ids, "Archive")
+        await jobs.enqueue_publications(conn, here, delta=settings.delta)

@@ -29,6 +29,7 @@ from archiver.operations.selection import (
     table_files,
 )
 from archiver.storage.seam import ARCHIVE_TIER, Storage
+from archiver.store import archive_files
 from archiver.text import counted
 
 Report = Callable[[str], None]
@@ -100,7 +101,7 @@ async def _set_tier(
             return Tiered(0, len(files) - len(todo), len(offline))
         storage = open_storage(settings)
         if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
-            await conn.execute(db.query("files_going_offline"), [f.id for f in todo])
+            await archive_files.going_offline(conn, [f.id for f in todo])
             outcome.committed(
                 f"{counted(len(todo), 'file')} of {name} marked offline (their rows out of "
                 "reach until they are rehydrated), none moved yet",
@@ -112,7 +113,7 @@ async def _set_tier(
     again = f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves the rest"
     moved = await asyncio.to_thread(_move, storage, todo, tier, report, again)
     async with db.connection(settings.database_url) as conn:
-        await conn.execute(db.query("files_tier"), [f.id for f in todo], tier)
+        await archive_files.set_tier(conn, [f.id for f in todo], tier)
     offline_now = len(offline) + (len(todo) if tier == ARCHIVE_TIER else 0)
     return Tiered(moved, len(files) - len(todo), offline_now)
 
@@ -169,15 +170,15 @@ async def _rehydrate_table(
     offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
     async with db.connection(settings.database_url) as conn:
         if offline:  # found offline: out of the Delta table until they are back
-            await conn.execute(db.query("files_going_offline"), [f.id for f in offline])
-            await conn.execute(db.query("files_tier"), [f.id for f in offline], ARCHIVE_TIER)
+            await archive_files.going_offline(conn, [f.id for f in offline])
+            await archive_files.set_tier(conn, [f.id for f in offline], ARCHIVE_TIER)
         back = [f for f in online if f.offline]
         here = str(storage.location)
         for t in sorted({f.source_table for f in back}):
             ids = [f.id for f in back if f.source_table == t]
             async with conn.transaction():
                 await conn.execute(db.query("delta_lock"), here, t)
-                await conn.fetch(db.query("files_back_online"), ids, tier)
+                await archive_files.back_online(conn, ids, tier)
                 await conn.execute(db.query("delta_unlock"), here, t)
     if back:  # they rejoin their Delta tables
         from archiver.operations.publish import make_visible
@@ -253,6 +254,6 @@ async def _protect(
             done.append(f.id)
     finally:
         async with db.connection(settings.database_url) as conn:
-            await conn.execute(db.query("files_protected"), done, until, legal_hold)
+            await archive_files.protected(conn, done, until, legal_hold)
     report(f"{name}: {len(done)} files protected")
     return len(done)

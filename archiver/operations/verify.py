@@ -4,20 +4,20 @@ the catalog does not know, and each published table's Delta log against the cata
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import audit, db, jobqueue
+from archiver import db
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError, OfflineError
 from archiver.ident import TableName, as_typed
 from archiver.model import ArchiveRequest, CatalogFile, FileState
 from archiver.operations.inspect import aggregate_children
 from archiver.operations.selection import FileSelection, mark_offline, refuse_offline
+from archiver.store import archive_files, audit, jobs
 
 if TYPE_CHECKING:
     from archiver.storage.seam import Storage
@@ -70,10 +70,9 @@ async def verify(
     else:
         scope, checked = "all", []
     async with db.connection(settings.database_url) as conn:  # the console shows it
-        await conn.execute(db.query("files_verified"), sound)
-        await conn.execute(
-            db.query("record_verification"), audit.actor(), scope, json.dumps(checked),
-            len(files), len(problems), json.dumps(problems[:10]),
+        await archive_files.verified(
+            conn, sound, actor=audit.actor(), scope=scope, checked=checked, files=len(files),
+            problems=problems,
         )  # fmt: skip
     return len(files), problems
 
@@ -112,12 +111,12 @@ async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogF
     tables = {f.source_table: None for f in files}
     try:
         async with db.connection(settings.database_url) as conn:
-            job = await jobqueue.get_job(conn, job_id)
+            job = await jobs.get_job(conn, job_id)
     except JobStateError:  # pruned (retention): its files are what is left
         if not files:
             raise InputError(f"no job {job_id} and no archived files of it") from None
         return list(tables)
-    if job.task_name != jobqueue.ARCHIVE_TASK:  # a publish job's files are its table's
+    if job.task_name != ArchiveRequest.KIND:  # a publish job's files are its table's
         return list(tables)
     request = ArchiveRequest.from_payload(job.payload)
     tables[request.partition or request.table] = None

@@ -1,5 +1,5 @@
 """The console's HTTP side: Starlette routes over the queue and catalog, rendered with
-Jinja2 (autoescaped), every action through the same jobqueue calls the CLI makes.
+Jinja2 (autoescaped), every action through the same store calls the CLI makes.
 
 Pages render whole on the server; console.js refreshes their `data-live` parts every
 two seconds by fetching the page again (no full reload, nothing from the internet).
@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from archiver import audit, db, text
+from archiver import db, text
 from archiver.config import ConfigFile, Settings
 from archiver.errors import (
     DatabaseUnavailable,
@@ -41,6 +41,7 @@ from archiver.errors import (
     first_line,
 )
 from archiver.ident import as_typed
+from archiver.store import audit
 from archiver.web import pages
 from archiver.web.auth import (
     SESSION_COOKIE,
@@ -170,7 +171,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
     async def jobs(request: Request) -> Response:
         filters = pages.JobFilter.parse(request.query_params)
         async with pool().acquire() as conn:
-            rows = await pages.jobs(conn, filters)
+            rows = await pages.job_page(conn, filters)
         more = len(rows) > filters.limit
         rows = rows[: filters.limit]
         after = pages.cursor_of(rows[-1]) if more and rows else None
@@ -297,7 +298,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
             raise BadRequest(f"action: expected one of {', '.join(pages.BULK_ACTIONS)}")
         filters = pages.JobFilter.parse(form, limit=BULK_LIMIT)
         async with pool().acquire() as conn:
-            ids = [r["id"] for r in await pages.jobs(conn, filters)][:BULK_LIMIT]
+            ids = [r["id"] for r in await pages.job_page(conn, filters)][:BULK_LIMIT]
             if form.get("confirm") != "yes":
                 return render(
                     request,

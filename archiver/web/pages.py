@@ -1,5 +1,5 @@
-"""What each console page shows, read through jobqueue and the named queries the CLI
-uses (archiver/queries.sql), and what each action does, through the CLI's own calls."""
+"""What each console page shows, read through archiver.store and the named queries the CLI
+uses (archiver/store/*.sql), and what each action does, through the CLI's own calls."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from urllib.parse import urlencode
 
 import asyncpg
 
-from archiver import audit, catalog_reads, jobqueue
 from archiver.config import ConfigFile
 from archiver.db import query
 from archiver.errors import InputError, JobStateError
 from archiver.ident import TableName, as_typed
 from archiver.limits import limit_changes
-from archiver.model import Status
+from archiver.model import ArchiveRequest, PublishRequest, PurgeRequest, Status
 from archiver.source.tables import FIND_TABLE
+from archiver.store import archive_files, audit, jobs
 
 STATUSES = tuple(str(s) for s in Status)
-TASKS = (jobqueue.ARCHIVE_TASK, jobqueue.PUBLISH_TASK, jobqueue.PURGE_TASK)
+TASKS = (ArchiveRequest.KIND, PublishRequest.KIND, PurgeRequest.KIND)
 PAGE = 50
 JOB_ACTIONS = ("cancel", "retry", "pause", "resume", "throttle")
 TABLE_ACTIONS = ("pause", "resume")
@@ -124,9 +124,9 @@ def cursor_of(row: Mapping[str, Any]) -> str:
     return f"{row['created_at'].isoformat()}~{row['id']}"
 
 
-async def jobs(conn: asyncpg.Connection, f: JobFilter) -> list[dict[str, Any]]:
+async def job_page(conn: asyncpg.Connection, f: JobFilter) -> list[dict[str, Any]]:
     """A page of jobs, newest first, one more than the page to tell there is a next."""
-    return await jobqueue.list_jobs(
+    return await jobs.list_jobs(
         conn, f.status, f.table, f.limit + 1, task=f.task, error=f.error,
         created_from=f.created_from, created_to=f.created_to, after=f.after,
     )  # fmt: skip
@@ -184,8 +184,8 @@ def next_fires(config: ConfigFile | None, count: int = 1) -> list[dict[str, Any]
 
 
 async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
-    found = await jobqueue.get_job(conn, job_id)
-    files = await catalog_reads.job_files(conn, job_id)
+    found = await jobs.get_job(conn, job_id)
+    files = await archive_files.job_files(conn, job_id)
     group = found.payload.get("group")
     members = [dict(r) for r in await conn.fetch(query("job_group"), group)] if group else []
     table = found.payload.get("table", "")
@@ -251,7 +251,7 @@ async def resolve_table(conn: asyncpg.Connection, name: str) -> str | None:
     table = TableName.parse(name)
     if table.schema is not None:
         return str(table)
-    named = await catalog_reads.catalogued_tables(conn, name)
+    named = await archive_files.catalogued_tables(conn, name)
     if len(named) == 1:
         return named[0]
     found = await conn.fetch(FIND_TABLE, "", table.name)  # as the CLI's find_table
@@ -268,16 +268,16 @@ async def act_on_job(
         raise InputError(f"action: {action[:40]!r}, expected one of {', '.join(JOB_ACTIONS)}")
     try:
         if action == "cancel":
-            status = await jobqueue.cancel(conn, job_id)
+            status = await jobs.cancel(conn, job_id)
             return "cancelled" if status == Status.CANCELLED else "stops at its next chunk"
         if action == "retry":
-            await jobqueue.retry(conn, job_id)
+            await jobs.retry(conn, job_id)
             return "queued again"
         if action == "pause":
-            await jobqueue.pause_job(conn, job_id)
+            await jobs.pause_job(conn, job_id)
             return "paused"
         if action == "resume":
-            await jobqueue.resume_job(conn, job_id)
+            await jobs.resume_job(conn, job_id)
             return "resumed"
 
         def field(name: str) -> str | None:
@@ -295,7 +295,7 @@ async def act_on_job(
         )
         if not changes:
             raise InputError("throttle: give at least one limit (0 or none removes one)")
-        limits = await jobqueue.set_limits(conn, job_id, changes)
+        limits = await jobs.set_limits(conn, job_id, changes)
         return f"limits {json.dumps(limits, sort_keys=True)}"
     except JobStateError as exc:
         raise InputError(str(exc)) from None
@@ -309,8 +309,8 @@ async def act_on_table(conn: asyncpg.Connection, name: str, action: str) -> tupl
     if table is None:
         raise InputError(f"table {name[:80]!r} not found")
     if action == "pause":
-        return "paused" if await jobqueue.pause_table(conn, table) else "was already paused", table
-    return "resumed" if await jobqueue.resume_table(conn, table) else "was not paused", table
+        return "paused" if await jobs.pause_table(conn, table) else "was already paused", table
+    return "resumed" if await jobs.resume_table(conn, table) else "was not paused", table
 
 
 async def act_on_jobs(conn: asyncpg.Connection, ids: list[uuid.UUID], action: str) -> int:

@@ -12,7 +12,7 @@ HEAVY = ("pyarrow", "azure.storage.blob", "apscheduler", "adbc_driver_postgresql
 def test_the_cli_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
-        "import archiver.cli, archiver.jobqueue, archiver.terminal, archiver.bulk\n"
+        "import archiver.cli, archiver.store.jobs, archiver.terminal, archiver.bulk\n"
         "import archiver.operations.enqueue, archiver.operations.restore, archiver.operations.verify\n"
         "import archiver.operations.inspect, archiver.operations.grants\n"
         "import archiver.model, archiver.limits, archiver.config, archiver.doctor\n"

@@ -1,4 +1,4 @@
-"""Which archived columns go straight into their table by COPY (archiver.restore_direct):
+"""Which archived columns go straight into their table by COPY (archiver.restore.direct):
 only the pairs of PostgreSQL type and Arrow type whose binary form is known to be read as
 the same value; everything else is staged."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver.restore_direct import Straight, _converter, _uuid_bytes
+from archiver.restore.direct import Straight, _converter, _uuid_bytes
 
 
 def test_the_known_pairs_go_straight_in() -> None:

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from archiver.restore_range import maybe_in_range
+from archiver.restore.rows import maybe_in_range
 
 UTC = dt.UTC
 DAYS = [dt.datetime(2024, 1, d, 12, tzinfo=UTC) for d in range(1, 31)]

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from archiver.ident import TableName, quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.remap import ArchivedColumns, ColumnMap
+from archiver.restore.remap import ArchivedColumns, ColumnMap
 from archiver.source.references import ForeignKey
 
 

@@ -9,7 +9,7 @@ import re
 from archiver.bulk import BulkConnection, BulkCursor, fetch_all
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
-from archiver.remap import ArchivedColumns, columns_today, execute
+from archiver.restore.remap import ArchivedColumns, columns_today, execute
 from archiver.source.references import ForeignKey, foreign_keys_to, parents_first
 from archiver.source.tables import KEY_NAMES
 

@@ -1,9 +1,8 @@
 """A whole file straight into its table: one COPY (ADBC ingest) instead of COPY into a
 staging table and INSERT … SELECT with casts.
 
-The staging path reads every row twice and casts every value in SQL; a whole-table
-restore spent 1.8-2.5 s staging and 3.8-5.8 s inserting 1M reference rows, against 3.8 s
-for COPY into the table itself. Binary COPY writes each value in the form its column's
+The staging path reads every row twice and casts every value in SQL, about twice the
+time of COPY into the table itself (docs/performance.md, "Restore at scale"). Binary COPY writes each value in the form its column's
 own type receives (the type's `recv` function), so where every archived column arrives
 in exactly that form, with the same meaning, the file's columns can go straight in:
 int8/int4/int2, float8/float4, boolean, date, timestamp and timestamptz (in
@@ -31,7 +30,7 @@ import pyarrow.parquet as pq
 
 from archiver.bulk import BulkCursor
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.remap import ColumnMap, execute
+from archiver.restore.remap import ColumnMap, execute
 
 # Whether COPY writes into the table as INSERT would: no rule, no BEFORE INSERT row
 # trigger on it or a partition (one that returns NULL skips the row, which the staging

@@ -1,7 +1,8 @@
-"""The job queue: the only code that reads or writes background_jobs (asyncpg, from the
-worker's event loop and the CLI). Every query is named in queries.sql. What the catalog
-holds is read by archiver.catalog_reads and written, from a job's thread, by
-archiver.catalog."""
+"""background_jobs, the queue (and what gates it: archiver_paused_tables, the per-table
+job counts, archiver_maintenance): the only code that writes them. Every statement is
+named in store/jobs.sql. The event loop's side (enqueue, claim, heartbeat, finish, the
+operator's views) uses asyncpg; a job's thread checkpoints its progress on its
+synchronous ADBC connection, in the transaction of the chunk it commits."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import asyncpg
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_all, run_in
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
@@ -28,21 +29,10 @@ from archiver.model import (
     Status,
 )
 
-ARCHIVE_TASK = "archive"
 # Does nothing: for benchmarks and health checks of the queue itself. Workers finish
-# claimed no-op jobs in the claiming loop, in batches, without a thread.
+# claimed no-op jobs in the claiming loop, in batches, without a thread. Every other
+# kind's name is its request's KIND (model.py), and archiver.kinds runs it.
 NOOP_TASK = "noop"
-# Adds a table's catalogued files to its Delta table (archiver.delta.publish); one queued
-# and one running per table, so publications of a table never overlap.
-PUBLISH_TASK = "publish"
-# A policy's `retain`: its table's old archived files purged (archiver.lifecycle).
-PURGE_TASK = "purge"
-# Archived files nothing references, deleted once past the grace period; one a storage
-# per period (archiver.lifecycle.orphans).
-ORPHANS_TASK = "orphans"
-# A table's small files merged (archiver.operations.compact); one queued or running per
-# table, and one look for tables to compact a storage per period.
-COMPACT_TASK = "compact"
 
 
 async def enqueue(
@@ -54,7 +44,7 @@ async def enqueue(
     priority: int = 0,
     max_attempts: int = 5,
     run_at: dt.datetime | None = None,
-    task_name: str = ARCHIVE_TASK,
+    task_name: str = ArchiveRequest.KIND,
     limits: dict[str, Any] | None = None,
 ) -> tuple[uuid.UUID, bool]:
     """Queue a job; (id, True) if new, or (id of the queued/running twin, False)."""
@@ -75,6 +65,31 @@ async def enqueue(
         twin = await conn.fetchrow(query("find_duplicate"), dedup_key)
         if twin is not None:  # else it finished in between: try again
             return twin["id"], False
+
+
+class Request(Protocol):
+    """A job kind's request (model.py): its kind's name and its payload."""
+
+    KIND: ClassVar[str]
+
+    def payload(self) -> dict[str, Any]: ...
+
+
+async def enqueue_request(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    request: Request,
+    *,
+    key: str,
+    max_attempts: int,
+    run_at: dt.datetime | None = None,
+    limits: dict[str, Any] | None = None,
+) -> tuple[uuid.UUID, bool]:
+    """Queue `request` as a job of its kind, `key` both its dedup and its lock key (one
+    queued and one running of that work at a time)."""
+    return await enqueue(
+        conn, request.payload(), dedup_key=key, lock_key=key, task_name=request.KIND,
+        max_attempts=max_attempts, run_at=run_at, limits=limits,
+    )  # fmt: skip
 
 
 Part = tuple[ArchiveRequest, tuple[str, str]]  # a job to queue, with its dedup and lock keys
@@ -129,7 +144,7 @@ async def enqueue_slot(
             first, (_, lock_key) = parts[0]
             job_id = await conn.fetchval(
                 query("enqueue_policy_slot"),
-                ARCHIVE_TASK,
+                ArchiveRequest.KIND,
                 json.dumps(first.payload()),
                 priority,
                 max_attempts,
@@ -251,11 +266,10 @@ async def prune_finished(pool: asyncpg.Pool, retention_days: float, batch: int =
 
 
 async def compact_counts(pool: asyncpg.Pool) -> None:
-    """Fold the count deltas the operator views read (finished jobs per table and status,
-    catalogued files per table: sql/014_status_counts.sql) into a row each; the pruner
-    calls it after each sweep."""
+    """Fold the finished jobs' count deltas (per table and status, which the operator
+    views read: sql/014_status_counts.sql) into a row each; the pruner calls it after
+    each sweep."""
     await pool.execute(query("compact_job_counts"))
-    await pool.execute(query("compact_file_counts"))
 
 
 async def get_job(conn: asyncpg.Connection | asyncpg.Pool, job_id: uuid.UUID) -> Job:
@@ -386,10 +400,8 @@ async def enqueue_publications(
     new = 0
     for row in tables:
         key = f"publish:{storage_url}:{row['source_table']}"
-        payload = PublishRequest(row["source_table"], storage_url).payload()
-        _, created = await enqueue(
-            conn, payload, dedup_key=key, lock_key=key, task_name=PUBLISH_TASK, max_attempts=10
-        )
+        request = PublishRequest(row["source_table"], storage_url)
+        _, created = await enqueue_request(conn, request, key=key, max_attempts=10)
         new += created
     return new
 
@@ -399,16 +411,14 @@ async def enqueue_orphan_sweep(pool: asyncpg.Pool, storage_url: str, period: flo
     seconds (by any worker; the first a period after the storage is first seen): one a
     period. True when queued."""
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("maintenance_seen"), ORPHANS_TASK, storage_url)
-        if await conn.fetchval(query("maintenance_due"), ORPHANS_TASK, storage_url, period) is None:
+        await conn.execute(query("maintenance_seen"), OrphansRequest.KIND, storage_url)
+        due = await conn.fetchval(
+            query("maintenance_due"), OrphansRequest.KIND, storage_url, period
+        )
+        if due is None:
             return False
-        await enqueue(
-            conn,
-            OrphansRequest(storage_url).payload(),
-            dedup_key=f"orphans:{storage_url}",
-            lock_key=f"orphans:{storage_url}",
-            task_name=ORPHANS_TASK,
-            max_attempts=3,
+        await enqueue_request(
+            conn, OrphansRequest(storage_url), key=f"orphans:{storage_url}", max_attempts=3
         )
     return True
 
@@ -426,17 +436,45 @@ async def enqueue_compactions(
     How many were new."""
     new = 0
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("maintenance_seen"), COMPACT_TASK, storage_url)
-        if await conn.fetchval(query("maintenance_due"), COMPACT_TASK, storage_url, period) is None:
+        await conn.execute(query("maintenance_seen"), CompactRequest.KIND, storage_url)
+        due = await conn.fetchval(
+            query("maintenance_due"), CompactRequest.KIND, storage_url, period
+        )
+        if due is None:
             return 0
         for row in await conn.fetch(query("compact_tables"), storage_url, small):
             request = requests(row["source_table"])
             if request is None:
                 continue
             key = f"compact:{storage_url}:{request.table}"
-            _, created = await enqueue(
-                conn, request.payload(), dedup_key=key, lock_key=key, task_name=COMPACT_TASK,
-                max_attempts=3,
-            )  # fmt: skip
+            _, created = await enqueue_request(conn, request, key=key, max_attempts=3)
             new += created
     return new
+
+
+# -- a job's thread (ADBC), in the transaction of the chunk it commits ------------------
+
+
+def checkpoint(conn: BulkConnection, job_id: str, worker: str, progress: dict[str, Any]) -> bool:
+    """Save the job's progress (and renew its lease); False when it is no longer
+    `worker`'s."""
+    return bool(run_in(conn, query("checkpoint"), (job_id, worker, json.dumps(progress))))
+
+
+def still_held(conn: BulkConnection, job_id: str, worker: str) -> bool:
+    """Whether `worker` holds the job, its row locked until the transaction ends (a
+    rescue cannot slip in before a pending file is recorded)."""
+    return bool(run_in(conn, query("still_held"), (job_id, worker)))
+
+
+def limits_now(conn: BulkConnection, job_id: str) -> dict[str, Any]:
+    """The job's limits as they are now (operators change them while it runs)."""
+    rows = fetch_all(conn, query("job_limits"), (job_id,))
+    found: dict[str, Any] = json.loads(rows[0][0]) if rows else {}
+    return found
+
+
+def set_throttled(conn: BulkConnection, job_id: str, worker: str, reason: str | None) -> None:
+    """Say why the job waits (None: it no longer does), in its own transaction."""
+    run_in(conn, query("set_throttled"), (job_id, worker, reason or ""))
+    conn.commit()

@@ -4,7 +4,7 @@ Restore is ONE transaction over all its files: each file is downloaded, bulk-loa
 with COPY BINARY (ADBC ingest) into a temporary staging table, and inserted into the
 target with casts to the exact archived types (pgtypes.restore_expression) -- or, a whole
 file whose every column COPY writes as archived, by one COPY straight into the target
-(archiver.restore_direct). Any failure
+(archiver.restore.direct). Any failure
 -- a conflict, a cast, a lost connection -- rolls everything back; a dry run is the same
 work, rolled back at the end.
 
@@ -42,7 +42,8 @@ from archiver.model import ArchivedFile, CatalogFile
 from archiver.parquet import rows_at
 from archiver.pgtypes.arrow import staging_table
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.remap import (
+from archiver.restore.direct import copy_in, straight_in
+from archiver.restore.remap import (
     ArchivedColumns,
     ColumnMap,
     check_casts,
@@ -50,9 +51,8 @@ from archiver.remap import (
     execute,
     map_columns,
 )
-from archiver.restore_direct import copy_in, straight_in
-from archiver.restore_range import in_range_sql, maybe_in_range
-from archiver.restore_target import parents_first_today, recreate_partition, target_of
+from archiver.restore.rows import in_range_sql, maybe_in_range
+from archiver.restore.target import parents_first_today, recreate_partition, target_of
 from archiver.source.guardrails import transaction_id
 from archiver.source.references import ForeignKey
 from archiver.storage.seam import Storage
@@ -106,7 +106,7 @@ class FileRestore:
     mapped: ColumnMap
     kept: pa.Array | None = None  # int64 positions, ascending
     ordered_keys: tuple[list[Any], list[Any]] | None = None
-    straight: bool = False  # by one COPY into the table (archiver.restore_direct)
+    straight: bool = False  # by one COPY into the table (archiver.restore.direct)
 
 
 def _restore_file(
@@ -128,7 +128,7 @@ def _restore_file(
     mapped = map_columns(cur, target, columns, names_in_file, plan.ignore_dropped_columns)
     if not (plan.cutoff_from or plan.cutoff_to or plan.skip_conflicts):
         straight = straight_in(cur, file, target, columns.types, mapped)
-        if straight is not None:  # every row goes in, by COPY alone (archiver.restore_direct)
+        if straight is not None:  # every row goes in, by COPY alone (archiver.restore.direct)
             with _conflicts(name, target, plan):
                 inserted = copy_in(cur, target, file, straight)
             kept = pa.array([], pa.int64()) if plan.moves_back else None

@@ -1,0 +1,103 @@
+"""The worker's maintenance duties, one module each, as River runs its rescuer, pruner
+and the rest as small services with their own config and timer: any live worker runs
+them beside its claim loop, so no sweeper process is needed, and a slow or failing duty
+never holds up claiming (nor another duty).
+
+    rescue        running jobs whose worker stopped renewing its lease, queued again
+    prune         finished jobs (and finished housekeeping in the ledger) past retention
+    settle        what dead archive operations left: settled or undone, retired files
+                  out of their Delta log deleted (archiver.ledger's crash recovery)
+    publications  a publish job for each table with files not yet in its Delta log
+    orphans       the storage's orphan sweep queued, once a grace period
+    compaction    a compaction job for each table with small files, once a period
+
+`Maintenance.once()` runs each before the first claim (a burst worker rescues, prunes,
+settles and publishes before it exits); `start()` keeps each on its own timer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import asyncpg
+
+from archiver import db
+from archiver.config import ConfigFile, Settings
+from archiver.errors import error_line
+from archiver.maintenance.compaction import CompactionSweep
+from archiver.maintenance.orphans import OrphanSweep
+from archiver.maintenance.prune import Pruner
+from archiver.maintenance.publications import PublicationSweep
+from archiver.maintenance.rescue import Rescuer
+from archiver.maintenance.settle import LedgerSweep
+from archiver.storage.seam import Storage
+from archiver.store.queue import Queue
+
+log = logging.getLogger(__name__)
+
+
+class Duty(Protocol):
+    name: str
+
+    @property
+    def every(self) -> float:
+        """Seconds between two runs."""
+
+    async def run(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Duties:
+    """What the duties may use of the worker running them. `pool` and `storage`: the
+    queue database and the archive, None for a worker on an in-memory queue (the duties
+    that read the catalog or the storage then stay off)."""
+
+    queue: Queue
+    settings: Settings
+    wake: Callable[[], None]  # a duty that queued or freed work wakes the claim loop
+    config: ConfigFile | None = None
+    pool: asyncpg.Pool | None = None
+    storage: Storage | None = None
+
+
+def duties(w: Duties) -> list[Duty]:
+    """The duties a worker runs: those its settings and its queue allow."""
+    found: list[Duty] = [Rescuer(w.queue, w.settings, w.wake), Pruner(w.queue, w.settings, w.pool)]
+    if w.pool is not None and w.storage is not None and w.settings.storage_url:
+        found += [
+            LedgerSweep(w.pool, w.settings, w.storage, w.wake),
+            PublicationSweep(w.pool, w.settings, w.wake),
+            OrphanSweep(w.pool, w.settings, w.wake),
+            CompactionSweep(w.pool, w.settings, w.wake, w.config),
+        ]
+    return found
+
+
+class Maintenance:
+    def __init__(self, worker: Duties) -> None:
+        self.duties = duties(worker)
+
+    async def once(self) -> None:
+        for duty in self.duties:
+            await _logged(duty)
+
+    def start(self) -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(_every(duty)) for duty in self.duties]
+
+
+async def _logged(duty: Duty) -> None:
+    try:
+        await duty.run()
+    except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+        log.warning("%s: queue database unreachable (%s); retrying", duty.name, error_line(exc))
+    except Exception:
+        log.exception("%s failed; retrying", duty.name)
+
+
+async def _every(duty: Duty) -> None:
+    while True:
+        await asyncio.sleep(duty.every)
+        await _logged(duty)

@@ -1,0 +1,50 @@
+"""The pruner: finished jobs past the retention period deleted, in batches of their own
+transactions; then the ledger's finished housekeeping (compactions, conversions), and
+the count deltas the operator views read folded into a row each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from archiver.config import Settings
+from archiver.store import archive_files, jobs, ledger
+from archiver.store.queue import Queue
+
+log = logging.getLogger(__name__)
+
+BATCH = 1_000  # finished jobs deleted in one transaction
+PAUSE = 0.1  # seconds between two batches: at most ~10,000 jobs pruned a second
+
+
+class Pruner:
+    name = "pruner"
+    every = 300.0
+
+    def __init__(self, queue: Queue, settings: Settings, pool: asyncpg.Pool | None) -> None:
+        self.queue, self.days, self.pool = queue, settings.retention_days, pool
+
+    async def run(self) -> None:
+        """Batches (each holds its rows' locks well under a second: 281 ms at most for
+        1M jobs in the bench), a short pause apart, until fewer than a batch are left;
+        one batch per sweep could not keep up with a queue finishing more than 1,000
+        jobs in 5 minutes."""
+        total = 0
+        while True:
+            pruned = await self.queue.prune_finished(self.days, BATCH)
+            total += pruned
+            if pruned < BATCH:
+                break
+            # a pause between batches leaves the database to the claims: back to back,
+            # 957k deletes held a claim up to 3.2 s (the bench's catalog section)
+            await asyncio.sleep(PAUSE)
+        if total:
+            log.info("pruned %d finished jobs", total)
+        if self.pool is None:
+            return
+        if pruned := await ledger.prune(self.pool, self.days * 86400, BATCH):
+            log.info("pruned %d finished compactions from the ledger", pruned)
+        await jobs.compact_counts(self.pool)
+        await archive_files.compact_counts(self.pool)

@@ -1,0 +1,176 @@
+"""archive_files, archiver's catalog of what it archived (and archive_verifications, and
+the per-table file counts): the only code that writes them. Every statement is named in
+store/archive_files.sql. Reads of the event loop use asyncpg; a job's thread, a ledger operation
+and a publication write on their synchronous ADBC connection, in the transaction the
+caller commits (so a file's row commits with what it stands for)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from archiver.bulk import BulkConnection, Row, run_in
+from archiver.db import query
+from archiver.ident import TableName
+from archiver.model import ArchivedFile, CatalogFile, FileState
+
+
+async def job_files(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(query("job_files"), job_id)]
+
+
+async def catalogued_tables(conn: asyncpg.Connection, table: str) -> list[str]:
+    """`table`, as a user writes it (PostgreSQL's syntax, see ident.TableName.parse), as
+    the catalog names it: schema.table when the schema is given, else every catalogued
+    schema.table of that bare name (a loose index scan, not a read of every file)."""
+    name = TableName.parse(table)
+    if name.schema is not None:
+        return [str(name)]
+    return [r[0] for r in await conn.fetch(query("catalogued_tables_named"), name.name)]
+
+
+async def archived_files(
+    conn: asyncpg.Connection,
+    *,
+    job_id: uuid.UUID | None = None,
+    table: str | None = None,
+    cutoff_from: dt.datetime | None = None,
+    cutoff_to: dt.datetime | None = None,
+    state: str | None = None,
+) -> list[CatalogFile]:
+    """Catalogued files for restore and verify, in archive order. `table`: schema.table,
+    or a bare name matching it in any schema."""
+    tables = None if table is None else await catalogued_tables(conn, table)
+    rows = await conn.fetch(query("archived_files"), job_id, tables, cutoff_from, cutoff_to, state)
+    return [CatalogFile.from_row(r) for r in rows]
+
+
+# -- a job's files (its thread, ADBC: in the chunk's transaction) ------------------------
+
+
+def insert(conn: BulkConnection, f: ArchivedFile, state: FileState, xid: str | None = None) -> None:
+    """Record `f` in the connection's open transaction."""
+    run_in(
+        conn,
+        query("insert_file"),
+        (
+            f.job_id, f.part, f.source_table, f.storage_url, f.path, f.row_count, f.byte_size,
+            f.md5, json.dumps(f.key_columns), json.dumps(f.min_key), json.dumps(f.max_key),
+            f.cutoff_column, f.min_cutoff_value or "-infinity", f.max_cutoff_value or "infinity",
+            str(state), xid or "", f.delta_schema, f.delta_stats, str(f.delta).lower(), f.tier,
+            f.made_by,
+        ),
+    )  # fmt: skip
+
+
+def confirm(conn: BulkConnection, job_id: str, part: int) -> None:
+    """A pending file's source transaction committed: the file is committed."""
+    run_in(conn, query("confirm_file"), (job_id, part))
+
+
+def forget(conn: BulkConnection, job_id: str, part: int) -> None:
+    """A pending file's source transaction rolled back: its row goes."""
+    run_in(conn, query("forget_file"), (job_id, part))
+
+
+# -- a ledger operation's files (ADBC, in the operation's transaction) ------------------
+
+
+def claim(conn: BulkConnection, ids: Sequence[int], operation: int) -> list[Row]:
+    """Files `ids` claimed by `operation` (a restore with its catalog apart): the rows
+    of those still committed and unclaimed."""
+    return run_in(conn, query("ledger_claim_files"), (json.dumps(list(ids)), operation))
+
+
+def unclaim(conn: BulkConnection, operation: int) -> None:
+    run_in(conn, query("ledger_unclaim"), (operation,))
+
+
+def retire(conn: BulkConnection, ids: Sequence[int], operation: int) -> None:
+    """Files `ids` retired by `operation` (a compaction's kept a day for open readers)."""
+    run_in(conn, query("ledger_retire"), (json.dumps(list(ids)), operation))
+
+
+def unkeep(conn: BulkConnection, operation: int) -> None:
+    run_in(conn, query("ledger_unkeep"), (operation,))
+
+
+def delete_retired(conn: BulkConnection, ids: Sequence[int]) -> None:
+    """Retired files whose blobs are deleted: their rows go."""
+    run_in(conn, query("reaped"), (json.dumps(list(ids)),))
+
+
+# -- a publication's look at its files (ADBC) -----------------------------------------
+
+
+def not_mine(conn: BulkConnection, file_id: int) -> None:
+    """A file the publisher found not to be a Delta file of this table."""
+    run_in(conn, query("delta_not_mine"), (file_id,))
+
+
+def set_facts(conn: BulkConnection, file_id: int, schema: str, stats: str) -> None:
+    """The Delta schema and statistics of a file written before they were recorded."""
+    run_in(conn, query("delta_facts"), (file_id, schema, stats))
+
+
+def refuse(conn: BulkConnection, file_id: int, why: str) -> None:
+    """A file its Delta table cannot take (`why`): left out of it, and said."""
+    run_in(conn, query("delta_refuse"), (file_id, why))
+
+
+def unnumber(conn: BulkConnection, file_id: int) -> None:
+    """A file rewritten with Delta's types: out of its publication, to be numbered again."""
+    run_in(conn, query("delta_unnumber"), (file_id,))
+
+
+# -- tiers, protection, verification (asyncpg) ----------------------------------------
+
+
+async def going_offline(conn: asyncpg.Connection, ids: Sequence[int]) -> None:
+    """Files about to move to the Archive tier: out of their Delta tables first."""
+    await conn.execute(query("files_going_offline"), list(ids))
+
+
+async def set_tier(conn: asyncpg.Connection, ids: Sequence[int], tier: str) -> None:
+    await conn.execute(query("files_tier"), list(ids), tier)
+
+
+async def back_online(conn: asyncpg.Connection, ids: Sequence[int], tier: str) -> None:
+    """Rehydrated files: online in `tier`, to rejoin their Delta tables."""
+    await conn.fetch(query("files_back_online"), list(ids), tier)
+
+
+async def protected(
+    conn: asyncpg.Connection, ids: Sequence[int], until: dt.datetime | None, legal_hold: bool | None
+) -> None:
+    await conn.execute(query("files_protected"), list(ids), until, legal_hold)
+
+
+async def verified(
+    conn: asyncpg.Connection,
+    sound: Sequence[int],
+    *,
+    actor: str,
+    scope: str,
+    checked: list[Any],
+    files: int,
+    problems: list[str],
+) -> None:
+    """Verify's outcome: `sound` files marked verified, the run recorded (the console
+    shows the last)."""
+    await conn.execute(query("files_verified"), list(sound))
+    await conn.execute(
+        query("record_verification"), actor, scope, json.dumps(checked), files, len(problems),
+        json.dumps(problems[:10]),
+    )  # fmt: skip
+
+
+async def compact_counts(pool: asyncpg.Pool) -> None:
+    """Fold the catalogued-files count deltas (sql/014_status_counts.sql) into a row per
+    table; the pruner calls it after each sweep."""
+    await pool.execute(query("compact_file_counts"))

@@ -1,0 +1,176 @@
+"""The queue as a worker sees it: a seam with one typed method per step of a job's life
+(as River's driver has one per query), so the worker's claim loop, its job runs and its
+rescuer and pruner are the same code over PostgreSQL (`PgQueue`, over store.jobs) and
+over the in-memory queue of archiver.testing.queue, which the contract suite
+(tests/test_queue_contract.py) holds to the same behaviour.
+
+Only what a worker does goes through here; commands that change jobs in a transaction
+of their own (an enqueue with its audit row, a policy's slot) call store.jobs with
+their connection."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any, Protocol
+
+import asyncpg
+
+from archiver.model import Job, Status
+from archiver.store import jobs
+from archiver.store.jobs import Lease
+
+
+class Queue(Protocol):
+    async def enqueue(
+        self,
+        task_name: str,
+        payload: dict[str, Any],
+        *,
+        dedup_key: str,
+        lock_key: str | None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        run_at: dt.datetime | None = None,
+    ) -> tuple[uuid.UUID, bool]:
+        """Queue a job: (id, True), or (the id of its queued or running twin, False)."""
+
+    async def claim(self, worker: str, limit: int) -> list[Job]:
+        """Up to `limit` runnable jobs for `worker`, most urgent first, at most one per
+        lock_key and none whose lock_key a running job holds; paused ones stay."""
+
+    async def seconds_to_next_run(self) -> float | None:
+        """Until the earliest queued, unpaused job may run; None when none is queued."""
+
+    async def heartbeat(self, job_id: uuid.UUID, worker: str) -> Lease | None:
+        """Renew the lease: whether to stop; None when the job is no longer `worker`'s."""
+
+    async def complete(self, job_id: uuid.UUID, worker: str, progress: dict[str, Any]) -> bool:
+        """False when the job was no longer `worker`'s (nothing changed)."""
+
+    async def complete_many(self, job_ids: list[uuid.UUID], worker: str) -> int:
+        """How many of `job_ids` were `worker`'s and are completed now."""
+
+    async def fail_attempt(
+        self, job: Job, worker: str, error: str, base: float = 5.0, cap: float = 600.0
+    ) -> Status | None:
+        """Queued again after a backoff, or failed with its last attempt; the newest 10
+        errors kept. None when the job was no longer `worker`'s."""
+
+    async def release(
+        self, job_id: uuid.UUID, worker: str, until: dt.datetime | None = None
+    ) -> bool:
+        """Handed back, to run at once or at `until`; the attempt does not count."""
+
+    async def finish_cancelled(self, job_id: uuid.UUID, worker: str) -> bool: ...
+
+    async def rescue_expired(self, lease_seconds: float) -> list[tuple[uuid.UUID, Status]]:
+        """Running jobs without a heartbeat for `lease_seconds`: queued again (failed
+        with their last attempt, cancelled when that was asked)."""
+
+    async def prune_finished(self, retention_days: float, batch: int = 1000) -> int:
+        """Up to `batch` jobs finished more than `retention_days` ago, deleted."""
+
+    async def get(self, job_id: uuid.UUID) -> Job:
+        """The job (JobStateError if there is none)."""
+
+    async def cancel(self, job_id: uuid.UUID) -> Status:
+        """A queued job cancelled now, a running one asked to stop (JobStateError when
+        it has finished)."""
+
+    async def retry(self, job_id: uuid.UUID) -> None:
+        """A failed or cancelled job queued again with its attempts reset."""
+
+    async def pause_job(self, job_id: uuid.UUID) -> Status: ...
+
+    async def resume_job(self, job_id: uuid.UUID) -> None: ...
+
+    async def pause_table(self, table: str) -> bool:
+        """False when it was paused already."""
+
+    async def resume_table(self, table: str) -> bool:
+        """False when it was not paused."""
+
+
+class PgQueue:
+    """The queue in PostgreSQL: each step one statement of store/jobs.sql."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def enqueue(
+        self,
+        task_name: str,
+        payload: dict[str, Any],
+        *,
+        dedup_key: str,
+        lock_key: str | None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        run_at: dt.datetime | None = None,
+    ) -> tuple[uuid.UUID, bool]:
+        return await jobs.enqueue(
+            self.pool, payload, dedup_key=dedup_key, lock_key=lock_key, priority=priority,
+            max_attempts=max_attempts, run_at=run_at, task_name=task_name,
+        )  # fmt: skip
+
+    async def claim(self, worker: str, limit: int) -> list[Job]:
+        return await jobs.claim_jobs(self.pool, worker, limit)
+
+    async def seconds_to_next_run(self) -> float | None:
+        return await jobs.seconds_to_next_run(self.pool)
+
+    async def heartbeat(self, job_id: uuid.UUID, worker: str) -> Lease | None:
+        return await jobs.heartbeat(self.pool, job_id, worker)
+
+    async def complete(self, job_id: uuid.UUID, worker: str, progress: dict[str, Any]) -> bool:
+        return await jobs.complete(self.pool, job_id, worker, progress)
+
+    async def complete_many(self, job_ids: list[uuid.UUID], worker: str) -> int:
+        return await jobs.complete_many(self.pool, job_ids, worker)
+
+    async def fail_attempt(
+        self, job: Job, worker: str, error: str, base: float = 5.0, cap: float = 600.0
+    ) -> Status | None:
+        return await jobs.fail_attempt(self.pool, job, worker, error, base, cap)
+
+    async def release(
+        self, job_id: uuid.UUID, worker: str, until: dt.datetime | None = None
+    ) -> bool:
+        return await jobs.release(self.pool, job_id, worker, until)
+
+    async def finish_cancelled(self, job_id: uuid.UUID, worker: str) -> bool:
+        return await jobs.finish_cancelled(self.pool, job_id, worker)
+
+    async def rescue_expired(self, lease_seconds: float) -> list[tuple[uuid.UUID, Status]]:
+        return await jobs.rescue_expired(self.pool, lease_seconds)
+
+    async def prune_finished(self, retention_days: float, batch: int = 1000) -> int:
+        return await jobs.prune_finished(self.pool, retention_days, batch)
+
+    async def get(self, job_id: uuid.UUID) -> Job:
+        return await jobs.get_job(self.pool, job_id)
+
+    async def cancel(self, job_id: uuid.UUID) -> Status:
+        async with self.pool.acquire() as conn:
+            return await jobs.cancel(conn, job_id)
+
+    async def retry(self, job_id: uuid.UUID) -> None:
+        async with self.pool.acquire() as conn:
+            await jobs.retry(conn, job_id)
+
+    async def pause_job(self, job_id: uuid.UUID) -> Status:
+        async with self.pool.acquire() as conn:
+            return await jobs.pause_job(conn, job_id)
+
+    async def resume_job(self, job_id: uuid.UUID) -> None:
+        async with self.pool.acquire() as conn:
+            await jobs.resume_job(conn, job_id)
+
+    async def pause_table(self, table: str) -> bool:
+        async with self.pool.acquire() as conn:
+            return await jobs.pause_table(conn, table)
+
+    async def resume_table(self, table: str) -> bool:
+        async with self.pool.acquire() as conn:
+            return await jobs.resume_table(conn, table)

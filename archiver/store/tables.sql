@@ -1,0 +1,31 @@
+-- What PostgreSQL's own catalog says of a source table's columns (read only).
+-- A line `-- name: X` starts a query; archiver.db.query looks it up by name.
+
+-- name: key_collations
+-- Each column of table $1 with its collation, schema-qualified: keys ordered as
+-- PostgreSQL orders them (a rewritten file's catalogued key ends).
+SELECT a.attname::text, quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+JOIN pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+
+-- name: key_types
+-- Each column of table $1: its type as SQL, and its collation (schema-qualified) if it
+-- has one: an erasure's rewritten file's key ends, in the table's own order.
+SELECT a.attname::text, format_type(a.atttypid, a.atttypmod),
+       CASE WHEN a.attcollation <> 0 THEN (
+           SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname)
+           FROM pg_collation c JOIN pg_namespace n ON n.oid = c.collnamespace
+           WHERE c.oid = a.attcollation) END
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+
+-- name: integer_columns
+-- The columns of integer types of the tables $1 (a JSON array of schema.table) this
+-- database has: a catalogued key range of theirs compares as numbers (text ends do not).
+SELECT t.name, a.attname::text
+FROM jsonb_array_elements_text($1::jsonb) AS t(name)
+JOIN pg_attribute a ON a.attrelid = to_regclass(
+    quote_ident(split_part(t.name, '.', 1)) || '.' || quote_ident(substr(t.name, strpos(t.name, '.') + 1))
+) AND a.attnum > 0
+ AND NOT a.attisdropped AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype)
