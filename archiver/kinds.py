@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
 
@@ -41,6 +41,7 @@ from archiver.model import (
     Progress,
     PublishRequest,
     PurgeRequest,
+    Request,
 )
 from archiver.storage.seam import Storage
 from archiver.store import jobs
@@ -48,7 +49,6 @@ from archiver.text import counted
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass
@@ -72,15 +72,6 @@ class Resources(Protocol):
 
     @property
     def queue_pool(self) -> asyncpg.Pool: ...
-
-
-class Request(Protocol[R_co]):
-    """A request class (model.py): a kind's name and how its payload is read."""
-
-    KIND: ClassVar[str]
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> R_co: ...
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from archiver.errors import InputError
 
@@ -50,6 +50,22 @@ class KeyRange:
     # the smallest key older than the cutoff when the job started, inclusive; found by
     # the job (archive.job.bound_to_old_rows), never stored in its payload
     first: str | None = None
+
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Request(Protocol[R_co]):
+    """A job kind's request, the classes below: its kind's name (the jobs' task_name),
+    the payload it is queued with (store.jobs.enqueue_request) and how a claimed job's
+    payload is read back (archiver.kinds)."""
+
+    KIND: ClassVar[str]
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> R_co: ...
+
+    def payload(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 import asyncpg
 
@@ -26,6 +26,7 @@ from archiver.model import (
     Job,
     OrphansRequest,
     PublishRequest,
+    Request,
     Status,
 )
 
@@ -67,17 +68,9 @@ async def enqueue(
             return twin["id"], False
 
 
-class Request(Protocol):
-    """A job kind's request (model.py): its kind's name and its payload."""
-
-    KIND: ClassVar[str]
-
-    def payload(self) -> dict[str, Any]: ...
-
-
 async def enqueue_request(
     conn: asyncpg.Connection | asyncpg.Pool,
-    request: Request,
+    request: Request[Any],
     *,
     key: str,
     max_attempts: int,
