@@ -68,7 +68,7 @@ def duties(w: Duties) -> list[Duty]:
     found: list[Duty] = [Rescuer(w.queue, w.settings, w.wake), Pruner(w.queue, w.settings, w.pool)]
     if w.pool is not None and w.storage is not None and w.settings.storage_url:
         found += [
-            LedgerSweep(w.pool, w.settings, w.storage, w.wake),
+            LedgerSweep(w.pool, w.settings, w.storage),
             PublicationSweep(w.pool, w.settings, w.wake),
             OrphanSweep(w.pool, w.settings, w.wake),
             CompactionSweep(w.pool, w.settings, w.wake, w.config),

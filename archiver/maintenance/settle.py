@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import asyncpg
 
@@ -27,10 +26,8 @@ class LedgerSweep:
     name = "ledger sweep"
     every = 30.0
 
-    def __init__(
-        self, pool: asyncpg.Pool, settings: Settings, storage: Storage, wake: Callable[[], None]
-    ) -> None:
-        self.pool, self.settings, self.storage, self.wake = pool, settings, storage, wake
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, storage: Storage) -> None:
+        self.pool, self.settings, self.storage = pool, settings, storage
 
     async def run(self) -> None:
         here = str(self.storage.location)
