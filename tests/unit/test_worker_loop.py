@@ -133,14 +133,20 @@ def test_a_failing_job_is_retried_then_fails_for_good(seen: Seen) -> None:
     asyncio.run(scenario())
 
 
+async def waiting_job(seen: Seen) -> tuple[MemoryQueue, Any, Worker, asyncio.Task[None]]:
+    """A worker (not burst) running one job of the `wait` kind, once that job started."""
+    q = MemoryQueue()
+    job_id = await put(q, "wait", "w")
+    worker = work(q, burst=False)
+    running = asyncio.create_task(worker.run())
+    while not seen.runs:
+        await asyncio.sleep(0.01)
+    return q, job_id, worker, running
+
+
 def test_a_stopped_worker_hands_its_job_back_unspent(seen: Seen) -> None:
     async def scenario() -> None:
-        q = MemoryQueue()
-        job_id = await put(q, "wait", "w")
-        worker = work(q, burst=False)
-        running = asyncio.create_task(worker.run())
-        while not seen.runs:
-            await asyncio.sleep(0.01)
+        q, job_id, worker, running = await waiting_job(seen)
         worker.request_stop()  # what SIGTERM does
         await asyncio.wait_for(running, 5)
         back = await q.get(job_id)
@@ -151,12 +157,7 @@ def test_a_stopped_worker_hands_its_job_back_unspent(seen: Seen) -> None:
 
 def test_a_cancelled_job_stops_at_its_next_heartbeat(seen: Seen) -> None:
     async def scenario() -> None:
-        q = MemoryQueue()
-        job_id = await put(q, "wait", "w")
-        worker = work(q, burst=False)
-        running = asyncio.create_task(worker.run())
-        while not seen.runs:
-            await asyncio.sleep(0.01)
+        q, job_id, worker, running = await waiting_job(seen)
         assert await q.cancel(job_id) == Status.RUNNING  # asked; the heartbeat carries it
         deadline = time.monotonic() + 30  # a heartbeat is 0.02 s; a loaded machine is slow
         while (await q.get(job_id)).status != Status.CANCELLED and time.monotonic() < deadline:
