@@ -65,7 +65,7 @@ def create_views(
         if live:
             bodies[table] = _union(con, schema, name, kept)
         elif table in snapshot.delta_exact:
-            bodies[table] = delta_scan(location, table)
+            bodies[table] = delta_scan(con, location, table)
         elif kept:
             bodies[table] = _archived(con, kept)
     names = [t.split(".", 1) for t in bodies]
