@@ -5,7 +5,7 @@ The commit is exported into the bench's own folder and run from there, as the re
 was (archiver.testing.releases). Each side migrates its own copy of a database
 holding only the reference rows, so neither runs against the other's schema. Rounds
 alternate the two sides (A B, B A, ...), so a machine that slows down over the run
-weighs on both alike; each figure is the best of its rounds."""
+weighs on both alike; each figure is the best of its rounds (one round with --quick)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from bench.core import Bench
 
 
 def against(bench: Bench, commit: str) -> None:
-    n, rounds = bench.args.rows, max(2, bench.args.repeat)
+    n, rounds = bench.args.rows, 1 if bench.args.quick else max(2, bench.args.repeat)
     other = bench.tmp / "against"
     short = export_commit(commit, other)
     sides = {"this checkout": ROOT, short: other}
