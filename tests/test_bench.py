@@ -1,5 +1,5 @@
 """The benchmark cannot rot: a tiny run of each section prints every figure (times are
-not asserted). One test per group of sections, each ~30-60 s, so the test processes
+not asserted). One test per group of sections, each 30-80 s, so the test processes
 share them instead of one process running the whole bench for five minutes."""
 
 from __future__ import annotations
