@@ -116,9 +116,10 @@ def fast(env: dict[str, str]) -> dict[str, str]:
     return fast_env(env, ARCHIVER_SHUTDOWN_DEADLINE="10")
 
 
-# The longest tests first (the soak three minutes, each bench group 30-60 s, against
-# seconds for most): with `--dist worksteal` they start at once while the other process
-# takes the rest, instead of one of them starting last and running alone at the end.
+# The longest tests first (the soak three minutes, each bench group 30-80 s, against
+# seconds for most): with `--dist worksteal` they start at once while the other
+# processes take the rest, instead of one of them starting last and running alone at
+# the end.
 LONGEST_FIRST = ("tests/test_soak.py", "tests/test_bench.py")
 
 
