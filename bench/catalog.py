@@ -77,10 +77,10 @@ def catalog_at_scale(bench: Bench) -> None:
             "archiver verify --table orders": ["verify", "--table", "orders"],
         }  # fmt: skip
         figures: dict[str, list[float]] = {}
+        runs = 1 if bench.args.quick else max(bench.args.repeat, 3)  # a median of 3
         for jobs, files in bench.args.catalog_sizes:
             _fill(url, jobs, files)
             for label, args in commands.items():
-                runs = 1 if bench.args.quick else max(bench.args.repeat, 3)  # a median of 3
                 figures.setdefault(label, []).append(_command_ms(env, args, runs))
             for view in VIEWS:
                 figures.setdefault(f"SELECT * FROM {view}", []).append(

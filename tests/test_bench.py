@@ -133,7 +133,7 @@ def sections() -> list[str]:
 
 
 def test_the_groups_cover_every_section() -> None:
-    named = [s for sections, _ in GROUPS.values() for s in sections if s != "against"]
+    named = [s for names, _ in GROUPS.values() for s in names if s != "against"]
     assert sorted(named) == sorted(sections())
 
 

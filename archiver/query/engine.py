@@ -5,6 +5,7 @@ cannot know, and its output."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import site
@@ -20,8 +21,10 @@ from archiver.errors import ConfigError, InputError, first_line
 SOURCE = "_archiver_source"  # the column archiver.live's views add: 'live' or 'archive'
 
 
+@functools.cache
 def _extension(name: str) -> str:
-    """The extension file inside its `duckdb-extension-<name>` wheel."""
+    """The extension file inside its `duckdb-extension-<name>` wheel (looked up once: a
+    query loads delta for each Delta table it reads)."""
     for root in [*site.getsitepackages(), site.getusersitepackages()]:
         found = glob.glob(f"{root}/duckdb_extension_{name}/extensions/*/{name}.duckdb_extension")
         if found:
