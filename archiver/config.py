@@ -273,6 +273,18 @@ class Settings:
         "connections a copy job reads on; 2 reads two chunks at a time side by side on one snapshot: faster where the worker has cores to spare, more peak memory (see [Performance](performance.md))",
         _number(int, 1, 2),
     )
+    backlog_connections: int = _setting(
+        2,
+        "ARCHIVER_BACKLOG_CONNECTIONS",
+        "connections a job taking most of its table reads on (the backlog plan: the table by ranges of pages, a file each, decoded and encoded on a core each; see [Performance](performance.md#the-backlog-plan)); below 2, every job reads chunks in key order",
+        _number(int, 1, 16),
+    )
+    backlog_min_rows: int = _setting(
+        100_000,
+        "ARCHIVER_BACKLOG_MIN_ROWS",
+        "the fewest rows older than the cutoff (the planner's estimate) a job takes the backlog plan for, when they are at least half its table",
+        _number(int, 1),
+    )
     delta: bool = _setting(
         True,
         "ARCHIVER_DELTA",

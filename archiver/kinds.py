@@ -29,6 +29,7 @@ import asyncpg
 from archiver import metrics
 from archiver.archive.context import ChunkLimits
 from archiver.archive.job import open_job, run_job
+from archiver.archive.plan import BacklogRule
 from archiver.bulk import BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError
@@ -133,6 +134,10 @@ def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
                 settings.row_lock_wait,
             ),
             reader=reader,
+            connect=lambda source: w.bulk.connection(
+                settings.effective_source_url if source else settings.database_url
+            ),
+            backlog=BacklogRule(settings.backlog_connections, settings.backlog_min_rows),
         )
         return run_job(
             context,

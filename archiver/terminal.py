@@ -307,6 +307,7 @@ def plan_report(plan: dict[str, Any], cutoff: str, mode: str) -> str:
         ("table", plan["table"]),
         (f"rows to {verb}", f"~{plan['rows']:,} (planner estimate, older than {cutoff})"),
         ("parquet size", f"~{size(plan['parquet_bytes'])} (zstd, rough)"),
+        ("plan", plan.get("plan_reason") or "chunks in key order"),
         ("chunks", f"{plan['chunks']:,} of up to {plan['chunk_rows']:,} rows"),
         ("uses an index", index),
     ]

@@ -55,6 +55,7 @@ def data_path(bench: Bench) -> None:
              "s", "(reported: the best exporter here)", None)  # fmt: skip
     bench.add("copy mode -> Azurite, against that DuckDB export", copy_az, duck_az, "s",
              "(reported: 'as fast as the best exporter')", None)  # fmt: skip
+    plans(bench, url, duck, duck_az)
     bench.dbs.drop(url)
     raw = [DELETE_SQL.format(cutoff=CUTOFF)]
     delete = best(repeat, lambda: bench.psql_on_a_copy(n, lambda _: raw))
@@ -76,10 +77,42 @@ def data_path(bench: Bench) -> None:
     locking = best(repeat, lambda: bench.archive_move(n, 1, 1, ARCHIVER_ROW_LOCK_WAIT="0")[0])
     bench.add("move mode -> Azurite, ARCHIVER_ROW_LOCK_WAIT=0 (every row locked first)",
              locking, move, "s", "(reported)", None)  # fmt: skip
+    for plan, extra in PLANS:
+        seconds = best(repeat, lambda extra=extra: bench.archive_move(n, 1, 1, **extra)[0])
+        target = "<= 1.3x (floor+DELETE)" if plan == "backlog" else "(reported)"
+        met = seconds <= 1.3 * (floor + delete) if plan == "backlog" else None
+        bench.add(f"move mode -> Azurite, the {plan} plan", seconds, floor + delete, "s",
+                  target, met)  # fmt: skip
     bench.peak_small = max(p for _, p, _ in file_runs)
     bench.peak_small_two = max(p for _, p, _ in two_runs)
     if bench.args.adbc_driver:
         with_driver(bench, n, floor, delete)
+
+
+# Each plan forced whatever the table's size: the key plan by one backlog connection, the
+# backlog plan by a minimum of one old row (archive.plan.choose_plan).
+PLANS = (
+    ("key", {"ARCHIVER_BACKLOG_CONNECTIONS": "1"}),
+    ("backlog", {"ARCHIVER_BACKLOG_MIN_ROWS": "1"}),
+)
+
+
+def plans(bench: Bench, url: str, duck: float, duck_az: float) -> None:
+    """Both plans of a copy against DuckDB's export to the same place, and the worker's
+    peak RSS of each (the backlog plan reads on ARCHIVER_BACKLOG_CONNECTIONS)."""
+    repeat, peaks = bench.args.repeat, {}
+    for kind, label, exporter in (("file", "file://", duck), ("az", "Azurite", duck_az)):
+        for plan, extra in PLANS:
+            runs = [bench.archive_copy(url, kind, **extra) for _ in range(repeat)]
+            seconds = min(s for s, _, _ in runs)
+            peaks[plan] = max(peaks.get(plan, 0), *(p for _, p, _ in runs))
+            target = "<= 1.0x" if plan == "backlog" else "(reported)"
+            met = seconds <= exporter if plan == "backlog" else None
+            bench.add(f"copy mode -> {label}, the {plan} plan, against DuckDB's export",
+                      seconds, exporter, "s", target, met)  # fmt: skip
+    mb = 1024 * 1024
+    bench.add("worker peak RSS, the backlog plan, against the key plan", peaks["backlog"] / mb,
+              peaks["key"] / mb, "MB", "<= 2x", peaks["backlog"] <= 2 * peaks["key"])  # fmt: skip
 
 
 def with_driver(bench: Bench, n: int, floor: float, delete: float) -> None:

@@ -3,6 +3,7 @@ and limits, and how its move chunks find rows for the rest of the attempt."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archiver.archive.commit import CommitStrategy
+from archiver.archive.plan import NO_BACKLOG, BacklogRule
 from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
 from archiver.files import names
@@ -70,6 +72,11 @@ class NamedParts:
     highest: int = 0
 
 
+# A backlog job's further connection to its source, opened on the stack, with the commit
+# strategy of chunks taken on it (archive.job.open_job builds it; archive.backlog uses it)
+Lanes = Callable[[contextlib.ExitStack[bool | None]], tuple[BulkConnection, CommitStrategy]]
+
+
 @dataclass(frozen=True)
 class JobContext:
     """What every chunk of one job shares."""
@@ -95,6 +102,8 @@ class JobContext:
     # the keys its chunks take: the request's range, its end bound to the largest key
     # older than the cutoff when the job starts (archive.job.bound_to_old_rows)
     key_range: KeyRange | None = None
+    backlog: BacklogRule = NO_BACKLOG  # when it takes the backlog plan
+    lanes: Lanes | None = None  # how it opens more connections (None: it never does)
 
     def object_name(self, part: int, table: str | None = None) -> str:
         table = table or self.tables[0]

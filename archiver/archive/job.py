@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from archiver import failpoints
+from archiver.archive.backlog import run_backlog
 from archiver.archive.chunk import archive_chunk, rollback_quietly
 from archiver.archive.commit import (
     CommitStrategy,
@@ -23,13 +23,22 @@ from archiver.archive.commit import (
     SeparateDatabase,
 )
 from archiver.archive.context import ChunkLimits, JobContext, numeric_kept_text
-from archiver.archive.plan import plan_archive
+from archiver.archive.pacing import (
+    RATE_LIMIT,
+    WAL_LIMIT,
+    Interrupt,
+    Last,
+    Waited,
+    back_off,
+    check_window,
+    pace,
+)
+from archiver.archive.plan import BACKLOG, NO_BACKLOG, BacklogRule, plan_archive
 from archiver.archive.snapshot import open_snapshot
 from archiver.bulk import BulkConnection, fetch_all
 from archiver.catalog import PgCatalog
-from archiver.errors import LockBusy, OutsideWindow
+from archiver.errors import LockBusy
 from archiver.files import names
-from archiver.limits import WINDOW, window_opens
 from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
 from archiver.source.binding import session_lock_timeout
@@ -38,7 +47,6 @@ from archiver.source.guardrails import (
     LOCK_NOT_AVAILABLE,
     dead_tuples,
     lock_holders,
-    replica_lag,
     vacuum,
     wal_position,
 )
@@ -52,9 +60,8 @@ T = TypeVar("T")
 WALK_MIN = 1_000
 
 
-Interrupt = Callable[[], BaseException | None]
 ChunkDone = Callable[[int, int, float], None]
-Waited = Callable[[str, float], None]
+Connect = Callable[[bool], contextlib.AbstractContextManager[BulkConnection]]
 
 
 def open_job(
@@ -70,18 +77,32 @@ def open_job(
     workdir: Path,
     limits: ChunkLimits,
     reader: BulkConnection | None = None,
+    connect: Connect | None = None,
+    backlog: BacklogRule = NO_BACKLOG,
 ) -> JobContext:
     """The job's context on its connections (a copy job's `reader` reads every other
-    chunk on its snapshot), with the commit strategy its mode and databases call for."""
+    chunk on its snapshot), with the commit strategy its mode and databases call for.
+    `connect(source)`: a new connection to the source (True) or the catalog, for a
+    backlog plan's further connections, as `backlog` rules."""
     catalog = PgCatalog(catalog_conn, job_id, worker)
-    source_tx = PgSource(src)
-    commit: CommitStrategy
-    if request.mode == Mode.COPY:
-        commit = CopyOnly(source_tx, catalog)
-    elif same_database:
-        commit = SameDatabase(source_tx, catalog, PgCatalog(src, job_id, worker))
-    else:
-        commit = SeparateDatabase(source_tx, catalog)
+
+    def strategy(src: BulkConnection, catalog: PgCatalog) -> CommitStrategy:
+        if request.mode == Mode.COPY:
+            return CopyOnly(PgSource(src), catalog)
+        if same_database:
+            return SameDatabase(PgSource(src), catalog, PgCatalog(src, job_id, worker))
+        return SeparateDatabase(PgSource(src), catalog)
+
+    def lane(stack: contextlib.ExitStack[bool | None]) -> tuple[BulkConnection, CommitStrategy]:
+        assert connect is not None
+        conn = stack.enter_context(connect(True))
+        if request.mode == Mode.MOVE and not same_database:  # its pending files' writes
+            return conn, strategy(
+                conn, PgCatalog(stack.enter_context(connect(False)), job_id, worker)
+            )
+        return conn, strategy(conn, catalog)  # (a copy's lanes never commit)
+
+    commit = strategy(src, catalog)
     queries = describe_archive(
         src, request.table, request.column, request.mode, request.with_children
     )
@@ -112,6 +133,8 @@ def open_job(
         parent=parent,
         reader=reader,
         key_range=request.key_range,
+        backlog=backlog,
+        lanes=lane if connect is not None else None,
     )
 
 
@@ -166,7 +189,17 @@ def start_job(job: JobContext, saved: Progress) -> Progress:
     progress = job.catalog.committed_progress(saved)
     sweep_stale_uploads(job)
     if not progress.chunk_rows:  # a new job: estimate once; a resumed one keeps its figures
-        plan = plan_archive(job.source, job.request, job.queries, aggregate=job.aggregate)
+        limits = job.catalog.limits()
+        plan = plan_archive(
+            job.source,
+            job.request,
+            job.queries,
+            aggregate=job.aggregate,
+            backlog=job.backlog if job.lanes is not None else NO_BACKLOG,
+            throttled=bool(limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT)),
+        )
+        progress.extra["plan"] = plan.plan
+        log.info("job %s: %s", job.job_id, plan.plan_reason)
         progress.chunk_rows = plan.chunk_rows
         progress.rows_estimated = max(progress.rows_estimated, plan.rows_archived)
         progress.chunks_estimated = max(progress.chunks_estimated, plan.files, 1)
@@ -210,105 +243,7 @@ def _politely(job: JobContext, interrupt: Interrupt, step: Callable[[], T]) -> T
             holders = lock_holders(job.source, table) or "no holder left"
             busy += 1
             what = f"not started: waited {job.limits.lock_timeout:g}s for a lock on "
-            _back_off(job, busy, f"{what}{table.qualified} held by {holders}", interrupt)
-
-
-def _back_off(job: JobContext, busy: int, what: str, interrupt: Interrupt) -> None:
-    """After the `busy`-th lock timeout in a row: wait, exponentially longer each time
-    (the attempt is not spent), or raise once ARCHIVER_LOCK_RETRIES are used up."""
-    if busy > job.limits.lock_retries:
-        raise LockBusy(what)
-    delay = min(30.0, 2.0 ** (busy - 1)) * random.uniform(0.5, 1.0)
-    log.warning(
-        "job %s: %s; retrying in %.1fs (%d of %d, the attempt is not spent)",
-        job.job_id,
-        what,
-        delay,
-        busy,
-        job.limits.lock_retries,
-    )
-    _sleep(delay, interrupt)
-
-
-def _sleep(seconds: float, interrupt: Interrupt) -> None:
-    """Wait, but let a stop, a cancel or a lost lease end the wait early."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        reason = interrupt()
-        if reason is not None:
-            raise reason
-        time.sleep(min(0.2, left))
-
-
-CHUNK_BUDGET_SECONDS = 5.0  # under a rate limit, a chunk is at most this much of it
-RATE_LIMIT = "max_rows_per_second"
-WAL_LIMIT = "max_wal_per_second"
-LAG_LIMIT = "max_replica_lag"  # the reason; the limits are in bytes or seconds:
-LAG_BYTES, LAG_SECONDS = "max_replica_lag_bytes", "max_replica_lag_seconds"
-
-
-Last = tuple[float, int, int]  # the previous chunk: (started, rows, WAL bytes)
-
-
-def _check_window(job: JobContext, limits: dict[str, Any]) -> None:
-    """Raise OutsideWindow if the job's maintenance window is closed."""
-    opens = window_opens(limits, job.clock())
-    if opens is not None:
-        raise OutsideWindow(f"its window {limits[WINDOW]} is closed", opens)
-
-
-def _over_limit(
-    job: JobContext, limits: dict[str, Any], last: Last | None
-) -> tuple[str, float] | None:
-    """The limit the next chunk would break now, and how long to wait before asking again."""
-    for reason, amount in ((RATE_LIMIT, 1), (WAL_LIMIT, 2)):
-        rate = limits.get(reason)
-        if rate and last is not None:
-            due = last[0] + last[amount] / rate - time.monotonic()
-            if due > 0:
-                return reason, min(due, 1.0)
-    lag_bytes, lag_seconds = limits.get(LAG_BYTES), limits.get(LAG_SECONDS)
-    if (lag_bytes or lag_seconds) and job.request.mode == Mode.MOVE:  # copy writes no WAL
-        behind, seconds = replica_lag(job.source)
-        if (lag_bytes and behind > lag_bytes) or (lag_seconds and seconds > lag_seconds):
-            return LAG_LIMIT, 1.0
-    return None
-
-
-def _pace(
-    job: JobContext,
-    last: Last | None,
-    interrupt: Interrupt,
-    on_wait: Waited | None,
-) -> tuple[int | None, dict[str, Any]]:
-    """Wait while the next chunk would break one of the job's limits: its rate of rows or
-    of WAL (the previous chunk, `last`, may not have come faster) or its replicas' lag;
-    raise OutsideWindow once its maintenance window has closed. Limits are read from the
-    job row again each second, so an operator's change takes effect at once. Returns the chunk size the rate allows (None: no rate limit) and the
-    limits as last read."""
-    waiting: tuple[str, float] | None = None  # (reason, since)
-    said = False
-    try:
-        while True:
-            limits = job.catalog.limits()
-            _check_window(job, limits)
-            over = _over_limit(job, limits, last)
-            if waiting is not None and (over is None or over[0] != waiting[0]):
-                if on_wait is not None:
-                    on_wait(waiting[0], time.monotonic() - waiting[1])
-                waiting = None
-            if over is None:
-                break
-            if waiting is None:
-                job.catalog.set_throttled(over[0])
-                waiting, said = (over[0], time.monotonic()), True
-            _sleep(over[1], interrupt)
-    finally:
-        if said:  # also when a stop, a cancel or a lost lease ends the wait
-            with contextlib.suppress(Exception):
-                job.catalog.set_throttled(None)
-    rate = limits.get(RATE_LIMIT)
-    return (max(1, int(rate * CHUNK_BUDGET_SECONDS)) if rate else None), limits
+            back_off(job, busy, f"{what}{table.qualified} held by {holders}", interrupt)
 
 
 def _finished(job: JobContext, progress: Progress) -> Progress:
@@ -336,8 +271,10 @@ def run_job(
     `on_chunk(rows, bytes, seconds)` hears of every committed chunk and `on_wait(reason,
     seconds)` of every wait on a limit (metrics). Outside the job's maintenance window it
     raises OutsideWindow, before its first chunk or at the boundary of the next."""
-    _check_window(job, job.catalog.limits())
+    check_window(job, job.catalog.limits())
     progress = _politely(job, interrupt, lambda: start_job(job, saved))
+    if progress.extra.get("plan") == BACKLOG:
+        return _finished(job, run_backlog(job, progress, interrupt, on_chunk, on_wait))
     copy = job.request.mode == Mode.COPY
     busy = 0  # lock timeouts in a row
     last: Last | None = None
@@ -347,7 +284,7 @@ def run_job(
                 open_snapshot(job)
             except LockBusy as exc:
                 busy += 1
-                _back_off(job, busy, f"snapshot not taken: {exc}", interrupt)
+                back_off(job, busy, f"snapshot not taken: {exc}", interrupt)
                 continue
             busy = 0
             failpoints.reach("copy_snapshot_open")
@@ -364,7 +301,7 @@ def run_job(
             reason = interrupt()
             if reason is not None:
                 raise reason
-            allowed, limits = _pace(job, last, interrupt, on_wait)
+            allowed, limits = pace(job, last, interrupt, on_wait)
             measure_wal = job.request.mode == Mode.MOVE and bool(limits.get(WAL_LIMIT))
             wal_before = wal_position(job.source) if measure_wal else 0
             started = time.monotonic()
@@ -377,7 +314,7 @@ def run_job(
                 if copy:  # its rollback ended the snapshot (a table not locked at the start)
                     raise
                 busy += 1
-                _back_off(job, busy, f"chunk rolled back: {exc}", interrupt)
+                back_off(job, busy, f"chunk rolled back: {exc}", interrupt)
                 continue
             busy = 0
             if advanced is None:

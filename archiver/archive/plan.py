@@ -12,7 +12,7 @@ from archiver.source.aggregates import AggregateQueries, describe_aggregate
 from archiver.source.chunks import ChunkQueries, describe_archive
 from archiver.source.explain import explain_archive
 from archiver.source.partitions import PartitionAction, partitions, whole_partitions
-from archiver.source.tables import cutoff_indexed, estimate_rows
+from archiver.source.tables import TableInfo, cutoff_indexed, estimate_rows
 from archiver.source.triggers import DeleteTrigger, delete_triggers
 
 TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
@@ -21,6 +21,56 @@ MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1_000, 2_000_000
 # zstd Parquet bytes per byte of PostgreSQL table (heap + TOAST), measured on the reference
 # orders table (100k rows: 190 table bytes, 40 Parquet bytes per row). A rough guide only.
 PARQUET_RATIO = 0.21
+
+
+KEY, BACKLOG = "key", "backlog"  # the plans: chunks in key order, or pages in parallel
+# The backlog plan where at least this share of a table's rows is older than the cutoff:
+# there a job reads most of the table anyway, so reading all of it by pages costs little
+# more than its old rows by key, and every core decodes and encodes.
+BACKLOG_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class BacklogRule:
+    """When a job takes the backlog plan (archive.backlog): ARCHIVER_BACKLOG_CONNECTIONS
+    (below 2: never) and ARCHIVER_BACKLOG_MIN_ROWS."""
+
+    connections: int = 0
+    min_rows: int = 100_000
+
+
+NO_BACKLOG = BacklogRule()  # the key plan always
+
+
+def choose_plan(
+    rule: BacklogRule,
+    request: ArchiveRequest,
+    table: TableInfo,
+    older: int,
+    total: int,
+    *,
+    throttled: bool = False,
+) -> tuple[str, str]:
+    """The plan of a job (KEY or BACKLOG) from the planner's estimates of its old rows
+    (`older`) and of the table's (`total`), and why: what `--dry-run` prints."""
+    share = f"~{older:,} of ~{total:,} rows older than the cutoff"
+    refusals = (
+        (rule.connections < 2, "ARCHIVER_BACKLOG_CONNECTIONS is below 2"),
+        (request.with_children, "with its children"),
+        (table.partitioned or request.partition is not None, "a partitioned table"),
+        (request.key_range is not None, "one key range of a --parallel archive"),
+        (not table.key_in_arrow_order, "a key whose order PostgreSQL decides (collation)"),
+        (throttled, "a rate limit paces it"),
+        (
+            older < rule.min_rows,
+            f"{share}: fewer than ARCHIVER_BACKLOG_MIN_ROWS ({rule.min_rows:,})",
+        ),
+        (older < BACKLOG_SHARE * total, f"{share}: under half the table"),
+    )
+    for refused, why in refusals:
+        if refused:
+            return KEY, f"chunks in key order ({why})"
+    return BACKLOG, f"pages in parallel on {rule.connections} connections ({share})"
 
 
 def unindexed_warning(table: str, column: str) -> str:
@@ -68,6 +118,8 @@ class ArchivePlan:
     triggers: tuple[DeleteTrigger, ...] = ()  # move mode: fire once per moved row
     cutoff_column: str = ""
     cutoff_indexed: bool = True  # an index leads with it (else a job scans the table)
+    plan: str = KEY  # KEY or BACKLOG (choose_plan), and why
+    plan_reason: str = ""
 
     @property
     def rows_archived(self) -> int:
@@ -90,6 +142,8 @@ class ArchivePlan:
             "partition_action": str(self.partition_action),
             "table": self.table,
             "rows": self.rows,
+            "plan": self.plan,
+            "plan_reason": self.plan_reason,
             "chunk_rows": self.chunk_rows,
             "chunks": self.chunks,
             "parquet_bytes": self.parquet_bytes,
@@ -113,10 +167,13 @@ def plan_archive(
     *,
     list_triggers: bool = False,
     aggregate: AggregateQueries | None = None,
+    backlog: BacklogRule = NO_BACKLOG,
+    throttled: bool = False,
 ) -> ArchivePlan:
     """EXPLAIN the archive on the source connection; writes nothing. `list_triggers`: list a
     move's row-level DELETE triggers too (a dry run's; a job's start does not need them).
-    `aggregate`: a --with-children job's, as the job described it (else described here)."""
+    `aggregate`: a --with-children job's, as the job described it (else described here).
+    `backlog`, `throttled`: what choose_plan weighs beside the estimates."""
     if queries is None:
         queries = describe_archive(
             conn, request.table, request.column, request.mode, request.with_children
@@ -148,6 +205,7 @@ def plan_archive(
     if request.key_range is not None and request.key_range.parts:
         older = -(-older // request.key_range.parts)
     action, parts = _partitions(conn, request, queries)
+    chosen, why = choose_plan(backlog, request, queries.table, older, total, throttled=throttled)
     return ArchivePlan(
         table=queries.table.qualified,
         rows=older,
@@ -166,6 +224,8 @@ def plan_archive(
         else (),
         cutoff_column=queries.cutoff_column.name,
         cutoff_indexed=cutoff_indexed(conn, queries.table, queries.cutoff_column),
+        plan=chosen,
+        plan_reason=why,
     )
 
 

@@ -17,16 +17,18 @@ from __future__ import annotations
 import re
 
 from archiver.archive.context import JobContext
+from archiver.bulk import BulkConnection
 from archiver.errors import ArchiverError, LockBusy
 from archiver.source.guardrails import LOCK_NOT_AVAILABLE, lock_holders
 
 SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # e.g. 00000003-0000001B-1
 
 
-def open_snapshot(job: JobContext) -> None:
+def open_snapshot(job: JobContext, *, export: bool = False) -> str | None:
     """The job's transaction on its source, and its reader's on the same snapshot;
     LockBusy (both rolled back) when a table it reads is locked past its lock_timeout.
-    An aggregate's chunks collect into temporary tables: not READ ONLY then."""
+    An aggregate's chunks collect into temporary tables: not READ ONLY then. `export`:
+    return the snapshot's id for other connections to import (import_snapshot) too."""
     tables = [m.table for m in job.aggregate.members] if job.aggregate else [job.queries.table]
     access = "" if job.aggregate else ", READ ONLY"
     milliseconds = max(1, int(job.limits.lock_timeout * 1000)) if job.limits.lock_timeout else 0
@@ -45,12 +47,19 @@ def open_snapshot(job: JobContext) -> None:
                 f"{', '.join(t.qualified for t in tables)} held by "
                 f"{'; '.join(busy) or 'no holder left'}"
             ) from None
-        if job.reader is None:
-            return
+        if job.reader is None and not export:
+            return None
         cur.execute("SELECT pg_export_snapshot()")
         snapshot = str(cur.fetchall()[0][0])
     if not SNAPSHOT_ID.fullmatch(snapshot):  # it is spliced into SET TRANSACTION SNAPSHOT
         raise ArchiverError(f"unexpected snapshot id from pg_export_snapshot: {snapshot!r}")
-    with job.reader.cursor() as cur:
+    if job.reader is not None:
+        import_snapshot(job.reader, snapshot)
+    return snapshot
+
+
+def import_snapshot(conn: BulkConnection, snapshot: str) -> None:
+    """A read-only transaction on `conn` that sees what the exporting one sees."""
+    with conn.cursor() as cur:
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import sys
 import uuid
@@ -15,7 +16,7 @@ from archiver.config import Settings
 from archiver.errors import InputError, JobFailed
 from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
-from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
+from archiver.model import ArchiveRequest, KeyRange, Mode, Status, parse_job_id
 from archiver.operations import enqueue, inspect
 from archiver.store import archive_files, audit, jobs
 
@@ -148,7 +149,9 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.dry_run:
         if args.wait:
             raise InputError("--dry-run and --wait exclude each other")
-        plan = await enqueue.plan(settings, request)
+        if args.parallel > 1:  # each job one of that many key ranges
+            request = dataclasses.replace(request, key_range=KeyRange(None, None, args.parallel))
+        plan = await enqueue.plan(settings, request, _limits(args) or None)
         print(terminal.plan_report(plan, cutoff, args.mode))
         return 0
     group, queued, warning = await enqueue.enqueue_archive(

@@ -47,13 +47,20 @@ def parse_cutoff(text: str, option: str = "--before") -> str:
     return value.isoformat()
 
 
-async def plan(settings: Settings, request: ArchiveRequest) -> dict[str, Any]:
+async def plan(
+    settings: Settings, request: ArchiveRequest, limits: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
-    from archiver.archive.plan import plan_archive
+    from archiver.archive.pacing import RATE_LIMIT, WAL_LIMIT
+    from archiver.archive.plan import BacklogRule, plan_archive
 
+    rule = BacklogRule(settings.backlog_connections, settings.backlog_min_rows)
+    throttled = bool(limits and (limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT)))
     result: dict[str, Any] = await on_source(
         settings.effective_source_url,
-        lambda conn: plan_archive(conn, request, list_triggers=True).to_json(),
+        lambda conn: plan_archive(
+            conn, request, list_triggers=True, backlog=rule, throttled=throttled
+        ).to_json(),
     )
     return result
 

@@ -94,6 +94,10 @@ class ChunkQueries:
         value = _setting("archiver.cutoff", self.cutoff_column.base_type, once=not estimate)
         return f"{quote_ident(self.cutoff_column.name)} < {value}"
 
+    def older(self) -> str:
+        """The cutoff predicate, as a statement's Filter runs it."""
+        return self._older_than_cutoff()
+
     def older_rows(self) -> str:
         """Every row older than the cutoff; only ever EXPLAINed, for the planner's count."""
         return f"SELECT 1 FROM {self.table.quoted} WHERE {self._older_than_cutoff(estimate=True)}"

@@ -14,7 +14,8 @@ import pytest
 
 from archiver.archive.commit import SeparateDatabase
 from archiver.archive.context import JobContext
-from archiver.archive.job import _pace, run_job
+from archiver.archive.job import run_job
+from archiver.archive.pacing import pace
 from archiver.errors import InputError, OutsideWindow
 from archiver.limits import Window, window_opens
 from archiver.model import ArchiveRequest, Mode, Progress
@@ -123,7 +124,7 @@ def test_the_window_closing_during_a_wait_stops_at_the_chunk_boundary(
     job: tuple[JobContext, MemoryDatabase, Clock],
 ) -> None:
     context, catalog, clock = job
-    assert _pace(context, None, lambda: None, None)[0] is None  # open: go on
+    assert pace(context, None, lambda: None, None)[0] is None  # open: go on
     catalog.committed.limits["max_rows_per_second"] = 1
     # the previous chunk of 2 rows needs 2 s at 1 row/s; the window closes meanwhile
     last = (time.monotonic(), 2, 0)
@@ -132,8 +133,8 @@ def test_the_window_closing_during_a_wait_stops_at_the_chunk_boundary(
         clock.now = at(1, 5)  # asked while waiting: the window has closed
 
     with pytest.raises(OutsideWindow) as closed:
-        _pace(context, last, interrupt, None)
+        pace(context, last, interrupt, None)
     assert closed.value.opens == at(2, 1)
     assert catalog.committed.throttled == ["max_rows_per_second", None]  # not left waiting
     clock.now = at(2, 1)  # the next opening: the job goes on
-    assert _pace(context, None, lambda: None, None)[0] == 5
+    assert pace(context, None, lambda: None, None)[0] == 5
