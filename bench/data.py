@@ -3,6 +3,8 @@ best exporter (DuckDB), and a raw DELETE; and the worker's memory."""
 
 from __future__ import annotations
 
+import functools
+
 from archiver.model import Mode
 from bench.common import (
     CUTOFF,
@@ -78,7 +80,9 @@ def data_path(bench: Bench) -> None:
     bench.add("move mode -> Azurite, ARCHIVER_ROW_LOCK_WAIT=0 (every row locked first)",
              locking, move, "s", "(reported)", None)  # fmt: skip
     for plan, extra in PLANS:
-        seconds = best(repeat, lambda extra=extra: bench.archive_move(n, 1, 1, **extra)[0])
+        seconds = best(
+            repeat, functools.partial(lambda e: bench.archive_move(n, 1, 1, **e)[0], extra)
+        )
         target = "<= 1.3x (floor+DELETE)" if plan == "backlog" else "(reported)"
         met = seconds <= 1.3 * (floor + delete) if plan == "backlog" else None
         bench.add(f"move mode -> Azurite, the {plan} plan", seconds, floor + delete, "s",
@@ -91,7 +95,7 @@ def data_path(bench: Bench) -> None:
 
 # Each plan forced whatever the table's size: the key plan by one backlog connection, the
 # backlog plan by a minimum of one old row (archive.plan.choose_plan).
-PLANS = (
+PLANS: tuple[tuple[str, dict[str, str]], ...] = (
     ("key", {"ARCHIVER_BACKLOG_CONNECTIONS": "1"}),
     ("backlog", {"ARCHIVER_BACKLOG_MIN_ROWS": "1"}),
 )
@@ -100,7 +104,7 @@ PLANS = (
 def plans(bench: Bench, url: str, duck: float, duck_az: float) -> None:
     """Both plans of a copy against DuckDB's export to the same place, and the worker's
     peak RSS of each (the backlog plan reads on ARCHIVER_BACKLOG_CONNECTIONS)."""
-    repeat, peaks = bench.args.repeat, {}
+    repeat, peaks = bench.args.repeat, dict[str, int]()
     for kind, label, exporter in (("file", "file://", duck), ("az", "Azurite", duck_az)):
         for plan, extra in PLANS:
             runs = [bench.archive_copy(url, kind, **extra) for _ in range(repeat)]

@@ -89,6 +89,18 @@ def test_a_thin_slice_keeps_the_key_plan(h: Harness) -> None:
     assert "chunks in key order (ARCHIVER_BACKLOG_CONNECTIONS is below 2)" in off.stdout
 
 
+@pytest.mark.parametrize("mode", ["move", "copy"])
+def test_a_table_of_one_page_is_one_range_on_one_connection(h: Harness, mode: str) -> None:
+    """Fewer ranges than connections (a small table, or a retry with one range left):
+    only as many connections as ranges read."""
+    h = h.with_env(ARCHIVER_BACKLOG_MIN_ROWS="1")
+    seed_orders(h.url, 30)
+    expected = rows_in_db(h.url, "SELECT * FROM orders")
+    job = h.archive("--table", "orders", "--before", "2025-01-01", "--mode", mode)
+    assert progress(h, job)["backlog"] == {"pages": 1, "ranges": 1, "done": [0]}
+    assert_archived_once(h.archived(), expected)
+
+
 @pytest.mark.parametrize(
     "point", ["before_upload", "upload_staged", "before_commit", "after_commit"]
 )
@@ -239,3 +251,29 @@ def test_rows_updated_and_deleted_while_ranges_commit(h: Harness) -> None:
     left = {r["id"] for r in h.sql("SELECT id FROM orders")}
     assert not set(archived) & left, "a row both archived and live"
     assert set(old) - deleted <= set(archived) | left, "a row lost"
+
+
+@pytest.mark.slow
+def test_a_copy_is_one_snapshot_while_rows_change(h: Harness) -> None:
+    """Rows updated onto other pages, made new and deleted while a copy reads the table
+    by pages on two connections: each connection reads the job's one snapshot, so no row
+    is read twice (once on its old page, once on its new one) and none is missed."""
+    h = h.with_env(**BACKLOG, ARCHIVER_FAILPOINTS="upload_staged=sleep:0.2")
+    seed_orders(h.url, 20_000)
+    old = sorted(old_ids(h))
+    enqueue(h, "--mode", "copy")
+    worker = start_worker(h.env, "--burst", log=h.tmp / "w.log")
+    rng = random.Random(7)
+    changed: set[int] = set()
+    while worker.poll() is None:
+        ids = rng.sample(old, 60)
+        h.sql("UPDATE orders SET status = status WHERE id = ANY($1::bigint[])", ids[:40])
+        h.sql("DELETE FROM orders WHERE id = ANY($1::bigint[])", ids[40:50])
+        h.sql("UPDATE orders SET created_at = '2024-12-31' WHERE id = ANY($1::bigint[])", ids[50:])
+        changed |= set(ids[40:])
+        time.sleep(0.02)
+    assert worker.wait() == 0
+    archived = [r["id"] for r in h.archived()]
+    assert len(archived) == len(set(archived)), "a row copied twice"
+    assert set(archived) <= set(old), "a row newer than the cutoff copied"
+    assert set(old) - changed <= set(archived), "a row missed"

@@ -139,6 +139,7 @@ def run_backlog(
         saved = PageRanges.plan(pages, old, progress.chunk_rows, job.backlog.connections).to_json()
     ranges = PageRanges.from_json(saved)
     progress = _with(progress, ranges)
+    progress.chunks_estimated = ranges.count  # at most a file a range
     if not copy:  # the plan outlives a crash before the first commit: a retry keeps it
         job.catalog.checkpoint(progress)
         job.catalog.commit()
@@ -154,7 +155,7 @@ def run_backlog(
     )
     lanes = min(job.backlog.connections, max(1, len(run.left)))
     try:
-        with ThreadPoolExecutor(lanes - 1, thread_name_prefix="backlog") as pool:
+        with ThreadPoolExecutor(max(1, lanes - 1), thread_name_prefix="backlog") as pool:
             others = [
                 pool.submit(_lane, job, run, None, snapshot, interrupt, on_chunk, on_wait)
                 for _ in range(lanes - 1)
@@ -296,6 +297,17 @@ def _range_once(
                     commit.commit_chunk([f], progress)
                     failpoints.reach("after_commit")
                 run.ranges, run.progress, run.busy = done, progress, 0
+            log.info(
+                "job %s: range %d of %d (pages %d-%s), %s (%d of ~%d rows done)",
+                job.job_id,
+                i + 1,
+                done.count,
+                first,
+                end - 1 if end is not None else "end",
+                f"{f.row_count} rows, {f.byte_size} bytes -> {f.path}" if f else "no old row",
+                progress.rows,
+                progress.rows_estimated,
+            )
             return f
     except BaseException as exc:
         state = getattr(exc, "sqlstate", None)
