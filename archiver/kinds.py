@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -30,7 +30,7 @@ from archiver import metrics
 from archiver.archive.context import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.archive.plan import BacklogRule
-from archiver.bulk import BulkPool
+from archiver.bulk import BulkConnection, BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError
 from archiver.ident import as_typed
@@ -134,9 +134,7 @@ def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
                 settings.row_lock_wait,
             ),
             reader=reader,
-            connect=lambda source: w.bulk.connection(
-                settings.effective_source_url if source else settings.database_url
-            ),
+            connect=functools.partial(_lane_connection, w, run),
             backlog=BacklogRule(settings.backlog_connections, settings.backlog_min_rows),
         )
         return run_job(
@@ -146,6 +144,19 @@ def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
             functools.partial(metrics.chunk_done, request.table),
             metrics.throttled,
         )
+
+
+@contextlib.contextmanager
+def _lane_connection(w: Resources, run: JobRun) -> Iterator[BulkConnection]:
+    """A backlog job's further source connection, its backend named among the job's
+    (a second stop signal rolls back what each has in flight)."""
+    with w.bulk.connection(w.settings.effective_source_url) as conn:
+        pid = w.bulk.backend_pid(conn)
+        run.source_pids.append(pid)
+        try:
+            yield conn
+        finally:
+            run.source_pids.remove(pid)
 
 
 def _publish_after(w: Resources, job: Job) -> Awaitable[object]:

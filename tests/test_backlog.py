@@ -145,6 +145,21 @@ def test_copy_killed_before_its_commit_starts_over(h: Harness, fast: dict[str, s
     assert h.blobs() == sorted(catalog_paths(h.url))  # the first attempt's uploads swept
 
 
+def test_a_copy_failing_after_its_commit_keeps_its_files(h: Harness, fast: dict[str, str]) -> None:
+    """An error after a copy's one catalog commit (here a failpoint; a COMMIT that
+    errored on the client may have landed too) leaves its files alone: the retry finds
+    them catalogued and the job done."""
+    env = {**fast, **BACKLOG, "ARCHIVER_FAILPOINTS": "after_commit=raise"}
+    seed_orders(h.url, 20_000)
+    expected = rows_in_db(h.url, f"SELECT * FROM orders WHERE created_at < '{CUTOFF}'")
+    job = enqueue(h.with_env(**env), "--mode", "copy")
+    worker = start_worker(env, log=h.tmp / "w.log")
+    assert h.wait_for(job, "completed")["attempts"] == 2
+    assert stop(worker) == 0
+    assert h.blobs() == sorted(catalog_paths(h.url))
+    assert_archived_once(h.archived(), expected)
+
+
 @pytest.mark.slow
 def test_frozen_worker_past_its_lease(h: Harness, fast: dict[str, str]) -> None:
     """Frozen (SIGSTOP) mid-upload past its lease, the job is rescued; thawed, its lanes
@@ -161,13 +176,17 @@ def test_frozen_worker_past_its_lease(h: Harness, fast: dict[str, str]) -> None:
         b = start_worker(env, log=h.tmp / "b.log")
         h.wait_for(job_id, "completed")
         assert stop(b) == 0
+        catalogued = set(catalog_paths(h.url))
+        etags = blob_etags(h.azurite.connection_string, h.container)
     finally:
         a.send_signal(signal.SIGCONT)
     wait_for_text(log_a, "no longer held")
     assert stop(a) == 0
-    catalogued = set(catalog_paths(h.url))
-    stray = frozenset(blob_etags(h.azurite.connection_string, h.container)) - catalogued
-    assert all("-a001-" in s for s in stray)
+    assert set(catalog_paths(h.url)) == catalogued  # the thawed lanes recorded nothing
+    after = blob_etags(h.azurite.connection_string, h.container)
+    assert all(after[p] == etags[p] for p in catalogued)  # nor wrote over a file
+    stray = frozenset(after) - catalogued
+    assert stray and all("-a001-" in s for s in stray)
     assert_exactly_once(
         h.url, h.azurite.connection_string, h.container, expected, stray_blobs=stray
     )

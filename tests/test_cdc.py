@@ -36,19 +36,27 @@ def changes(url: str) -> list[str]:
     return [str(r["data"]) for r in rows]
 
 
-def test_one_marker_per_committed_chunk(logical: str, tmp_path: Path) -> None:
+# The key plan: 2,680 of 7,000 rows older than 2024-12-29, three chunks; the backlog plan
+# (archive.backlog, its minimum lowered): 5,560 older than 2024-12-31, a file a range.
+PLANS = {"key": ({}, "2024-12-29"), "backlog": ({"ARCHIVER_BACKLOG_MIN_ROWS": "1"}, "2024-12-31")}
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_one_marker_per_committed_chunk(logical: str, tmp_path: Path, plan: str) -> None:
     url = logical
+    extra, cutoff = PLANS[plan]
     env = {
         "PATH": "/usr/bin:/bin",
         "ARCHIVER_DATABASE_URL": url,
         "ARCHIVER_STORAGE_URL": f"file://{tmp_path}/store",
         "TMPDIR": str(tmp_path),
+        **extra,
     }
     assert run_cli(env, "migrate").returncode == 0
-    seed_orders(url, 7_000)  # 2,680 rows older than 2024-12-29: three chunks
+    seed_orders(url, 7_000)
     sql(url, "SELECT pg_create_logical_replication_slot('cdc', 'test_decoding')")
     enqueue = ["enqueue", "--table", "orders", "--chunk-rows", "1000", "--before"]
-    job = run_cli(env, *enqueue, "2024-12-29").stdout.strip()
+    job = run_cli(env, *enqueue, cutoff).stdout.strip()
     assert start_worker(env, "--burst").wait(60) == 0
 
     lines = changes(url)
@@ -58,9 +66,14 @@ def test_one_marker_per_committed_chunk(logical: str, tmp_path: Path) -> None:
     files = sql(url, "SELECT part, row_count, path FROM archive_files ORDER BY part")
     assert len(files) >= 3 and len(markers) == len(files)
     contents = [json.loads(line.split("content:", 1)[1]) for line in markers]
-    assert [(c["job_id"], c["table"], c["part"], c["rows"], c["path"]) for c in contents] == [
-        (job, "public.orders", f["part"], f["row_count"], f["path"]) for f in files
+    # in the order they committed: the backlog plan's ranges commit in any order
+    assert sorted((c["part"], c["job_id"], c["table"], c["rows"], c["path"]) for c in contents) == [
+        (f["part"], job, "public.orders", f["row_count"], f["path"]) for f in files
     ]
+    progress = json.loads(
+        sql_value(url, "SELECT progress FROM background_jobs WHERE id = $1::uuid", job)
+    )
+    assert progress["plan"] == plan
     # each marker sits inside the transaction that deleted that chunk's rows
     for marker in markers:
         at = lines.index(marker)
@@ -69,7 +82,7 @@ def test_one_marker_per_committed_chunk(logical: str, tmp_path: Path) -> None:
         deletes = [x for x in lines[begin:commit] if x.startswith("table public.orders: DELETE")]
         assert len(deletes) == json.loads(marker.split("content:", 1)[1])["rows"]
 
-    quiet = run_cli(env, *enqueue, "2024-12-31", "--no-cdc-marker")
+    quiet = run_cli(env, *enqueue, "2025-01-01", "--no-cdc-marker")
     assert quiet.returncode == 0, quiet.stderr
     assert start_worker(env, "--burst").wait(60) == 0
     after = changes(url)

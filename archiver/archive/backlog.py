@@ -25,7 +25,8 @@ What commits, and what a retry does:
 A file's key and cutoff ranges (the catalog's, read by query pruning, restore and erase)
 are its rows' own, as every file's: files of one backlog job overlap in key, which none
 of them assumes otherwise. Rate limits (rows or WAL per second) keep a job on the key
-plan; the maintenance window and the replicas' lag are checked before every range."""
+plan when it starts (a limit set later is not applied to a backlog job: said in its log);
+the maintenance window and the replicas' lag are checked before every range."""
 
 from __future__ import annotations
 
@@ -39,22 +40,28 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from archiver import failpoints, memory
-from archiver.archive.chunk import rollback_quietly
+from archiver.archive.chunk import cdc_content, rollback_quietly
 from archiver.archive.commit import CommitStrategy
 from archiver.archive.context import FileOf, JobContext
 from archiver.archive.files import archive_file, chunk_cursor
-from archiver.archive.pacing import Interrupt, Waited, back_off, pace
+from archiver.archive.pacing import RATE_LIMIT, WAL_LIMIT, Interrupt, Waited, back_off, pace
 from archiver.archive.plan import BACKLOG
 from archiver.archive.snapshot import import_snapshot, open_snapshot
 from archiver.bulk import BulkConnection
+from archiver.catalog import Catalog
 from archiver.errors import LockBusy, StorageError
 from archiver.model import ArchivedFile, Mode, Progress
 from archiver.source.binding import bind_chunk, set_lock_timeout
-from archiver.source.ctid import bind_pages, delete_pages, read_pages, table_pages
-from archiver.source.guardrails import DEADLOCK_DETECTED, LOCK_NOT_AVAILABLE, lock_holders
+from archiver.source.ctid import bind_pages, delete_pages, read_pages
+from archiver.source.guardrails import (
+    DEADLOCK_DETECTED,
+    LOCK_NOT_AVAILABLE,
+    emit_cdc_marker,
+    lock_holders,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +78,12 @@ class PageRanges:
     done: frozenset[int] = frozenset()
 
     @classmethod
-    def plan(cls, table_pages: int, old_rows: int, chunk_rows: int, lanes: int) -> PageRanges:
-        """Ranges of about `chunk_rows` old rows each (the old rows taken as spread evenly
-        over the pages), and at least one per connection."""
-        per = table_pages if old_rows <= 0 else -(-chunk_rows * table_pages // old_rows)
-        per = max(1, min(per, -(-table_pages // lanes)))
-        return cls(per, max(1, -(-table_pages // per)))
+    def plan(cls, pages: int, old_rows: int, chunk_rows: int, lanes: int) -> PageRanges:
+        """The table's `pages` in ranges of about `chunk_rows` old rows each (the old rows
+        taken as spread evenly over the pages), and at least one per connection."""
+        per = pages if old_rows <= 0 else -(-chunk_rows * pages // old_rows)
+        per = max(1, min(per, -(-pages // lanes)))
+        return cls(per, max(1, -(-pages // per)))
 
     def bounds(self, i: int) -> tuple[int, int | None]:
         return i * self.pages, None if i == self.count - 1 else (i + 1) * self.pages
@@ -103,15 +110,18 @@ class _Run:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     files: list[ArchivedFile] = dataclasses.field(default_factory=list)  # copy: uploaded
     ended: BaseException | None = None  # the first error, stop, cancel or lost lease
-    busy: int = 0  # lock timeouts in a row
 
     def take(self) -> tuple[int, int] | None:
         """The next range and its file's part; None when none is left or the job ends."""
         with self.lock:
             if self.ended is not None or not self.left:
                 return None
-            self.part += 1
-            return self.left.popleft(), self.part - 1
+            return self.left.popleft(), self.next_part()
+
+    def next_part(self) -> int:
+        """A new file's part (under the lock)."""
+        self.part += 1
+        return self.part - 1
 
     def end(self, reason: BaseException) -> None:
         with self.lock:
@@ -122,11 +132,13 @@ class _Run:
 def run_backlog(
     job: JobContext,
     progress: Progress,
+    pages: Callable[[], int],
     interrupt: Interrupt,
     on_chunk: ChunkDone | None = None,
     on_wait: Waited | None = None,
 ) -> Progress:
-    """Archive every range of the job's table; the job's progress when all are done."""
+    """Archive every range of the job's table (`pages()`: how many it has now); the job's
+    progress when all are done."""
     assert job.lanes is not None
     copy = job.request.mode == Mode.COPY
     if copy and progress.files:  # its one commit landed before the crash
@@ -134,16 +146,23 @@ def run_backlog(
     saved = progress.extra.get(BACKLOG)
     if saved is None or copy:
         old = max(0, progress.rows_estimated - progress.rows)
-        pages = table_pages(job.source, job.queries)
-        job.source.rollback()
-        saved = PageRanges.plan(pages, old, progress.chunk_rows, job.backlog.connections).to_json()
+        saved = PageRanges.plan(pages(), old, progress.chunk_rows, job.backlog.connections)
+        saved = saved.to_json()
     ranges = PageRanges.from_json(saved)
     progress = _with(progress, ranges)
     progress.chunks_estimated = ranges.count  # at most a file a range
     if not copy:  # the plan outlives a crash before the first commit: a retry keeps it
         job.catalog.checkpoint(progress)
         job.catalog.commit()
-    snapshot = _snapshot(job, interrupt) if copy else None
+    limits = job.catalog.limits()
+    if limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT):
+        log.warning(
+            "job %s: its rate limit is not applied: it reads by pages (the backlog plan, "
+            "chosen when it started without one); its window and replica lag still are",
+            job.job_id,
+        )
+    # (a copy's pair reader, ARCHIVER_COPY_CONNECTIONS=2, is left out: lanes read instead)
+    snapshot = _snapshot(dataclasses.replace(job, reader=None), interrupt) if copy else None
     run = _Run(ranges, progress, job.next_part(), deque(ranges.left()))
     log.info(
         "job %s: the backlog plan, %d of %d ranges of %d pages left, on %d connections",
@@ -154,6 +173,7 @@ def run_backlog(
         job.backlog.connections,
     )
     lanes = min(job.backlog.connections, max(1, len(run.left)))
+    recorded = False  # a copy's files catalogued: from then on never discarded
     try:
         with ThreadPoolExecutor(max(1, lanes - 1), thread_name_prefix="backlog") as pool:
             others = [
@@ -166,12 +186,13 @@ def run_backlog(
         if run.ended is not None:
             raise run.ended
         if copy and run.files:
+            recorded = True  # (a COMMIT that errored may still have committed)
             job.commit.commit_chunk(sorted(run.files, key=lambda f: f.part), run.progress)
             failpoints.reach("after_commit")
         return run.progress
     except BaseException:
-        if copy:  # uploaded, never to be recorded (a crash leaves them to the next sweep)
-            for f in run.files:
+        if copy and not recorded:  # uploaded, never to be recorded (a crash leaves them
+            for f in run.files:  # to the next attempt's sweep)
                 _discard(job, f.part)
         raise
     finally:
@@ -213,22 +234,51 @@ def _lane(
             conn, commit = own if own is not None else job.lanes(stack)
             if snapshot is not None and own is None:
                 import_snapshot(conn, snapshot)
+                _lock_table(job, conn)
+            # pace() from a lane: the job's catalog connection under the run's lock for
+            # each call, not for the waits between them (another lane may be committing)
+            paced = dataclasses.replace(
+                job, source=conn, catalog=cast(Catalog, _LockedCatalog(job.catalog, run.lock))
+            )
             while (taken := run.take()) is not None:
                 i, part = taken
                 reason = interrupt()
                 if reason is not None:
                     raise reason
-                with run.lock:  # the job's catalog connection is shared
-                    pace(dataclasses.replace(job, source=conn), None, interrupt, on_wait)
+                pace(paced, None, interrupt, on_wait)
                 started = time.monotonic()
                 f = _take_range(job, run, conn, commit, i, part, interrupt)
                 if f is not None and on_chunk is not None:
                     on_chunk(f.row_count, f.byte_size, time.monotonic() - started)
                 memory.give_back()
-            if snapshot is not None and own is None:
-                rollback_quietly(conn)
     except BaseException as exc:
         run.end(exc)
+
+
+class _LockedCatalog:
+    """What pace() asks of the job's catalog, each call under `lock`."""
+
+    def __init__(self, catalog: Catalog, lock: threading.Lock) -> None:
+        self.catalog, self.lock = catalog, lock
+
+    def limits(self) -> dict[str, Any]:
+        with self.lock:
+            return self.catalog.limits()
+
+    def set_throttled(self, reason: str | None) -> None:
+        with self.lock:
+            self.catalog.set_throttled(reason)
+
+
+def _lock_table(job: JobContext, conn: BulkConnection) -> None:
+    """A copy lane's table lock, taken first in its transaction as the exporting one's
+    is (and pg_dump's workers do): its first read never queues behind a lock someone
+    asks for meanwhile. Held past ARCHIVER_LOCK_TIMEOUT, the attempt fails (and starts
+    over, the lock gone)."""
+    milliseconds = max(1, int(job.limits.lock_timeout * 1000)) if job.limits.lock_timeout else 0
+    with conn.cursor() as cur:
+        cur.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+        cur.execute(f"LOCK TABLE {job.queries.table.quoted} IN ACCESS SHARE MODE")
 
 
 def _take_range(
@@ -240,21 +290,21 @@ def _take_range(
     part: int,
     interrupt: Interrupt,
 ) -> ArchivedFile | None:
-    """Range `i` into part `part`: taken, and for a move committed; a range that rolled
-    back on a lock is taken again, under a new part."""
+    """Range `i` into part `part`: taken, and for a move committed; a move's range that
+    rolled back on a lock is taken again, under a new part. (A copy's lane never waits
+    for a lock once its table is locked: an error there ends the attempt, never a read
+    of the range again, which could only be at another snapshot.)"""
+    busy = 0  # lock timeouts of this range in a row
     while True:
         try:
             return _range_once(job, run, conn, commit, i, part)
         except _RowLocks:  # the waiting DELETE ran out: skip locked rows from now on
             job.row_locks.skip = True
         except LockBusy as exc:
-            with run.lock:
-                run.busy += 1
-                busy = run.busy
+            busy += 1
             back_off(job, busy, f"range rolled back: {exc}", interrupt)
         with run.lock:
-            run.part += 1
-            part = run.part - 1
+            part = run.next_part()
 
 
 class _RowLocks(Exception):
@@ -280,23 +330,25 @@ def _range_once(
             else:
                 cur.execute(read_pages(job.queries, bounded=bounded))
             f = archive_file(job, cur, Path(tmp), part, FileOf.root(job))
+            if move and f is not None and job.request.cdc_marker:
+                emit_cdc_marker(cur, cdc_content(job.job_id, [f]))
             if move:
                 set_lock_timeout(cur, limits.lock_timeout)  # the commit waits as any chunk's
             with run.lock:
                 done = dataclasses.replace(run.ranges, done=run.ranges.done | {i})
                 progress = _with(run.progress if f is None else run.progress.after(f), done)
                 committing = True
-                if not move:
+                if not move:  # recorded at the end; its progress shown meanwhile
                     if f is not None:
                         run.files.append(f)
-                    job.catalog.checkpoint(progress)  # for the operator: nothing recorded
+                    job.catalog.checkpoint(progress)
                     job.catalog.commit()
                 elif f is None:
                     conn.rollback()
                 else:
                     commit.commit_chunk([f], progress)
                     failpoints.reach("after_commit")
-                run.ranges, run.progress, run.busy = done, progress, 0
+                run.ranges, run.progress = done, progress
             log.info(
                 "job %s: range %d of %d (pages %d-%s), %s (%d of ~%d rows done)",
                 job.job_id,
@@ -310,9 +362,10 @@ def _range_once(
             )
             return f
     except BaseException as exc:
+        if not move:
+            raise
         state = getattr(exc, "sqlstate", None)
-        if move:
-            rollback_quietly(conn)
+        rollback_quietly(conn)
         locked = state in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED)
         if locked and not committing:
             _discard(job, part)

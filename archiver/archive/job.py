@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from archiver import failpoints
-from archiver.archive.backlog import run_backlog
+from archiver.archive.backlog import ChunkDone, run_backlog
 from archiver.archive.chunk import archive_chunk, rollback_quietly
 from archiver.archive.commit import (
     CommitStrategy,
@@ -43,6 +43,7 @@ from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
 from archiver.source.binding import session_lock_timeout
 from archiver.source.chunks import describe_archive
+from archiver.source.ctid import table_pages
 from archiver.source.guardrails import (
     LOCK_NOT_AVAILABLE,
     dead_tuples,
@@ -60,8 +61,7 @@ T = TypeVar("T")
 WALK_MIN = 1_000
 
 
-ChunkDone = Callable[[int, int, float], None]
-Connect = Callable[[bool], contextlib.AbstractContextManager[BulkConnection]]
+Connect = Callable[[], contextlib.AbstractContextManager[BulkConnection]]
 
 
 def open_job(
@@ -82,8 +82,9 @@ def open_job(
 ) -> JobContext:
     """The job's context on its connections (a copy job's `reader` reads every other
     chunk on its snapshot), with the commit strategy its mode and databases call for.
-    `connect(source)`: a new connection to the source (True) or the catalog, for a
-    backlog plan's further connections, as `backlog` rules."""
+    `connect()`: a new connection to the source, for the backlog plan's further
+    connections, as `backlog` rules. Their chunks commit one at a time, so with the
+    catalog elsewhere they share the job's catalog connection."""
     catalog = PgCatalog(catalog_conn, job_id, worker)
 
     def strategy(src: BulkConnection, catalog: PgCatalog) -> CommitStrategy:
@@ -95,12 +96,8 @@ def open_job(
 
     def lane(stack: contextlib.ExitStack[bool | None]) -> tuple[BulkConnection, CommitStrategy]:
         assert connect is not None
-        conn = stack.enter_context(connect(True))
-        if request.mode == Mode.MOVE and not same_database:  # its pending files' writes
-            return conn, strategy(
-                conn, PgCatalog(stack.enter_context(connect(False)), job_id, worker)
-            )
-        return conn, strategy(conn, catalog)  # (a copy's lanes never commit)
+        conn = stack.enter_context(connect())
+        return conn, strategy(conn, catalog)
 
     commit = strategy(src, catalog)
     queries = describe_archive(
@@ -274,7 +271,11 @@ def run_job(
     check_window(job, job.catalog.limits())
     progress = _politely(job, interrupt, lambda: start_job(job, saved))
     if progress.extra.get("plan") == BACKLOG:
-        return _finished(job, run_backlog(job, progress, interrupt, on_chunk, on_wait))
+
+        def pages() -> int:  # (pg_relation_size waits for a lock as the set-up does)
+            return _politely(job, interrupt, lambda: table_pages(job.source, job.queries))
+
+        return _finished(job, run_backlog(job, progress, pages, interrupt, on_chunk, on_wait))
     copy = job.request.mode == Mode.COPY
     busy = 0  # lock timeouts in a row
     last: Last | None = None

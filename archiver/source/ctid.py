@@ -53,9 +53,10 @@ def delete_pages(queries: ChunkQueries, *, bounded: bool, skip_locked: bool) -> 
 
     Waiting (`skip_locked=False`): one pass, the DELETE waits for a row another
     transaction holds (bounded by the caller's lock_timeout). PostgreSQL rechecks a row
-    changed meanwhile against the statement's Filter (the cutoff), not against the TID
-    range: its newest version is taken even where the update moved it to another page,
-    and only once, since it is then deleted. Skipping (`skip_locked=True`): the range's
+    changed meanwhile against the statement's Filter (the cutoff); 15's TidRangeRecheck
+    does not recheck the range, so its newest version is taken even where the update
+    moved it to another page, and only once, since it is then deleted (a release that
+    rechecks the range leaves it for the next archive: one place either way). Skipping (`skip_locked=True`): the range's
     old rows are locked first, skipping those others hold, then deleted by ctid (as
     ChunkQueries.take does); the rows skipped stay for the next archive."""
     t = queries.table
