@@ -347,8 +347,9 @@ def _range_once(
                     conn.rollback()
                 else:
                     commit.commit_chunk([f], progress)
-                    failpoints.reach("after_commit")
                 run.ranges, run.progress = done, progress
+            if move and f is not None:
+                failpoints.reach("after_commit")  # (outside the lock: other lanes go on)
             log.info(
                 "job %s: range %d of %d (pages %d-%s), %s (%d of ~%d rows done)",
                 job.job_id,
