@@ -135,7 +135,7 @@ def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
             ),
             reader=reader,
             connect=functools.partial(_lane_connection, w, run),
-            backlog=BacklogRule(settings.backlog_connections, settings.backlog_min_rows),
+            backlog=BacklogRule.of(settings),
         )
         return run_job(
             context,

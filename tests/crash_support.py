@@ -7,18 +7,18 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.support import archiver_cmd, run_cli, sql, start_process, wait_for_text
+from tests.support import archiver_cmd, run_cli, sql, start_process, start_worker, wait_for_text
 
 CUTOFF = "2024-12-25"  # with 20,000 seeded rows: 9,920 rows older
 
 
-def old_ids(url: str) -> set[int]:
-    return {r["id"] for r in sql(url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")}
+def old_ids(url: str, cutoff: str = CUTOFF) -> set[int]:
+    return {r["id"] for r in sql(url, f"SELECT id FROM orders WHERE created_at < '{cutoff}'")}
 
 
-def enqueue(env: dict[str, str], *extra: str) -> str:
+def enqueue(env: dict[str, str], *extra: str, cutoff: str = CUTOFF) -> str:
     result = run_cli(
-        env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000", *extra
+        env, "enqueue", "--table", "orders", "--before", cutoff, "--chunk-rows", "2000", *extra
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
@@ -31,6 +31,15 @@ def blob_etags(connection_string: str, container: str) -> dict[str, str]:
         container
     )
     return {b.name: b.etag for b in client.list_blobs() if "/_delta_log/" not in b.name}
+
+
+def frozen_mid_upload(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    """A worker stopped (SIGSTOP) while it uploads a file, until its lease runs out and
+    another worker rescues its job; SIGCONT thaws it."""
+    worker = start_worker({**env, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log)
+    wait_for_text(log, "failpoint upload_staged reached")
+    worker.send_signal(signal.SIGSTOP)
+    return worker
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:

@@ -9,27 +9,19 @@ import json
 import random
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from archiver.testing.cluster import PrivateCluster
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import Azurite, with_database
 from tests.archive_check import catalog_paths, rows_in_db
-from tests.crash_support import blob_etags, stop
+from tests.crash_support import blob_etags, frozen_mid_upload, stop
 from tests.exactly_once import assert_archived_once, assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
     kill_at_failpoint,
-    run_cli,
-    sql,
-    sql_value,
     start_worker,
-    wait_for_status,
     wait_for_text,
-    wait_until,
 )
 
 # With 20,000 seeded rows (row g created g minutes before 2025-01-01): 15,680 older, 78%.
@@ -169,9 +161,7 @@ def test_frozen_worker_past_its_lease(h: Harness, fast: dict[str, str]) -> None:
     expected = old_ids(h)
     job_id = enqueue(h.with_env(**env))
     log_a = h.tmp / "a.log"
-    a = start_worker({**env, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log_a)
-    wait_for_text(log_a, "failpoint upload_staged reached")
-    a.send_signal(signal.SIGSTOP)
+    a = frozen_mid_upload(env, log_a)
     try:
         b = start_worker(env, log=h.tmp / "b.log")
         h.wait_for(job_id, "completed")
@@ -190,50 +180,6 @@ def test_frozen_worker_past_its_lease(h: Harness, fast: dict[str, str]) -> None:
     assert_exactly_once(
         h.url, h.azurite.connection_string, h.container, expected, stray_blobs=stray
     )
-
-
-@pytest.mark.slow
-def test_postgres_restarted_mid_job(
-    fast: dict[str, str], azurite: Azurite, container: str, tmp_path: Path
-) -> None:
-    """PostgreSQL restarted while ranges commit: the lanes' transactions in flight roll
-    back, the attempt fails and the next takes every range not marked done."""
-    cluster = PrivateCluster()
-    cluster.init()
-    cluster.start()
-    try:
-        sql(cluster.admin_url, "CREATE DATABASE app")
-        url = with_database(cluster.admin_url, "app")
-        env = {
-            **fast,
-            **BACKLOG,
-            "ARCHIVER_DATABASE_URL": url,
-            "ARCHIVER_FAILPOINTS": "after_commit=sleep:0.3",
-        }
-        assert run_cli(env, "migrate").returncode == 0
-        seed_orders(url, 20_000)
-        expected = {
-            r["id"] for r in sql(url, f"SELECT id FROM orders WHERE created_at < '{CUTOFF}'")
-        }
-        result = run_cli(
-            env, "enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", "1000"
-        )
-        assert result.returncode == 0, result.stderr
-        job_id = result.stdout.strip()
-        w = start_worker(env, log=tmp_path / "w.log")
-        wait_until(
-            lambda: sql_value(url, "SELECT count(*) FROM archive_files") >= 2, 60, what="two ranges"
-        )
-        cluster.restart()
-        wait_for_status(url, job_id, "completed", timeout=120)
-        assert w.poll() is None  # the same worker process carried on
-        assert stop(w) == 0
-        saved = sql_value(url, "SELECT progress FROM background_jobs WHERE id = $1::uuid", job_id)
-        assert json.loads(saved)["plan"] == "backlog"
-        assert sql_value(url, f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
-        assert_exactly_once(url, azurite.connection_string, container, expected)
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite
-from tests.crash_support import CUTOFF, blob_etags, enqueue, old_ids, stop
+from tests.crash_support import CUTOFF, blob_etags, enqueue, frozen_mid_upload, old_ids, stop
 from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
@@ -140,9 +140,7 @@ def test_frozen_worker_cannot_overwrite_its_rescuers_files(
     expected = old_ids(h.url)
     job_id = enqueue(fast)
     log_a = h.tmp / "a.log"
-    a = start_worker({**fast, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log_a)
-    wait_for_text(log_a, "failpoint upload_staged reached")
-    a.send_signal(signal.SIGSTOP)
+    a = frozen_mid_upload(fast, log_a)
     try:
         b = start_worker(fast, log=h.tmp / "b.log")
         h.wait_for(job_id, "completed")

@@ -47,9 +47,9 @@ from archiver.archive.chunk import cdc_content, rollback_quietly
 from archiver.archive.commit import CommitStrategy
 from archiver.archive.context import FileOf, JobContext
 from archiver.archive.files import archive_file, chunk_cursor
-from archiver.archive.pacing import RATE_LIMIT, WAL_LIMIT, Interrupt, Waited, back_off, pace
+from archiver.archive.pacing import Interrupt, Waited, back_off, pace, rate_limited
 from archiver.archive.plan import BACKLOG
-from archiver.archive.snapshot import import_snapshot, open_snapshot
+from archiver.archive.snapshot import import_snapshot, lock_tables, open_snapshot
 from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
 from archiver.errors import LockBusy, StorageError
@@ -154,8 +154,7 @@ def run_backlog(
     if not copy:  # the plan outlives a crash before the first commit: a retry keeps it
         job.catalog.checkpoint(progress)
         job.catalog.commit()
-    limits = job.catalog.limits()
-    if limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT):
+    if rate_limited(job.catalog.limits()):
         log.warning(
             "job %s: its rate limit is not applied: it reads by pages (the backlog plan, "
             "chosen when it started without one); its window and replica lag still are",
@@ -234,7 +233,7 @@ def _lane(
             conn, commit = own if own is not None else job.lanes(stack)
             if snapshot is not None and own is None:
                 import_snapshot(conn, snapshot)
-                _lock_table(job, conn)
+                lock_tables(job, conn)  # a lock held past lock_timeout fails the attempt
             # pace() from a lane: the job's catalog connection under the run's lock for
             # each call, not for the waits between them (another lane may be committing)
             paced = dataclasses.replace(
@@ -268,17 +267,6 @@ class _LockedCatalog:
     def set_throttled(self, reason: str | None) -> None:
         with self.lock:
             self.catalog.set_throttled(reason)
-
-
-def _lock_table(job: JobContext, conn: BulkConnection) -> None:
-    """A copy lane's table lock, taken first in its transaction as the exporting one's
-    is (and pg_dump's workers do): its first read never queues behind a lock someone
-    asks for meanwhile. Held past ARCHIVER_LOCK_TIMEOUT, the attempt fails (and starts
-    over, the lock gone)."""
-    milliseconds = max(1, int(job.limits.lock_timeout * 1000)) if job.limits.lock_timeout else 0
-    with conn.cursor() as cur:
-        cur.execute(f"SET LOCAL lock_timeout = {milliseconds}")
-        cur.execute(f"LOCK TABLE {job.queries.table.quoted} IN ACCESS SHARE MODE")
 
 
 def _take_range(

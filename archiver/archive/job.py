@@ -24,7 +24,6 @@ from archiver.archive.commit import (
 )
 from archiver.archive.context import ChunkLimits, JobContext, numeric_kept_text
 from archiver.archive.pacing import (
-    RATE_LIMIT,
     WAL_LIMIT,
     Interrupt,
     Last,
@@ -32,6 +31,7 @@ from archiver.archive.pacing import (
     back_off,
     check_window,
     pace,
+    rate_limited,
 )
 from archiver.archive.plan import BACKLOG, NO_BACKLOG, BacklogRule, plan_archive
 from archiver.archive.snapshot import open_snapshot
@@ -186,14 +186,13 @@ def start_job(job: JobContext, saved: Progress) -> Progress:
     progress = job.catalog.committed_progress(saved)
     sweep_stale_uploads(job)
     if not progress.chunk_rows:  # a new job: estimate once; a resumed one keeps its figures
-        limits = job.catalog.limits()
         plan = plan_archive(
             job.source,
             job.request,
             job.queries,
             aggregate=job.aggregate,
             backlog=job.backlog if job.lanes is not None else NO_BACKLOG,
-            throttled=bool(limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT)),
+            throttled=rate_limited(job.catalog.limits()),
         )
         progress.extra["plan"] = plan.plan
         log.info("job %s: %s", job.job_id, plan.plan_reason)

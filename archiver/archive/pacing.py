@@ -57,6 +57,11 @@ LAG_LIMIT = "max_replica_lag"  # the reason; the limits are in bytes or seconds:
 LAG_BYTES, LAG_SECONDS = "max_replica_lag_bytes", "max_replica_lag_seconds"
 
 
+def rate_limited(limits: dict[str, Any] | None) -> bool:
+    """Whether `limits` pace a job by rows or WAL per second (it keeps the key plan)."""
+    return bool(limits and (limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT)))
+
+
 Last = tuple[float, int, int]  # the previous chunk: (started, rows, WAL bytes)
 
 

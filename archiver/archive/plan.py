@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archiver.bulk import BulkConnection
+from archiver.config import Settings
 from archiver.model import ArchiveRequest, Mode
 from archiver.source.aggregates import AggregateQueries, describe_aggregate
 from archiver.source.chunks import ChunkQueries, describe_archive
@@ -37,6 +38,10 @@ class BacklogRule:
 
     connections: int = 0
     min_rows: int = 100_000
+
+    @classmethod
+    def of(cls, settings: Settings) -> BacklogRule:
+        return cls(settings.backlog_connections, settings.backlog_min_rows)
 
 
 NO_BACKLOG = BacklogRule()  # the key plan always

@@ -29,26 +29,13 @@ def open_snapshot(job: JobContext, *, export: bool = False) -> str | None:
     LockBusy (both rolled back) when a table it reads is locked past its lock_timeout.
     An aggregate's chunks collect into temporary tables: not READ ONLY then. `export`:
     return the snapshot's id for other connections to import (import_snapshot) too."""
-    tables = [m.table for m in job.aggregate.members] if job.aggregate else [job.queries.table]
     access = "" if job.aggregate else ", READ ONLY"
-    milliseconds = max(1, int(job.limits.lock_timeout * 1000)) if job.limits.lock_timeout else 0
     with job.source.cursor() as cur:
         cur.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}")
-        cur.execute(f"SET LOCAL lock_timeout = {milliseconds}")  # takes no snapshot
-        try:  # before the snapshot: no DDL slips between the two
-            cur.execute(f"LOCK TABLE {', '.join(t.quoted for t in tables)} IN ACCESS SHARE MODE")
-        except Exception as exc:
-            if getattr(exc, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                raise
-            job.source.rollback()
-            busy = [h for h in (lock_holders(job.source, t) for t in tables) if h]
-            raise LockBusy(
-                f"waited {job.limits.lock_timeout:g}s for a lock on "
-                f"{', '.join(t.qualified for t in tables)} held by "
-                f"{'; '.join(busy) or 'no holder left'}"
-            ) from None
-        if job.reader is None and not export:
-            return None
+    lock_tables(job, job.source)  # before the snapshot: no DDL slips between the two
+    if job.reader is None and not export:
+        return None
+    with job.source.cursor() as cur:
         cur.execute("SELECT pg_export_snapshot()")
         snapshot = str(cur.fetchall()[0][0])
     if not SNAPSHOT_ID.fullmatch(snapshot):  # it is spliced into SET TRANSACTION SNAPSHOT
@@ -56,6 +43,29 @@ def open_snapshot(job: JobContext, *, export: bool = False) -> str | None:
     if job.reader is not None:
         import_snapshot(job.reader, snapshot)
     return snapshot
+
+
+def lock_tables(job: JobContext, conn: BulkConnection) -> None:
+    """Every table the job's chunks read locked ACCESS SHARE, first thing in `conn`'s
+    transaction (as pg_dump locks its tables, in each of its workers too): a read then
+    never waits for a table lock, nor queues behind one someone asks for meanwhile.
+    LockBusy (rolled back) when one is held past the job's lock_timeout."""
+    tables = [m.table for m in job.aggregate.members] if job.aggregate else [job.queries.table]
+    milliseconds = max(1, int(job.limits.lock_timeout * 1000)) if job.limits.lock_timeout else 0
+    with conn.cursor() as cur:
+        cur.execute(f"SET LOCAL lock_timeout = {milliseconds}")  # takes no snapshot
+        try:
+            cur.execute(f"LOCK TABLE {', '.join(t.quoted for t in tables)} IN ACCESS SHARE MODE")
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            conn.rollback()
+            busy = [h for h in (lock_holders(conn, t) for t in tables) if h]
+            raise LockBusy(
+                f"waited {job.limits.lock_timeout:g}s for a lock on "
+                f"{', '.join(t.qualified for t in tables)} held by "
+                f"{'; '.join(busy) or 'no holder left'}"
+            ) from None
 
 
 def import_snapshot(conn: BulkConnection, snapshot: str) -> None:

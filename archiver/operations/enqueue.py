@@ -51,11 +51,10 @@ async def plan(
     settings: Settings, request: ArchiveRequest, limits: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
-    from archiver.archive.pacing import RATE_LIMIT, WAL_LIMIT
+    from archiver.archive.pacing import rate_limited
     from archiver.archive.plan import BacklogRule, plan_archive
 
-    rule = BacklogRule(settings.backlog_connections, settings.backlog_min_rows)
-    throttled = bool(limits and (limits.get(RATE_LIMIT) or limits.get(WAL_LIMIT)))
+    rule, throttled = BacklogRule.of(settings), rate_limited(limits)
     result: dict[str, Any] = await on_source(
         settings.effective_source_url,
         lambda conn: plan_archive(
