@@ -215,7 +215,8 @@ def plan_archive(
         table=queries.table.qualified,
         rows=older,
         chunk_rows=chunk_rows,
-        chunks=-(-older // chunk_rows),
+        # the backlog plan reads at least a range per connection
+        chunks=max(-(-older // chunk_rows), backlog.connections if chosen == BACKLOG else 0),
         parquet_bytes=int(older * aggregate_width * PARQUET_RATIO) if aggregate_width > 0 else None,
         indexes=plan.indexes,
         sequential_scan=plan.sequential_scan,
