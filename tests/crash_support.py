@@ -4,10 +4,17 @@ a job of them, and how to stop a worker."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
-from tests.support import archiver_cmd, run_cli, sql, start_process, start_worker, wait_for_text
+from tests.support import (
+    Process,
+    archiver_cmd,
+    run_cli,
+    sql,
+    start_process,
+    start_worker,
+    wait_for_text,
+)
 
 CUTOFF = "2024-12-25"  # with 20,000 seeded rows: 9,920 rows older
 
@@ -33,7 +40,7 @@ def blob_etags(connection_string: str, container: str) -> dict[str, str]:
     return {b.name: b.etag for b in client.list_blobs() if "/_delta_log/" not in b.name}
 
 
-def frozen_mid_upload(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+def frozen_mid_upload(env: dict[str, str], log: Path) -> Process:
     """A worker stopped (SIGSTOP) while it uploads a file, until its lease runs out and
     another worker rescues its job; SIGCONT thaws it."""
     worker = start_worker({**env, "ARCHIVER_FAILPOINTS": "upload_staged=sleep:1"}, log=log)
@@ -42,7 +49,7 @@ def frozen_mid_upload(env: dict[str, str], log: Path) -> subprocess.Popen[str]:
     return worker
 
 
-def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+def stop(proc: Process, timeout: float = 30) -> int:
     proc.send_signal(signal.SIGTERM)
     return proc.wait(timeout)
 

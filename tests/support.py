@@ -8,19 +8,22 @@ import concurrent.futures
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import adbc_driver_postgresql
 import asyncpg
 
 from archiver.testing.services import with_database
+from tests.forkserver import SERVER, Forked
 
 T = TypeVar("T")
+Process = subprocess.Popen[str] | Forked  # what start_process gives: forked, or not
 
 ROOT = Path(__file__).resolve().parent.parent
 # The driver library the adbc-driver-postgresql wheel ships (ARCHIVER_ADBC_DRIVER's default)
@@ -80,13 +83,31 @@ def archiver_cmd(*args: str) -> list[str]:
 def run_cli(
     env: dict[str, str], *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        archiver_cmd(*args), env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
+    """`archiver ARGS` run to its end, its output captured (forked: tests/forkserver.py)."""
+    cmd = archiver_cmd(*args)
+    if not SERVER.serves(cmd, env):
+        return subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        )
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = SERVER.start(cmd, env, ROOT, out.fileno(), err.fileno())
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess(cmd, code, _text(out), _text(err))
+
+
+def _text(file: IO[bytes]) -> str:
+    """What a process wrote to `file`, as `text=True` reads it (universal newlines)."""
+    file.seek(0)
+    return file.read().decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 # Every process a test starts, so a failed test cannot leave one running (see conftest).
-STARTED: list[subprocess.Popen[str]] = []
+STARTED: list[Process] = []
 
 
 def enqueued(env: dict[str, str], *args: str) -> list[str]:
@@ -96,10 +117,14 @@ def enqueued(env: dict[str, str], *args: str) -> list[str]:
     return result.stdout.split()
 
 
-def start_process(
-    args: list[str], env: dict[str, str], log: Path | None = None
-) -> subprocess.Popen[str]:
-    if log is None:
+def start_process(args: list[str], env: dict[str, str], log: Path | None = None) -> Process:
+    """`args` started, its output to `log` (appended) or nowhere; an archiver process
+    forked from tests/forkserver.py."""
+    proc: Process
+    if SERVER.serves(args, env):
+        with open(log or os.devnull, "a") as out:
+            proc = SERVER.start(args, env, ROOT, out.fileno(), out.fileno())
+    elif log is None:
         proc = subprocess.Popen(
             args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
         )
@@ -112,7 +137,7 @@ def start_process(
     return proc
 
 
-def start_worker(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[str]:
+def start_worker(env: dict[str, str], *args: str, log: Path | None = None) -> Process:
     return start_process(archiver_cmd("worker", *args), env, log)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from collections import Counter
 from typing import Any
 
@@ -19,6 +18,7 @@ from archiver.testing.services import Azurite
 from tests.archive_check import blob_names, normalize, rows_in_blobs
 from tests.harness import Harness
 from tests.support import (
+    Process,
     assert_refused,
     enqueued,
     fast_env,
@@ -321,6 +321,6 @@ def test_a_frozen_worker_past_its_lease(h: Harness) -> None:
     check_exactly_once(h.url, h.azurite, h.container, before, done, stray)
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: Process) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from tests.delta_check import delta, duck, uri
 from tests.harness import Harness, Worlds, cloned
-from tests.support import archiver_cmd, assert_refused, start_process, wait_for_text
+from tests.support import Process, archiver_cmd, assert_refused, start_process, wait_for_text
 
 DAYS = 16  # from 2024-01-01: 15 daily jobs, each a file of 144 rows
 SCHEMA = """
@@ -133,7 +132,7 @@ def test_daily_files_merge_into_one_read_once_by_every_reader(
     assert again.stdout.startswith("merged 0 files"), again.stdout  # nothing small left beside it
 
 
-def compacting(h: Harness, log: Path, failpoints: str, *args: str) -> subprocess.Popen[str]:
+def compacting(h: Harness, log: Path, failpoints: str, *args: str) -> Process:
     return start_process(
         archiver_cmd("compact", "--table", "events", *args),
         {**h.env, "ARCHIVER_FAILPOINTS": failpoints},
@@ -168,9 +167,7 @@ def test_sigkill_at_each_step(events: tuple[Harness, set[int]], tmp_path: Path, 
     h.exactly_once(moved, "events")
 
 
-def erase(
-    h: Harness, log: Path, failpoints: str = "", where: str = "customer = 7"
-) -> subprocess.Popen[str]:
+def erase(h: Harness, log: Path, failpoints: str = "", where: str = "customer = 7") -> Process:
     return start_process(
         archiver_cmd("erase", "--table", "events", "--where", where),
         {**h.env, "ARCHIVER_FAILPOINTS": failpoints},

@@ -10,7 +10,6 @@ uploaded 23 more, catalogued nowhere and never swept."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from azure.storage.blob import ContainerClient
 
 from tests.harness import Harness
 from tests.support import (
+    Process,
     archiver_cmd,
     assert_refused,
     start_process,
@@ -51,7 +51,7 @@ def rewrites(h: Harness) -> list[str]:
     return [b for b in blobs(h) if "/rewrite-" in b]
 
 
-def erase_paused(h: Harness, tmp_path: Path, failpoints: str, text: str) -> subprocess.Popen[str]:
+def erase_paused(h: Harness, tmp_path: Path, failpoints: str, text: str) -> Process:
     """An erasure of subject 7 (rows in every file), stopped at `text` of its failpoints."""
     log = tmp_path / "erase.log"
     proc = start_process(

@@ -16,7 +16,7 @@ from archiver.testing.reference import seed_orders
 from tests.archive_check import blob_names, rows_in_blobs, rows_in_db
 from tests.exactly_once import assert_archived_once
 from tests.harness import Harness
-from tests.support import ROOT, archiver_cmd, sql, sql_value, start_worker, wait_until
+from tests.support import ROOT, Process, archiver_cmd, sql, sql_value, start_worker, wait_until
 
 pytestmark = pytest.mark.slow  # real scheduler processes, run until SIGTERM
 
@@ -41,7 +41,7 @@ mode = "move"
     return path
 
 
-def start_scheduler(env: dict[str, str], config: Path, log: Path) -> subprocess.Popen[str]:
+def start_scheduler(env: dict[str, str], config: Path, log: Path) -> Process:
     with log.open("a") as out:
         return subprocess.Popen(
             archiver_cmd("--config", str(config), "scheduler"),
@@ -53,7 +53,7 @@ def start_scheduler(env: dict[str, str], config: Path, log: Path) -> subprocess.
         )
 
 
-def stop(proc: subprocess.Popen[str], log: Path) -> None:
+def stop(proc: Process, log: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, log.read_text()
 

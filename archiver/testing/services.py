@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository's checkout
@@ -30,11 +31,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(
-    port: int,
-    timeout: float = 30.0,
-    proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None,
-) -> None:
+class Started(Protocol):
+    """A started process, as much as waiting on its port needs (a Popen, or a forked one)."""
+
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+
+def wait_for_port(port: int, timeout: float = 30.0, proc: Started | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
