@@ -8,8 +8,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.forkserver import SERVER, start_time
 from tests.support import ROOT, archiver_cmd, run_cli
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ARCHIVER_TEST_FORKSERVER") == "0", reason="the fork server is off"
+)
 
 
 def fresh(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
