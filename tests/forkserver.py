@@ -2,12 +2,12 @@
 of its own -- its own pid, environment, working directory, descriptors, exit status and
 signals, killed with SIGKILL as a real one is -- but forked from a Python that has
 imported archiver and its heavy libraries once, instead of a fresh interpreter importing
-them again (~1.3 s of CPU each, ~1,400 processes a run).
+them again (0.6-1.2 s of CPU each, ~1,400 processes a run).
 
 What a fresh `python -m archiver` has that a fork does not, and what is done about it:
 - variables read as an interpreter or a C library starts (PYTHON*, ARROW_*, MALLOC_*,
   GLIBC_TUNABLES, LD_*, TZ, the locale's): a process asked for with any of them other
-  than the server's is started the ordinary way (`START_TIME_VARIABLES`);
+  than the server's is started the ordinary way (`start_time`);
 - caches of the environment: tempfile's directory is forgotten in the child;
 - threads: the server refuses to start if importing left one it does not know to be
   fork-safe (jemalloc's, which re-arms itself after a fork), and the child runs
@@ -79,9 +79,11 @@ def _preload() -> None:
 
 
 def _threads() -> list[str]:
+    """The names of this process's threads but its main one and the known fork-safe."""
     tasks = Path("/proc/self/task")
-    names = [(tasks / t / "comm").read_text().strip() for t in os.listdir(tasks)]
-    return [n for n in names[1:] if n not in SAFE_THREADS] if len(names) > 1 else []
+    others = [t for t in os.listdir(tasks) if t != str(os.getpid())]
+    names = [(tasks / t / "comm").read_text().strip() for t in others]
+    return [n for n in names if n not in SAFE_THREADS]
 
 
 def _child(request: dict[str, Any], fds: list[int], closing: list[socket.socket]) -> None:
