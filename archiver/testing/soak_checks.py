@@ -235,8 +235,7 @@ def delta_equals_catalog(world: World, tries: int = 4) -> list[str]:
         log = DeltaTable(f"az://{CONTAINER}/{PREFIX}/{table}", storage_options=options)
         return set(log.get_add_actions(flatten=True).column("path").to_pylist())
 
-    problems: list[str] = []
-    for _ in range(tries):
+    for attempt in range(tries):
         before = asyncio.run(catalogued())
         logs = {table: logged(table) for table in before}
         after = asyncio.run(catalogued())
@@ -249,12 +248,12 @@ def delta_equals_catalog(world: World, tries: int = 4) -> list[str]:
                     f"{len(expected)} ({len(added - expected)} extra, "
                     f"{len(expected - added)} missing)"
                 )
-        if not problems:
-            return []
+        if not problems or attempt == tries - 1:
+            return problems
         if before == after:  # else the catalog moved while the logs were read: again
             asyncio.run(drained(world))
             time.sleep(35)
-    return problems
+    return []
 
 
 def erased_nowhere(world: World, ledger: Ledger, outputs: list[str]) -> list[str]:
