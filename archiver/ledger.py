@@ -22,9 +22,9 @@ transaction's id, the source commits, then `settle` applies it; a crash in betwe
 settled by the sweep, which asks the source (pg_xact_status) whether it committed.
 
 A crash before 3 leaves the catalog as it was and rewritten blobs nobody catalogued;
-the ledger row stays `running` with its lock free, and the next sweep (a publish job of
-the table, queued by any worker's maintenance) deletes those blobs and marks it
-abandoned. A session that ends while its process lives on frees the lock too: so each
+the ledger row stays `running` with its lock free, and the next sweep (`sweep`: every
+worker's ledger sweep, and `archiver remove-orphans` before it looks) deletes those blobs
+and marks it abandoned. A session that ends while its process lives on frees the lock too: so each
 rewrite's upload is guarded (`guard`: the lock checked before and after it), and what a
 process killed between the two leaves, the orphan sweep deletes (lifecycle.orphans). A crash after 3 leaves retired files, which the sweep takes out of the Delta
 log and deletes. So at every moment each row is catalogued once: in the old file or in
@@ -296,21 +296,27 @@ def settle(catalog: BulkConnection, operation: int) -> None:
 def sweep(
     conn: BulkConnection,
     storage: Storage,
-    source_status: Callable[[str], str | None] | None = None,
-) -> None:
-    """What dead operations left on this storage: each settled by the maintenance duty
-    (archiver.maintenance.settle), which then reaps the retired files. A dead restore into another database is settled by its source transaction's fate
-    (`source_status`: pg_xact_status on the source): committed, its intent is applied;
-    aborted, it is abandoned; in progress or forgotten, it is left, and said."""
+    source_url: str,
+) -> int:
+    """What dead operations left on this storage, settled: by the workers' ledger sweep
+    (archiver.maintenance.settle), which then reaps the retired files, and by
+    `remove-orphans` before it looks. A dead restore into another database than the
+    catalog's (only such a restore records an intent) is settled by its source
+    transaction's fate (pg_xact_status at `source_url`): committed, its intent is
+    applied; aborted, it is abandoned; in progress or forgotten, it is left, and said.
+    The number settled."""
+    source_status = _source_status(source_url)
+    settled = 0
     for operation, tables, xid, intent in run_in(
         conn, query("ledger_running"), (str(storage.location),)
     ):
         conn.commit()
         try:
             if intent is not None:
-                status = source_status(str(xid)) if source_status is not None else None
+                status = source_status(str(xid))
                 if status == "committed":
                     settle(conn, int(operation))
+                    settled += 1
                     log.warning(
                         "restore %s: its rows had moved back before its process died; "
                         "their files have now left the archive",
@@ -325,6 +331,7 @@ def sweep(
                     )  # fmt: skip
                     continue
             gone = abandon(conn, storage, int(operation), json.loads(tables), source_aborted=True)
+            settled += 1
             log.warning(
                 "archive operation %s did not finish (its process died): abandoned, "
                 "%d rewritten files deleted, the archive is as it was",
@@ -334,6 +341,7 @@ def sweep(
         finally:
             end(conn, int(operation))
     conn.commit()
+    return settled
 
 
 def reap_now(conn: BulkConnection, storage: Storage, table: str) -> int:
@@ -374,7 +382,7 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     return total
 
 
-def source_status(url: str) -> Callable[[str], str | None]:
+def _source_status(url: str) -> Callable[[str], str | None]:
     """pg_xact_status of a transaction of the source database at `url` (None: too old
     for it to remember), on a connection opened when asked: how the sweep learns the
     fate of a dead restore into another database."""

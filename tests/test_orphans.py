@@ -131,6 +131,35 @@ def test_a_rewrite_uploaded_after_its_operation_was_abandoned_is_swept(
     h.exactly_once(ids, "events", stray_blobs=frozenset({"archive/public.events/README.txt"}))
 
 
+def test_remove_orphans_settles_a_killed_erasure_first(h: Harness, tmp_path: Path) -> None:
+    """An erasure SIGKILLed after its first rewrite's upload, no worker running:
+    `remove-orphans` settles it first, as the workers' ledger sweep would (the soak's
+    end found verify reporting a killed erasure's rewrites "not in the catalog", its
+    ledger row still running when remove-orphans kept them as busy). A dry run changes
+    nothing."""
+    ids = archived_events(h)
+    catalogued = blobs(h)
+    proc = erase_paused(h, tmp_path, "erase_rewritten=pause", "failpoint erase_rewritten reached")
+    proc.kill()
+    proc.wait(10)
+    left = rewrites(h)
+    assert len(left) == 1, left
+    listed = h.cli("remove-orphans", "--grace", "0", "--dry-run")
+    assert listed.returncode == 0, listed.stderr
+    assert "kept 1 of a job or operation still running" in listed.stderr, listed.stderr
+    assert h.value("SELECT status FROM archive_ledger") == "running"
+    assert rewrites(h) == left
+    done = h.cli("remove-orphans", "--grace", "0")
+    assert done.returncode == 0, done.stderr
+    assert "archive operation 1 did not finish (its process died): abandoned" in done.stderr
+    assert "kept" not in done.stderr, done.stderr
+    assert h.value("SELECT status FROM archive_ledger") == "abandoned"
+    assert blobs(h) == catalogued
+    verify = h.cli("verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    h.exactly_once(ids, "events")
+
+
 def test_remove_orphans_lists_and_deletes_what_a_cancelled_job_left(
     h: Harness, tmp_path: Path
 ) -> None:

@@ -37,10 +37,7 @@ class LedgerSweep:
 
     def _sweep(self, tables: list[str]) -> None:
         settings = self.settings
-        status = None if settings.same_database else ledger.source_status(
-            settings.effective_source_url
-        )  # fmt: skip
         with connect_bulk(settings.database_url) as conn:
-            ledger.sweep(conn, self.storage, status)
+            ledger.sweep(conn, self.storage, settings.effective_source_url)
             for table in tables:
                 ledger.reap_now(conn, self.storage, table)

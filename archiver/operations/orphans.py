@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 
+from archiver import ledger
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError
@@ -28,13 +29,17 @@ async def remove_orphans(
     report: Report = lambda orphans: None,
 ) -> list[Orphans]:
     """Each table folder's orphans (of `table` alone: schema.table, or a bare name one
-    schema has), deleted unless `dry_run`; `report` is told each table's as it is done."""
+    schema has), deleted unless `dry_run`; `report` is told each table's as it is done.
+    What dead operations left is settled first (unless `dry_run`), as the workers' ledger
+    sweep would: a killed erasure's rewrites are its own until then, kept as "busy"."""
     from archiver.storage import open_storage
 
     storage = open_storage(settings)
     wait = grace if grace is not None else dt.timedelta(seconds=settings.orphan_grace)
 
     def run(conn: BulkConnection) -> list[Orphans]:
+        if not dry_run:
+            ledger.sweep(conn, storage, settings.effective_source_url)
         root = storage.object_name("")
         by_table = by_folder(storage.list(root), root)  # one listing of the whole storage
         tables = sorted(by_table) if table is None else [_one(table, sorted(by_table))]
