@@ -195,6 +195,9 @@ def test_an_expired_lease_is_rescued(run: Callable[[Scenario], None]) -> None:
         }
         back = await q.get(claimed[0].id)
         assert back.locked_by is None and "dead lost its lease" in (back.last_error or "")
+        [kept] = back.errors  # the lost lease is the attempt's error, as a failure's is
+        assert kept["attempt"] == 1 and kept["worker"] == "dead"
+        assert kept["error"] == back.last_error
         assert await q.heartbeat(back.id, "dead") is None  # the old holder learns it
         assert not await q.complete(back.id, "dead", {})
         [again] = await q.claim("alive", 5)

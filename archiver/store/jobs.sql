@@ -100,7 +100,8 @@ RETURNING id
 
 -- name: rescue_expired
 -- Running jobs whose worker stopped renewing its lease: requeued at once (or failed,
--- or cancelled if that was asked). Any live worker runs this; no sweeper needed.
+-- or cancelled if that was asked). Any live worker runs this; no sweeper needed. The
+-- lost lease is the attempt's error, kept among the newest 10 as fail_attempt keeps one.
 UPDATE background_jobs j
 SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                   WHEN j.attempts >= j.max_attempts THEN 'failed'
@@ -108,12 +109,20 @@ SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
     finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
                        THEN now() END,
     run_at = now(),
-    last_error = format('worker %s lost its lease (no heartbeat since %s)', j.locked_by, j.heartbeat_at),
+    last_error = lost.said,
+    errors = (SELECT COALESCE(jsonb_agg(e ORDER BY n), '[]') FROM (
+                SELECT e, n FROM jsonb_array_elements(
+                    j.errors || jsonb_build_array(jsonb_build_object(
+                        'at', now(), 'attempt', j.attempts, 'worker', j.locked_by, 'error', lost.said)))
+                    WITH ORDINALITY AS x(e, n)
+                ORDER BY n DESC LIMIT 10) kept),
     locked_by = NULL, heartbeat_at = NULL
-WHERE j.id IN (
-    SELECT id FROM background_jobs
+FROM (
+    SELECT id, format('worker %s lost its lease (no heartbeat since %s)', locked_by, heartbeat_at) AS said
+    FROM background_jobs
     WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => $1)
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED) lost
+WHERE j.id = lost.id
 RETURNING j.id, j.status
 
 -- name: prune_finished

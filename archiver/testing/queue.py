@@ -203,14 +203,17 @@ class MemoryQueue:
             if beat >= now - dt.timedelta(seconds=lease_seconds):
                 continue
             said = f"worker {job.locked_by} lost its lease (no heartbeat since {beat})"
+            entry = {"at": now.isoformat(), "attempt": job.attempts, "worker": job.locked_by,
+                     "error": said}  # fmt: skip
+            kept = [*job.errors, entry][-KEPT_ERRORS:]
             if job.cancel_requested_at is not None:
-                job = self._finish(job, Status.CANCELLED, last_error=said, run_at=now)
+                job = self._finish(job, Status.CANCELLED, last_error=said, errors=kept, run_at=now)
             elif job.attempts >= job.max_attempts:
-                job = self._finish(job, Status.FAILED, last_error=said, run_at=now)
+                job = self._finish(job, Status.FAILED, last_error=said, errors=kept, run_at=now)
             else:
                 job = self._set(
                     job, status=Status.QUEUED, finished_at=None, locked_by=None,
-                    heartbeat_at=None, last_error=said, run_at=now,
+                    heartbeat_at=None, last_error=said, errors=kept, run_at=now,
                 )  # fmt: skip
             rescued.append((job.id, job.status))
         return rescued
