@@ -19,6 +19,7 @@ from typing import IO, Any, TypeVar
 import adbc_driver_postgresql
 import asyncpg
 
+from archiver.testing.cluster import PrivateCluster
 from archiver.testing.services import with_database
 from tests.forkserver import SERVER, Forked
 
@@ -42,6 +43,21 @@ def fresh_database(prefix: str, template: str | None = None) -> Iterator[str]:
         yield with_database(ADMIN_URL, name)
     finally:
         sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def private_database(*settings: str) -> Iterator[tuple[PrivateCluster, str]]:
+    """Database `app` on a PostgreSQL cluster of the test's own (server `settings` such
+    as "wal_level=logical"), and the cluster, to restart or halt: stopped and deleted after."""
+    cluster = PrivateCluster()
+    cluster.settings = list(settings)
+    cluster.init()
+    cluster.start()
+    try:
+        sql(cluster.admin_url, "CREATE DATABASE app")
+        yield cluster, with_database(cluster.admin_url, "app")
+    finally:
+        cluster.stop()
 
 
 def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:

@@ -10,25 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from archiver.testing.cluster import PrivateCluster
 from archiver.testing.reference import seed_orders
-from archiver.testing.services import with_database
-from tests.support import run_cli, sql, sql_value, start_worker
+from tests.support import private_database, run_cli, sql, sql_value, start_worker
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def logical() -> Iterator[str]:
-    cluster = PrivateCluster()
-    cluster.settings = ["wal_level=logical", "max_replication_slots=4", "max_wal_senders=4"]
-    cluster.init()
-    cluster.start()
-    try:
-        sql(cluster.admin_url, "CREATE DATABASE app")
-        yield with_database(cluster.admin_url, "app")
-    finally:
-        cluster.stop()
+    settings = ("wal_level=logical", "max_replication_slots=4", "max_wal_senders=4")
+    with private_database(*settings) as (_, url):
+        yield url
 
 
 def changes(url: str) -> list[str]:
