@@ -9,7 +9,6 @@ weighs on both alike; each figure is the best of its rounds (one round with --qu
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from bench.common import (
     enqueue_orders,
     env_for,
     job_seconds,
+    run_process,
     run_workers,
 )
 from bench.core import Bench
@@ -36,8 +36,7 @@ def against(bench: Bench, commit: str) -> None:
         url = bench.dbs.copy(n, migrated=False)
         try:
             env = env_for(url, bench.storage("file"), None, ARCHIVER_DELTA="false")
-            subprocess.run(archiver_cmd("migrate"), env=env, cwd=root, check=True,
-                           capture_output=True)  # fmt: skip
+            run_process(archiver_cmd("migrate"), env, cwd=root, quiet=True)
             started = time.monotonic()
             enqueue_orders(env, "copy", root=root)
             run_workers(env, 1, root=root)
@@ -49,8 +48,7 @@ def against(bench: Bench, commit: str) -> None:
         url = bench.dbs.copy(n, migrated=False)
         try:
             env = env_for(url, bench.storage("az"), bench.azurite, ARCHIVER_DELTA="false")
-            subprocess.run(archiver_cmd("migrate"), env=env, cwd=root, check=True,
-                           capture_output=True)  # fmt: skip
+            run_process(archiver_cmd("migrate"), env, cwd=root, quiet=True)
             enqueue_orders(env, "move", root=root)
             run_workers(env, 1, root=root)
             return job_seconds(url)

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import time
 
 import asyncpg
 
-from bench.common import CUTOFF, ROOT, archiver_cmd, env_for, job_seconds, run_workers, sql
+from bench.common import (
+    CUTOFF,
+    archiver_cmd,
+    env_for,
+    job_seconds,
+    run_process,
+    run_workers,
+    sql,
+    start_process,
+)
 from bench.core import Bench
 from bench.jobs import claim_latencies
 
@@ -55,8 +63,7 @@ def one_real_job(bench: Bench) -> tuple[str, dict[str, str]]:
     url = bench.dbs.copy(1)
     env = env_for(url, bench.storage("file"), None, ARCHIVER_POLL_INTERVAL="30",
                   ARCHIVER_DELTA="false")  # fmt: skip
-    subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF),
-                   env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    run_process(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF), env)
     run_workers(env, 1)
     return url, env
 
@@ -116,8 +123,7 @@ def _command_ms(env: dict[str, str], args: list[str], repeat: int) -> float:
     runs = []
     for _ in range(repeat):
         started = time.perf_counter()
-        subprocess.run(archiver_cmd(*args), env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        run_process(archiver_cmd(*args), env, quiet=True)
         runs.append((time.perf_counter() - started) * 1000)
     return statistics.median(runs)
 
@@ -184,8 +190,8 @@ def many_tables(bench: Bench) -> None:
             f'schedule = "{fire} * * * * *"\n\n' for i in range(tables)))  # fmt: skip
         env = env_for(url, bench.storage("file"), None, ARCHIVER_CONFIG=str(config))
         xacts = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-        scheduler = subprocess.Popen(archiver_cmd("scheduler"), env=env, cwd=ROOT)
-        workers = [subprocess.Popen(archiver_cmd("worker"), env=env, cwd=ROOT) for _ in range(2)]
+        scheduler = start_process(archiver_cmd("scheduler"), env)
+        workers = [start_process(archiver_cmd("worker"), env) for _ in range(2)]
         # The scheduler queues the slot it missed before it started at once: once those
         # jobs are done (they find nothing), each table gets ten old rows for the slot.
         missed = ("SELECT count(*) FROM background_jobs WHERE task_name = 'archive' "

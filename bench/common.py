@@ -20,6 +20,7 @@ from archiver import db
 from archiver.bulk import connect_bulk
 from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.source.chunks import describe_archive
+from archiver.testing.forkserver import SERVER, Process
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite, with_database
 
@@ -192,15 +193,47 @@ def archiver_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "archiver", *args]
 
 
+# Set by the tests' tiny run (tests/test_bench.py), whose figures are not judged: this
+# checkout's archiver processes are forked from a server that imported archiver once
+# (archiver.testing.forkserver) instead of each importing it (~0.6 s of CPU, ~190 a run).
+# Their peak RSS then starts at the server's; a real run never forks.
+FORKED = os.environ.get("ARCHIVER_BENCH_FORKED") == "1"
+
+
+def start_process(
+    args: list[str], env: dict[str, str], *, cwd: Path = ROOT, quiet: bool = False
+) -> Process:
+    """`args` started, its output the bench's (nowhere when `quiet`)."""
+    if FORKED and cwd == ROOT and SERVER.serves(args, env):
+        with open(os.devnull, "w") as null:
+            out = null.fileno() if quiet else sys.stdout.fileno()
+            return SERVER.start(
+                args, env, cwd, out, null.fileno() if quiet else sys.stderr.fileno()
+            )
+    where = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen(args, env=env, cwd=cwd, stdout=where, stderr=where)
+
+
+def run_process(
+    args: list[str], env: dict[str, str], *, cwd: Path = ROOT, quiet: bool = False
+) -> str:
+    """`args` run to its end, which must exit 0: its output (its stderr shown unless
+    `quiet`, and in the error if it fails)."""
+    if FORKED and cwd == ROOT and SERVER.serves(args, env):
+        done = SERVER.run(args, env, cwd, None)
+    else:
+        done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True)
+    if not quiet:
+        sys.stderr.write(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[1:])}: exit {done.returncode}: {done.stderr[-800:]}")
+    return done.stdout
+
+
 def enqueue_orders(env: dict[str, str], mode: str, *extra: str, root: Path = ROOT) -> None:
     """`archiver enqueue` of the reference rows, by the archiver at `root` (a checkout)."""
-    subprocess.run(
-        archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF, "--mode", mode, *extra),
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        cwd=root,
-    )
+    run_process(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF, "--mode", mode, *extra),
+        env, cwd=root)  # fmt: skip
 
 
 def run_workers(env: dict[str, str], count: int, *args: str, root: Path = ROOT) -> list[int]:
@@ -213,8 +246,7 @@ def run_workers(env: dict[str, str], count: int, *args: str, root: Path = ROOT) 
     the parent touched 300 MB, and still after it freed them). A worker lighter than the
     bench then read as the bench (the tiny bench of a fresh clone: 165 MB both)."""
     procs = [
-        subprocess.Popen(archiver_cmd("worker", "--burst", *args), env=env, cwd=root)
-        for _ in range(count)
+        start_process(archiver_cmd("worker", "--burst", *args), env, cwd=root) for _ in range(count)
     ]
     peaks = [0] * count
     while any(proc.poll() is None for proc in procs):
@@ -249,15 +281,15 @@ def high_water_mark(pid: int | str = "self") -> int:
     return int(status.split("VmHWM:")[1].split()[0]) * 1024 if "VmHWM:" in status else 0
 
 
-def wait_measured(proc: subprocess.Popen[bytes]) -> tuple[int, int]:
+def wait_measured(proc: Process) -> tuple[int, int]:
     """Wait for `proc`: (exit code, its peak RSS). The peak is its own VmHWM, read every
     10 ms until it exits (a zombie has none), not the ru_maxrss wait4 reports, which
     starts at the bench's own peak (see run_workers)."""
     peak = 0
-    while proc.poll() is None:
+    while (code := proc.poll()) is None:
         peak = max(peak, high_water_mark(proc.pid))
         time.sleep(0.01)
-    return proc.returncode, peak
+    return code, peak
 
 
 def job_seconds(url: str) -> float:

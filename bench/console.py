@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import statistics
-import subprocess
 import threading
 import time
 import urllib.request
 
 from bench.catalog import _fill, one_real_job
-from bench.common import ROOT, archiver_cmd, sql
+from bench.common import archiver_cmd, sql, start_process
 from bench.core import Bench
 from bench.jobs import claim_latencies
 
@@ -34,10 +33,9 @@ def console_at_scale(bench: Bench) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        console = subprocess.Popen(
+        console = start_process(
             archiver_cmd("console", "--bind", f"127.0.0.1:{port}"),
-            env={**env, "ARCHIVER_CONSOLE_PUBLIC_READ": "true"},  # the bench reads unnamed
-            cwd=ROOT,
+            {**env, "ARCHIVER_CONSOLE_PUBLIC_READ": "true"},  # the bench reads unnamed
         )
         base = f"http://127.0.0.1:{port}"
         try:

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import time
 
 import asyncpg
 
 from bench.common import (
     CUTOFF,
-    ROOT,
     archiver_cmd,
     enqueue_archive,
     env_for,
     job_seconds,
     run_workers,
     sql,
+    start_process,
 )
 from bench.core import Bench
 
@@ -71,7 +70,7 @@ def one_row_jobs(bench: Bench) -> None:
     # the completion polled every 10 ms over one connection; every other job polled
     # as this bench did before 2026-11-23, over a new connection each time: a backend
     # forked every 10 ms on the worker's two cores, 53 against 47 ms in a trial
-    worker = subprocess.Popen(archiver_cmd("worker"), env=env, cwd=ROOT)
+    worker = start_process(archiver_cmd("worker"), env)
     loop = asyncio.new_event_loop()
     poller = loop.run_until_complete(asyncpg.connect(url))
     done_query = (
@@ -118,7 +117,7 @@ async def claim_latencies(env: dict[str, str], jobs: int) -> list[float]:
     """Enqueue no-op jobs one by one to two idle workers (LISTEN/NOTIFY, a 30 s poll
     interval so polling cannot help); claim time minus enqueue time, server clock."""
     url = env["ARCHIVER_DATABASE_URL"]
-    procs = [subprocess.Popen(archiver_cmd("worker"), env=env, cwd=ROOT) for _ in range(2)]
+    procs = [start_process(archiver_cmd("worker"), env) for _ in range(2)]
     conn = await asyncpg.connect(url)
     try:
         while await conn.fetchval(

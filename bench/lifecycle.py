@@ -7,11 +7,10 @@ files it rewrote against the files holding the customer's rows, and against all.
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 from archiver.text import counted
-from bench.common import CUTOFF, ROOT, archiver_cmd, env_for, run_workers, sql
+from bench.common import CUTOFF, archiver_cmd, env_for, run_process, run_workers, sql
 from bench.core import Bench
 
 ERAS = 200  # stretches of consecutive ids, each with its own 100 customers
@@ -32,8 +31,7 @@ def erase_at_scale(bench: Bench) -> None:
             customer,
         )[0]
         env = env_for(url, bench.storage("azure"), bench.azurite, ARCHIVER_DELTA="true")
-        subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF),
-                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        run_process(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF), env)
         run_workers(env, 2)  # the move, then its publication
         total, holding = sql(
             url,
@@ -61,6 +59,5 @@ def erase_at_scale(bench: Bench) -> None:
 
 def _seconds(env: dict[str, str], *args: str) -> float:
     started = time.monotonic()
-    subprocess.run(archiver_cmd(*args), env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    run_process(archiver_cmd(*args), env, quiet=True)
     return time.monotonic() - started

@@ -7,10 +7,9 @@ DuckDB's ~0.6 s among it)."""
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
 import time
 
-from bench.common import ROOT, archiver_cmd, env_for, psql_seconds, run_workers, sql
+from bench.common import archiver_cmd, env_for, psql_seconds, run_process, run_workers, sql
 from bench.core import Bench
 
 
@@ -44,8 +43,7 @@ def live_at_scale(bench: Bench) -> None:
         sql(url, "VACUUM (ANALYZE) untouched")
         half = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) - dt.timedelta(minutes=n // 2)
         env = env_for(url, bench.storage("file"), None, ARCHIVER_DELTA="false")
-        subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", half.isoformat()),
-                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        run_process(archiver_cmd("enqueue", "--table", "orders", "--before", half.isoformat()), env)
         run_workers(env, 1)
         for label, statement in queries(n).items():
             mine = min(_seconds(env, statement) for _ in range(repeat))
@@ -67,9 +65,8 @@ def files_read(bench: Bench) -> None:
     url = bench.dbs.copy(n)
     try:
         env = env_for(url, bench.storage("az"), bench.azurite, ARCHIVER_DELTA="false")
-        subprocess.run(archiver_cmd("enqueue", "--table", "orders", "--before", "2025-01-01",
-                                    "--chunk-rows", str(max(1, n // 20))),
-                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        run_process(archiver_cmd("enqueue", "--table", "orders", "--before", "2025-01-01",
+                         "--chunk-rows", str(max(1, n // 20))), env)  # fmt: skip
         run_workers(env, 1)
         total = sql(url, "SELECT count(*) FROM archive_files")[0][0]
         middle = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) - dt.timedelta(minutes=n // 2)
@@ -91,9 +88,8 @@ def files_read(bench: Bench) -> None:
             strict=True,
         ):  # fmt: skip
             can = sql(url, matching, *args)[0][0]
-            plan = subprocess.run(archiver_cmd("query", "--with-live", "--explain", statement),
-                                  env=env, check=True, capture_output=True, text=True, cwd=ROOT)  # fmt: skip
-            read = plan.stdout.count("READ_PARQUET")
+            plan = run_process(archiver_cmd("query", "--with-live", "--explain", statement), env)
+            read = plan.count("READ_PARQUET")
             bench.add(f"query --with-live over {n:,} archived rows (Azurite), {label}: files read",
                       read, total, "files", f"the {can} whose range matches", read == can)  # fmt: skip
             seconds = min(_seconds(env, statement) for _ in range(bench.args.repeat))
@@ -104,6 +100,5 @@ def files_read(bench: Bench) -> None:
 
 def _seconds(env: dict[str, str], statement: str) -> float:
     started = time.monotonic()
-    subprocess.run(archiver_cmd("query", "--with-live", statement), env=env, check=True,
-                   stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    run_process(archiver_cmd("query", "--with-live", statement), env)
     return time.monotonic() - started

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from archiver.testing.services import with_database
-from bench.common import ROOT, archiver_cmd, env_for, job_seconds, run_workers, sql
+from bench.common import archiver_cmd, env_for, job_seconds, run_process, run_workers, sql
 from bench.core import Bench
 
 
@@ -31,11 +29,8 @@ def partitions(bench: Bench) -> None:
                 env = env_for(url, bench.storage("az"), bench.azurite)
                 lsn = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8"
                 before = sql(url, lsn)[0][0]
-                subprocess.run(
-                    archiver_cmd("enqueue", "--table", "events", "--before", cutoff,
-                              "--partitions", mode),
-                    env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT,
-                )  # fmt: skip
+                run_process(archiver_cmd("enqueue", "--table", "events", "--before", cutoff,
+                                 "--partitions", mode), env)  # fmt: skip
                 run_workers(env, 2)
                 wal = sql(url, lsn)[0][0] - before
                 return job_seconds(url), wal

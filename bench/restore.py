@@ -7,18 +7,17 @@ back, with its peak RSS; ARCHIVER_DELTA=false, so no publication is waited for."
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
 import time
 
 from bench.common import (
     CUTOFF,
-    ROOT,
     archiver_cmd,
     enqueue_orders,
     env_for,
     psql_seconds,
     run_workers,
     sql,
+    start_process,
     wait_measured,
 )
 from bench.core import Bench
@@ -104,8 +103,7 @@ def restore_published(bench: Bench) -> None:
 def restore(env: dict[str, str], *args: str) -> tuple[float, int]:
     """`archiver restore --table orders …` moving rows back: (seconds, peak RSS)."""
     started = time.monotonic()
-    proc = subprocess.Popen(archiver_cmd("restore", "--table", "orders", *args), env=env,
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = start_process(archiver_cmd("restore", "--table", "orders", *args), env, quiet=True)
     code, peak = wait_measured(proc)
     seconds = time.monotonic() - started
     if code != 0:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 import time
 
 from bench.common import (
     CUTOFF,
-    ROOT,
     archiver_cmd,
     best,
     env_for,
     job_seconds,
+    run_process,
     run_workers,
     sql,
 )
@@ -76,10 +75,8 @@ def daily_jobs(bench: Bench) -> None:
             env = env_for(url, bench.storage("az"), bench.azurite)
             for mode in ("copy", "move"):
                 before = sql(url, READ)[0]
-                subprocess.run(
-                    archiver_cmd("enqueue", "--table", "orders", "--before", cutoff, "--mode", mode),
-                    env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT,
-                )  # fmt: skip
+                run_process(archiver_cmd("enqueue", "--table", "orders", "--before", cutoff, "--mode", mode),
+                    env)  # fmt: skip
                 run_workers(env, 1)
                 seconds = job_seconds(url)
                 after = sql(url, READ)[0]
@@ -115,10 +112,8 @@ def query_in_place(bench: Bench) -> None:
             key,
         )[0]
         chunk = str(max(100, n // 20))  # 20 files
-        subprocess.run(
-            archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", chunk),
-            env=env, check=True, stdout=subprocess.DEVNULL, cwd=ROOT,
-        )  # fmt: skip
+        run_process(archiver_cmd("enqueue", "--table", "orders", "--before", CUTOFF, "--chunk-rows", chunk),
+            env)  # fmt: skip
         run_workers(env, 1)
         job_seconds(url)
         queries = {
@@ -139,16 +134,14 @@ def query_in_place(bench: Bench) -> None:
 
 def _query_seconds(env: dict[str, str], sql_text: str) -> float:
     started = time.perf_counter()
-    subprocess.run(archiver_cmd("query", sql_text), env=env, check=True,
-                   stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    run_process(archiver_cmd("query", sql_text), env)
     return time.perf_counter() - started
 
 
 def _files_read(env: dict[str, str], url: str, sql_text: str) -> tuple[int, int]:
     """(files the query read, files catalogued): a file the catalog ruled out, or DuckDB
     by its ranges, is no READ_PARQUET of the plan (a Delta scan says its own count)."""
-    out = subprocess.run(archiver_cmd("query", "--explain", sql_text), env=env, check=True,
-                         capture_output=True, text=True, cwd=ROOT).stdout  # fmt: skip
+    out = run_process(archiver_cmd("query", "--explain", sql_text), env)
     total = int(sql(url, "SELECT count(*) FROM archive_files WHERE state = 'committed'")[0][0])
     found = re.search(r"Scanning Files: (\d+)/(\d+)", out)
     if found is not None:

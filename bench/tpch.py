@@ -10,14 +10,13 @@ from __future__ import annotations
 import glob
 import json
 import site
-import subprocess
 import time
 import uuid
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from archiver.testing.services import with_database
-from bench.common import ROOT, archiver_cmd, env_for, psql_seconds, run_workers, sql
+from bench.common import archiver_cmd, env_for, psql_seconds, run_process, run_workers, sql
 from bench.core import Bench
 
 QUERIES = (1, 3, 6)
@@ -78,8 +77,7 @@ def tpch_with_live(bench: Bench) -> None:
     env = env_for(url, bench.storage("file"), None, ARCHIVER_DELTA="false")
     for args in (["migrate"], ["enqueue", "--table", "orders", "--column", "o_orderdate",
                                "--before", CUTOFF, "--with-children"]):  # fmt: skip
-        subprocess.run(archiver_cmd(*args), env=env, check=True, stdout=subprocess.DEVNULL,
-                       cwd=ROOT)  # fmt: skip
+        run_process(archiver_cmd(*args), env)
     run_workers(env, 1)
     moved = sql(untouched, f"SELECT count(*) FROM orders WHERE o_orderdate < '{CUTOFF}'")[0][0]
     left = sql(url, "SELECT count(*) FROM orders")[0][0]
@@ -96,17 +94,15 @@ def tpch_with_live(bench: Bench) -> None:
 
 def _seconds(env: dict[str, str], query: str) -> float:
     started = time.monotonic()
-    subprocess.run(archiver_cmd("query", "--with-live", query), env=env, check=True,
-                   stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    run_process(archiver_cmd("query", "--with-live", query), env)
     return time.monotonic() - started
 
 
 def _same_answer(env: dict[str, str], untouched: str, query: str, n: int) -> None:
     """--with-live's rows equal PostgreSQL's over the untouched copy (numbers to the
     cent: sums of decimals may differ in their last digits between the engines)."""
-    done = subprocess.run(archiver_cmd("query", "--with-live", query, "--format", "json"),
-                          env=env, check=True, capture_output=True, text=True, cwd=ROOT)  # fmt: skip
-    mine = [list(json.loads(line).values()) for line in done.stdout.splitlines()]
+    done = run_process(archiver_cmd("query", "--with-live", query, "--format", "json"), env)
+    mine = [list(json.loads(line).values()) for line in done.splitlines()]
     theirs = [list(r.values()) for r in sql(untouched, query.rstrip().rstrip(";"))]
 
     def same(a: object, b: object) -> bool:

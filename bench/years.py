@@ -13,19 +13,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import statistics
-import subprocess
 import time
 from typing import Any
 
 from archiver.delta.commits import CHECKPOINT_EVERY, tidy
 from archiver.lifecycle.compact import DEFAULT_TARGET
 from bench.common import (
-    ROOT,
     archiver_cmd,
     enqueue_archive,
     env_for,
+    run_process,
     run_workers,
     sql,
+    start_process,
     wait_measured,
 )
 from bench.core import Bench
@@ -129,16 +129,13 @@ def _files(url: str, table: str) -> int:
 
 def _seconds(env: dict[str, str], *args: str) -> float:
     started = time.monotonic()
-    done = subprocess.run(archiver_cmd(*args), env=env, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"archiver {' '.join(args)}: {done.stderr[-400:]}")
+    run_process(archiver_cmd(*args), env, quiet=True)
     return time.monotonic() - started
 
 
 def _measured(env: dict[str, str], *args: str) -> tuple[int, int, float]:
     started = time.monotonic()
-    proc = subprocess.Popen(archiver_cmd(*args), env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = start_process(archiver_cmd(*args), env, quiet=True)
     code, peak = wait_measured(proc)
     return code, peak, time.monotonic() - started
 

@@ -8,23 +8,22 @@ import concurrent.futures
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import adbc_driver_postgresql
 import asyncpg
 
 from archiver.testing.cluster import PrivateCluster
+from archiver.testing.forkserver import SERVER
+from archiver.testing.forkserver import Process as Process  # the tests name it from here
 from archiver.testing.services import with_database
-from tests.forkserver import SERVER, Forked
 
 T = TypeVar("T")
-Process = subprocess.Popen[str] | Forked  # what start_process gives: forked, or not
 
 ROOT = Path(__file__).resolve().parent.parent
 # The driver library the adbc-driver-postgresql wheel ships (ARCHIVER_ADBC_DRIVER's default)
@@ -99,27 +98,11 @@ def archiver_cmd(*args: str) -> list[str]:
 def run_cli(
     env: dict[str, str], *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """`archiver ARGS` run to its end, its output captured (forked: tests/forkserver.py)."""
+    """`archiver ARGS` run to its end, its output captured (forked: archiver.testing.forkserver)."""
     cmd = archiver_cmd(*args)
-    if not SERVER.serves(cmd, env):
-        return subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
-        )
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = SERVER.start(cmd, env, ROOT, out.fileno(), err.fileno())
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
-        return subprocess.CompletedProcess(cmd, code, _text(out), _text(err))
-
-
-def _text(file: IO[bytes]) -> str:
-    """What a process wrote to `file`, as `text=True` reads it (universal newlines)."""
-    file.seek(0)
-    return file.read().decode().replace("\r\n", "\n").replace("\r", "\n")
+    if SERVER.serves(cmd, env):
+        return SERVER.run(cmd, env, ROOT, timeout)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 # Every process a test starts, so a failed test cannot leave one running (see conftest).
@@ -135,7 +118,7 @@ def enqueued(env: dict[str, str], *args: str) -> list[str]:
 
 def start_process(args: list[str], env: dict[str, str], log: Path | None = None) -> Process:
     """`args` started, its output to `log` (appended) or nowhere; an archiver process
-    forked from tests/forkserver.py."""
+    forked from archiver.testing.forkserver."""
     proc: Process
     if SERVER.serves(args, env):
         with open(log or os.devnull, "a") as out:

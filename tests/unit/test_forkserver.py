@@ -1,4 +1,4 @@
-"""The tests' fork server (tests/forkserver.py): a forked `archiver` behaves as a fresh
+"""The tests' fork server (archiver/testing/forkserver.py): a forked `archiver` behaves as a fresh
 one where the tests can tell -- output, exit status, environment, signals."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.forkserver import SERVER, start_time
+from archiver.testing.forkserver import SERVER, start_time
 from tests.support import ROOT, archiver_cmd, run_cli
 
 pytestmark = pytest.mark.skipif(

@@ -1,4 +1,5 @@
-"""A fork server for the CLI and worker processes the tests start: each is still a process
+"""A fork server for the CLI and worker processes the tests (and the bench, when the tests
+run it: bench/common.py) start: each is still a process
 of its own -- its own pid, environment, working directory, descriptors, exit status and
 signals, killed with SIGKILL as a real one is -- but forked from a Python that has
 imported archiver and its heavy libraries once, instead of a fresh interpreter importing
@@ -18,8 +19,8 @@ The installed entry point and a fresh interpreter's imports are tested apart
 (tests/test_wheel.py, tests/unit/test_imports.py). ARCHIVER_TEST_FORKSERVER=0 starts
 every process the ordinary way.
 
-The server is `python -m tests.forkserver SOCKET`, one per pytest process, gone when that
-process is (its stdin closes)."""
+The server is `python -m archiver.testing.forkserver SOCKET`, one per process that asks
+(a pytest process, a bench run), gone when that process is (its stdin closes)."""
 
 from __future__ import annotations
 
@@ -38,12 +39,13 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 START_TIME_PREFIXES = ("PYTHON", "ARROW_", "MALLOC_", "GLIBC_", "LD_", "LC_")
 START_TIME_NAMES = {"TZ", "LANG", "LANGUAGE"}
 SAFE_THREADS = {"jemalloc_bg_thd"}  # pyarrow's allocator's; jemalloc handles fork itself
 HEADER = struct.Struct("!I")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def start_time(env: dict[str, str]) -> dict[str, str]:
@@ -102,7 +104,7 @@ def _child(request: dict[str, Any], fds: list[int], closing: list[socket.socket]
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None
-        main = Path(__file__).resolve().parent.parent / "archiver" / "__main__.py"
+        main = ROOT / "archiver" / "__main__.py"
         sys.argv = [str(main), *request["args"]]
         code = _run()
     finally:
@@ -277,13 +279,12 @@ class Server:
                 atexit.register(shutil.rmtree, folder, True)
                 self._path = os.path.join(folder, "socket")
                 self._env = dict(os.environ)
-                root = Path(__file__).resolve().parent.parent
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "tests.forkserver", self._path],
+                    [sys.executable, "-m", "archiver.testing.forkserver", self._path],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
-                    cwd=root,
+                    cwd=ROOT,
                 )
                 assert self._proc.stdout is not None
                 said = self._proc.stdout.readline().strip()
@@ -317,7 +318,29 @@ class Server:
             os.close(stdin)
         return Forked(args, conn)
 
+    def run(
+        self, args: list[str], env: dict[str, str], cwd: Path, timeout: float | None
+    ) -> subprocess.CompletedProcess[str]:
+        """`args` forked and run to its end, its output captured as `subprocess.run`
+        with `capture_output=True, text=True` captures it."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = self.start(args, env, cwd, out.fileno(), err.fileno())
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+            return subprocess.CompletedProcess(args, code, _text(out), _text(err))
 
+
+def _text(file: IO[bytes]) -> str:
+    """What a process wrote to `file`, as `text=True` reads it (universal newlines)."""
+    file.seek(0)
+    return file.read().decode().replace("\r\n", "\n").replace("\r", "\n")
+
+
+Process = subprocess.Popen[Any] | Forked  # a process started: forked, or not
 SERVER = Server()
 
 
