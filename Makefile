@@ -49,12 +49,12 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # The whole suite: lint, the docs, then pytest against a real PostgreSQL and Azurite.
-# Two pytest processes (pytest-xdist): each test makes its own database and container,
-# each process its own template database and Azurite. TEST_WORKERS=0 runs them in one.
-# Three were 7% quicker (docs/development.md) but made test_wal_per_second's wait
-# (other sessions' WAL counts against a paced job) run past its timeout once.
+# Four pytest processes (pytest-xdist): each test makes its own database and container,
+# each process its own template database and Azurite. The tests wait on the services and
+# processes they start: two left the two cores 31% idle over a run, four 6%
+# (docs/development.md). TEST_WORKERS=0 runs them in one.
 # The 25 slowest tests are listed at the end: where the suite's time goes, on every run.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 4
 test: install lint docs $(FLAWED_DRIVER) $(CHROMIUM) $(NGINX)
 	ARCHIVER_TEST_ADMIN_URL="$$(dev/postgres.sh)" $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
