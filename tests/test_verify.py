@@ -3,10 +3,13 @@ unknown blobs are named and make it exit non-zero."""
 
 from __future__ import annotations
 
+import uuid
+
 from azure.storage.blob import BlobServiceClient
 
 from archiver.testing.reference import seed_orders
 from tests.harness import Harness
+from tests.support import start_worker, wait_for_text
 
 
 def test_verify_names_deleted_truncated_and_unknown_blobs(h: Harness) -> None:
@@ -57,3 +60,34 @@ def test_verify_catches_a_file_that_disagrees_with_its_catalog_row(h: Harness) -
     result = h.cli("verify")
     assert result.returncode != 0
     assert "catalog says ['1']..['99999']" in result.stdout, result.stdout
+
+
+def test_an_upload_in_flight_is_not_a_stray(h: Harness) -> None:
+    """A job's file uploaded and not yet committed (its worker paused before the commit)
+    is its writer's, not a problem: `verify` while the nightly jobs run said "not in
+    the catalog" of each upload in flight. A job's name whose job is not at work is
+    still named, and so is the upload once its job has failed for good."""
+    seed_orders(h.url, 3000)
+    (job,) = h.enqueue("--table", "orders", "--before", "2025-01-01")
+    log = h.tmp / "worker.log"
+    paused = {**h.env, "ARCHIVER_FAILPOINTS": "before_commit=pause"}
+    worker = start_worker(paused, log=log)
+    wait_for_text(log, "failpoint before_commit reached")
+    (uploaded,) = h.blobs()
+    stray = f"archive/public.orders/job-{uuid.uuid4()}-a001-part-00001.parquet"
+    client = BlobServiceClient.from_connection_string(
+        h.azurite.connection_string
+    ).get_container_client(h.container)
+    client.upload_blob(stray, b"no job wrote this")
+    during = h.cli("verify")
+    assert during.returncode != 0
+    assert during.stdout.splitlines() == [f"{stray}: not in the catalog"], during.stdout
+    worker.kill()
+    worker.wait(10)
+    h.sql(
+        "UPDATE background_jobs SET status = 'failed', finished_at = now() WHERE id = $1::uuid", job
+    )
+    after = h.cli("verify")
+    assert sorted(after.stdout.splitlines()) == sorted(
+        [f"{uploaded}: not in the catalog", f"{stray}: not in the catalog"]
+    ), after.stdout

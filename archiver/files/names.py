@@ -14,6 +14,7 @@ import re
 _ATTEMPT = re.compile(r"-a(\d+)-part-\d+\.parquet$")
 _REWRITE = re.compile(r"^rewrite-\d+-")
 _OPERATION = re.compile(r"/(?:rewrite-(\d+)-[^/]*|compact-(\d+)-\d+\.parquet)$")
+_JOB = re.compile(r"/job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet$")
 
 
 def file_name(table: str, job_id: str, attempt: int, part: int) -> str:
@@ -53,6 +54,12 @@ def operation_prefixes(table: str, operation: int) -> list[str]:
     """Every file ledger operation `operation` may write of `table` starts with one of
     these (its rewrites, its merge)."""
     return [rewrite_prefix(table, operation), f"{table}/compact-{operation}-"]
+
+
+def job_of(name: str) -> str | None:
+    """The job that wrote `name`; None for a rewrite's or a merge's (operation_of)."""
+    match = _JOB.search(name)
+    return match.group(1) if match else None
 
 
 def operation_of(name: str) -> int | None:

@@ -56,7 +56,12 @@ async def verify(
         prefixes = [""]
         known = await FileSelection().files(settings)
     prefixes = [storage.object_name(p) for p in prefixes]
-    problems, sound, offline = await asyncio.to_thread(_verify, storage, files, known, prefixes)
+    problems, sound, offline, unknown = await asyncio.to_thread(
+        _verify, storage, files, known, prefixes
+    )
+    problems += [
+        f"{name}: not in the catalog" for name in await _strays(settings, storage, unknown)
+    ]
     if offline:  # moved to the Archive tier outside archiver (a lifecycle rule)
         await mark_offline(settings, offline)
         if not skip_offline:
@@ -129,10 +134,31 @@ async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogF
     return list(tables)
 
 
+async def _strays(settings: Settings, storage: Storage, unknown: list[str]) -> list[str]:
+    """Of the objects the catalog did not hold when read, those nobody will catalogue:
+    not a running job's upload or a running operation's rewrite or merge (their writer
+    catalogues or deletes them; `archiver verify` while the nightly jobs run said "not
+    in the catalog" of each upload in flight), nor one a writer catalogued since (the
+    writers are asked first, the catalog then, as the orphan sweep asks them)."""
+    from archiver.files import names
+
+    if not unknown:
+        return []
+    writers = {n: names.job_of(n) or f"op:{names.operation_of(n)}" for n in unknown}
+    job_ids = sorted({w for w in writers.values() if not w.startswith("op:")})
+    operations = sorted({int(w[3:]) for w in writers.values() if w[3:].isdigit()})
+    async with db.connection(settings.database_url) as conn:
+        working = await jobs.writers_at_work(conn, job_ids, operations)
+        rest = [n for n in unknown if writers[n] not in working]
+        since = await archive_files.catalogued_among(conn, str(storage.location), rest)
+    return [n for n in rest if n not in since]
+
+
 def _verify(
     storage: Storage, files: list[CatalogFile], known: list[CatalogFile], prefixes: list[str]
-) -> tuple[list[str], list[int], list[str]]:
-    """(problems, ids of the files found sound, names found in the Archive tier)."""
+) -> tuple[list[str], list[int], list[str], list[str]]:
+    """(problems, ids of the files found sound, names found in the Archive tier, names
+    of objects the catalog does not hold)."""
     from archiver.delta.check import is_delta_log
     from archiver.verify import verify_file, verify_offline
 
@@ -153,10 +179,10 @@ def _verify(
         if not found and not f.offline and f.path not in offline:
             sound.append(f.id)
     paths = {f.path for f in known if f.storage_url == here}
-    problems += [
-        f"{o.name}: not in the catalog"
+    unknown = [
+        o.name
         for prefix in prefixes
         for o in storage.list(prefix)
         if o.name not in paths and not is_delta_log(o.name)
     ]
-    return problems, sound, offline
+    return problems, sound, offline, unknown

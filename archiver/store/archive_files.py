@@ -34,6 +34,15 @@ async def catalogued_tables(conn: asyncpg.Connection, table: str) -> list[str]:
     return [r[0] for r in await conn.fetch(query("catalogued_tables_named"), name.name)]
 
 
+async def catalogued_among(
+    conn: asyncpg.Connection, storage_url: str, paths: list[str]
+) -> set[str]:
+    """Which of `paths` the catalog holds on `storage_url`, in any state."""
+    return {
+        r[0] for r in await conn.fetch(query("catalogued_among"), storage_url, json.dumps(paths))
+    }
+
+
 async def archived_files(
     conn: asyncpg.Connection,
     *,

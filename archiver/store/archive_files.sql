@@ -228,6 +228,11 @@ WHERE id = ANY ($1::bigint[])
 -- Of files $1, those no `archiver verify` found sound since they were written.
 SELECT id FROM archive_files WHERE id = ANY ($1::bigint[]) AND verified_at IS NULL
 
+-- name: catalogued_among
+-- Which of names $2 (a JSON array) the catalog holds on storage $1, in any state.
+SELECT f.path FROM jsonb_array_elements_text($2::jsonb) n (path)
+JOIN archive_files f ON f.storage_url = $1 AND f.path = n.path
+
 -- name: orphans_catalogued
 -- Every name the catalog holds of a table's files, in any state (archiver.lifecycle.orphans).
 SELECT path FROM archive_files WHERE storage_url = $1 AND source_table = $2

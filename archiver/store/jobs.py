@@ -471,3 +471,14 @@ def set_throttled(conn: BulkConnection, job_id: str, worker: str, reason: str | 
     """Say why the job waits (None: it no longer does), in its own transaction."""
     run_in(conn, query("set_throttled"), (job_id, worker, reason or ""))
     conn.commit()
+
+
+async def writers_at_work(
+    conn: asyncpg.Connection, job_ids: list[str], operations: list[int]
+) -> set[str]:
+    """Of `job_ids` and ledger `operations`, those still at work (a job queued or
+    running, an operation running): the jobs' ids, and "op:<id>" for the operations."""
+    rows = await conn.fetch(
+        query("orphans_writers_at_work"), json.dumps(job_ids), json.dumps(operations)
+    )
+    return {str(r[0]) for r in rows}
