@@ -16,6 +16,7 @@ from tests.exactly_once import assert_exactly_once
 from tests.harness import Harness
 from tests.support import (
     assert_refused,
+    fast_env,
     job_row,
     run_cli,
     sql_value,
@@ -217,3 +218,21 @@ def test_a_job_of_no_kind_or_with_a_malformed_payload_fails_naming_it(h: Harness
         in failed["reindex"]
     )
     assert "not a publish job's payload (KeyError: 'storage_url')" in failed["publish"]
+
+
+@pytest.mark.parametrize("mode", ["move", "copy"])
+def test_a_chunk_longer_than_the_lease_keeps_its_job(h: Harness, mode: str) -> None:
+    """A chunk whose transaction outlasts the lease (a slow upload) keeps its job: its
+    checkpoint stamped heartbeat_at with its transaction's start (now(), seconds ago),
+    so the workers' rescue took the job from its healthy worker after every such chunk
+    (found by test_azurite_down_during_an_upload under load; a 60 s lease by default)."""
+    seed_orders(h.url, 12_000)  # 1,920 rows older than the cutoff: two chunks
+    slow = fast_env(h.env, ARCHIVER_LEASE_SECONDS="3", ARCHIVER_FAILPOINTS="upload_staged=sleep:4")
+    (job,) = h.enqueue("--table", "orders", "--before", "2024-12-25", "--chunk-rows", "1000",
+                       "--mode", mode)  # fmt: skip
+    log = h.tmp / "worker.log"
+    assert start_worker(slow, "--burst", log=log).wait(120) == 0
+    said = log.read_text()
+    assert "lease expired" not in said and "no longer held" not in said, said
+    row = h.sql("SELECT status, claims FROM background_jobs WHERE id = $1::uuid", job)[0]
+    assert (row["status"], row["claims"]) == ("completed", 1), said

@@ -220,7 +220,10 @@ SELECT id FROM background_jobs
 WHERE status = 'running' AND task_name = 'archive' AND payload->>'table' = $1 LIMIT 1
 
 -- name: checkpoint
-UPDATE background_jobs SET progress = $3::jsonb, heartbeat_at = now()
+-- In the chunk's own transaction, which may have begun longer ago than the lease (a slow
+-- upload): the heartbeat is the clock's, not the transaction's start (now() set it seconds
+-- back, and the rescue took the job from its healthy worker after each such chunk).
+UPDATE background_jobs SET progress = $3::jsonb, heartbeat_at = clock_timestamp()
 WHERE id = $1::uuid AND status = 'running' AND locked_by = $2
 RETURNING id
 
