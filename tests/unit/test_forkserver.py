@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -41,11 +42,15 @@ def test_a_forked_command_says_and_exits_as_a_fresh_one() -> None:
 
 
 def test_a_forked_process_dies_of_the_signal_it_is_sent() -> None:
-    env = {**os.environ, "ARCHIVER_DATABASE_URL": "postgresql://nobody@10.255.255.1:5432/x"}
-    proc = SERVER.start(archiver_cmd("jobs"), env, ROOT, 2, 2)  # connecting, for seconds
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(10) == -signal.SIGKILL
-    assert proc.poll() == -signal.SIGKILL
+    # a server that takes the connection and never answers: `jobs` waits for its reply
+    # (an unroutable address answered "rejected SSL upgrade" at once on one machine)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        env = {**os.environ, "ARCHIVER_DATABASE_URL": f"postgresql://nobody@127.0.0.1:{port}/x"}
+        proc = SERVER.start(archiver_cmd("jobs"), env, ROOT, 2, 2)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+        assert proc.poll() == -signal.SIGKILL
 
 
 def test_a_process_started_with_other_interpreter_settings_is_not_forked() -> None:
