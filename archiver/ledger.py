@@ -297,16 +297,14 @@ def sweep(
     conn: BulkConnection,
     storage: Storage,
     source_url: str,
-) -> int:
+) -> None:
     """What dead operations left on this storage, settled: by the workers' ledger sweep
     (archiver.maintenance.settle), which then reaps the retired files, and by
     `remove-orphans` before it looks. A dead restore into another database than the
     catalog's (only such a restore records an intent) is settled by its source
     transaction's fate (pg_xact_status at `source_url`): committed, its intent is
-    applied; aborted, it is abandoned; in progress or forgotten, it is left, and said.
-    The number settled."""
+    applied; aborted, it is abandoned; in progress or forgotten, it is left, and said."""
     source_status = _source_status(source_url)
-    settled = 0
     for operation, tables, xid, intent in run_in(
         conn, query("ledger_running"), (str(storage.location),)
     ):
@@ -316,7 +314,6 @@ def sweep(
                 status = source_status(str(xid))
                 if status == "committed":
                     settle(conn, int(operation))
-                    settled += 1
                     log.warning(
                         "restore %s: its rows had moved back before its process died; "
                         "their files have now left the archive",
@@ -331,7 +328,6 @@ def sweep(
                     )  # fmt: skip
                     continue
             gone = abandon(conn, storage, int(operation), json.loads(tables), source_aborted=True)
-            settled += 1
             log.warning(
                 "archive operation %s did not finish (its process died): abandoned, "
                 "%d rewritten files deleted, the archive is as it was",
@@ -341,7 +337,6 @@ def sweep(
         finally:
             end(conn, int(operation))
     conn.commit()
-    return settled
 
 
 def reap_now(conn: BulkConnection, storage: Storage, table: str) -> int:

@@ -56,10 +56,22 @@ def operation_prefixes(table: str, operation: int) -> list[str]:
     return [rewrite_prefix(table, operation), f"{table}/compact-{operation}-"]
 
 
-def job_of(name: str) -> str | None:
-    """The job that wrote `name`; None for a rewrite's or a merge's (operation_of)."""
+def writer_of(name: str) -> str | None:
+    """Who wrote `name`: its job's id, "op:<id>" for a ledger operation's rewrite or
+    merge (as the query of writers at work names them), None for a name archiver does
+    not make."""
+    if (operation := operation_of(name)) is not None:
+        return f"op:{operation}"
     match = _JOB.search(name)
     return match.group(1) if match else None
+
+
+def split_writers(writers: list[str]) -> tuple[list[str], list[int]]:
+    """`writers` (writer_of) as the query of writers at work takes them: the jobs' ids,
+    the operations' ids."""
+    job_ids = sorted({w for w in writers if not w.startswith("op:")})
+    operations = sorted({int(w[3:]) for w in writers if w.startswith("op:")})
+    return job_ids, operations
 
 
 def operation_of(name: str) -> int | None:

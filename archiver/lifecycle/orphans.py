@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -26,8 +25,6 @@ from archiver.bulk import BulkConnection, fetch_all
 from archiver.db import query
 from archiver.files import names
 from archiver.storage.seam import Storage, StoredObject
-
-_JOB = re.compile(r"job-([0-9a-f-]{36})-a\d+-part-\d+\.parquet")
 
 
 @dataclass
@@ -58,34 +55,27 @@ def find(
     here = str(storage.location)
     prefix = storage.object_name(names.job_prefix(table))
     result = Orphans(table)
-    candidates: list[tuple[StoredObject, str | None, int | None]] = []
+    candidates: list[tuple[StoredObject, str]] = []
     for stored in listed:
         rest = stored.name[len(prefix) :] if stored.name.startswith(prefix) else "/"
         if rest.startswith("_delta_log/"):
             continue
-        operation = names.operation_of(stored.name)  # a rewrite's or a merge's writer
-        by_job = _JOB.fullmatch(rest) if operation is None else None
-        if "/" in rest or (operation is None and by_job is None):
+        writer = names.writer_of(stored.name)
+        if "/" in rest or writer is None:
             result.foreign.append(stored.name)  # deeper down too: archiver makes none
             continue
-        candidates.append((stored, by_job[1] if by_job else None, operation))
+        candidates.append((stored, writer))
     if not candidates:
         return result
-    jobs = sorted({j for _, j, _ in candidates if j})
-    operations = sorted({o for _, _, o in candidates if o is not None})
     # the writers first, the catalog then: a writer done by now catalogued what it
     # kept before it was (read the other way, a file catalogued as its job finished
     # between the two reads would look an orphan)
-    working = {
-        str(r[0])
-        for r in fetch_all(
-            conn, query("orphans_writers_at_work"), (json.dumps(jobs), json.dumps(operations))
-        )
-    }
+    job_ids, operations = names.split_writers([w for _, w in candidates])
+    args = (json.dumps(job_ids), json.dumps(operations))
+    working = {str(r[0]) for r in fetch_all(conn, query("orphans_writers_at_work"), args)}
     catalogued = {r[0] for r in fetch_all(conn, query("orphans_catalogued"), (here, table))}
     candidates = [c for c in candidates if c[0].name not in catalogued]  # full object names
-    for stored, job, operation in candidates:
-        writer = f"op:{operation}" if operation is not None else job
+    for stored, writer in candidates:
         if writer in working:
             result.busy += 1
         elif stored.modified is None or now - stored.modified < grace:

@@ -144,11 +144,10 @@ async def _strays(settings: Settings, storage: Storage, unknown: list[str]) -> l
 
     if not unknown:
         return []
-    writers = {n: names.job_of(n) or f"op:{names.operation_of(n)}" for n in unknown}
-    job_ids = sorted({w for w in writers.values() if not w.startswith("op:")})
-    operations = sorted({int(w[3:]) for w in writers.values() if w[3:].isdigit()})
+    writers = {n: names.writer_of(n) for n in unknown}
     async with db.connection(settings.database_url) as conn:
-        working = await jobs.writers_at_work(conn, job_ids, operations)
+        known = [w for w in writers.values() if w is not None]
+        working = await jobs.writers_at_work(conn, *names.split_writers(known))
         rest = [n for n in unknown if writers[n] not in working]
         since = await archive_files.catalogued_among(conn, str(storage.location), rest)
     return [n for n in rest if n not in since]

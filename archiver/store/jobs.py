@@ -476,9 +476,8 @@ def set_throttled(conn: BulkConnection, job_id: str, worker: str, reason: str | 
 async def writers_at_work(
     conn: asyncpg.Connection, job_ids: list[str], operations: list[int]
 ) -> set[str]:
-    """Of `job_ids` and ledger `operations`, those still at work (a job queued or
-    running, an operation running): the jobs' ids, and "op:<id>" for the operations."""
-    rows = await conn.fetch(
-        query("orphans_writers_at_work"), json.dumps(job_ids), json.dumps(operations)
-    )
-    return {str(r[0]) for r in rows}
+    """Of these jobs and ledger operations, those still at work (a job queued or running,
+    an operation running), named as files.names.writer_of names them (archiver.lifecycle
+    .orphans asks the same on its synchronous connection)."""
+    args = json.dumps(job_ids), json.dumps(operations)
+    return {str(r[0]) for r in await conn.fetch(query("orphans_writers_at_work"), *args)}
