@@ -1,6 +1,7 @@
 """Bulk connections to PostgreSQL through the ADBC driver (rows as Arrow, COPY BINARY
-decoded in C): synchronous, run in threads. Also the check that the driver in use writes
-values back exactly, and the pool a worker keeps between jobs."""
+decoded in C): synchronous, run in threads. Also the driver's database object a process
+shares, and the pool a worker keeps between jobs. The check that the driver writes values
+back exactly is restore's (archiver.driver_check)."""
 
 from __future__ import annotations
 
@@ -168,55 +169,74 @@ def use_driver(path: str | None) -> None:
     _driver = path
 
 
-def _connect_with(driver: str, url: str) -> BulkConnection:
-    """What adbc_driver_postgresql.dbapi.connect does, with another build of its library."""
-    import adbc_driver_manager.dbapi
+class _Databases:
+    """The ADBC database object behind a process's bulk connections: one per driver and
+    URL, shared by the connections opened within `reuse_seconds` of its making.
 
-    database = adbc_driver_manager.AdbcDatabase(driver=driver, uri=url)
-    try:
-        connection = adbc_driver_manager.AdbcConnection(database)
-    except BaseException:
-        database.close()
-        raise
-    return cast(BulkConnection, adbc_driver_manager.dbapi.Connection(database, connection))
+    Making one costs ~29 ms of this process's CPU and ~13 ms of the server's (measured
+    here, adbc-driver-postgresql 1.13): the driver connects once more and reads the
+    server's whole type catalog into the database object. A connection opened from a
+    made one costs ~0.2 ms of CPU here. What the shared object cannot know, a type
+    created after it was made, archiver never reads through the driver: columns of
+    types not built in are selected as their text (archiver.pgtypes), and a domain
+    arrives as its base type. `reuse_seconds` still bounds how old its picture of the
+    server gets (its version after an upgrade, a failover behind the same name).
+
+    Connections are opened and closed outside any lock here, in whichever thread (a
+    lock held across a connect that hangs would hold up every other thread's close,
+    the worker's event loop among them). The one thing that shares is the driver's count
+    of its database's open connections, a plain integer it reports only when the
+    database is released: a miscount there is an error on release, which is ignored."""
+
+    def __init__(self, reuse_seconds: float = 300.0) -> None:
+        self.reuse_seconds = reuse_seconds
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str | None, str], tuple[float, Any]] = {}
+
+    def connect(self, driver: str | None, url: str) -> BulkConnection:
+        import adbc_driver_manager.dbapi as dbapi
+
+        holder = getattr(dbapi, "_SharedDatabase", None)  # 1.13's; without it, none is shared
+        if holder is None:
+            database = self._make(driver, url)
+            connection = adbc_driver_manager.AdbcConnection(database)
+            return cast(BulkConnection, dbapi.Connection(database, connection))
+        shared = self._held(holder, driver, url)
+        try:
+            connection = adbc_driver_manager.AdbcConnection(shared._db)
+            return cast(BulkConnection, dbapi.Connection(shared, connection))
+        finally:
+            with contextlib.suppress(adbc_driver_manager.Error):
+                shared.close()  # this call's hold: the connection keeps one of its own
+
+    def _held(self, holder: Any, driver: str | None, url: str) -> Any:
+        """The shared database of `driver` and `url`, held for the caller (who closes that
+        hold) so that a thread replacing it meanwhile cannot release it under them."""
+        key = (driver, url)
+        with self._lock:
+            made, shared = self._kept.get(key, (0.0, None))
+            if shared is not None and made >= time.monotonic() - self.reuse_seconds:
+                return shared.clone()
+        shared = holder(self._make(driver, url))  # held by this cache
+        held = shared.clone()
+        with self._lock:
+            replaced = self._kept.get(key, (0.0, None))[1]
+            self._kept[key] = (time.monotonic(), shared)
+        if replaced is not None:
+            with contextlib.suppress(adbc_driver_manager.Error):
+                replaced.close()  # this cache's hold: its open connections keep it meanwhile
+        return held
+
+    @staticmethod
+    def _make(driver: str | None, url: str) -> Any:
+        import adbc_driver_postgresql
+
+        if driver is None:
+            return adbc_driver_postgresql.connect(url)
+        return adbc_driver_manager.AdbcDatabase(driver=driver, uri=url)
 
 
-# Values of the kinds a restore writes back through the driver. Some builds of it wrote
-# two of them wrong without an error: NULL elements of arrays as "" and 0 (the 1.12.0
-# wheel, and a 1.13.0 development snapshot built from source), uuid as bytea (1.12.0).
-_PROBE = """SELECT ARRAY['a', NULL, '']::text[] AS text_array, ARRAY[1, NULL]::int8[] AS int8_array,
-  ''::text AS empty_text, NULL::text AS null_text,
-  'f47ac10b-58cc-4372-a567-0e02b2c3d479'::uuid AS uuid, '{"k": [1, null, ""]}'::jsonb AS jsonb,
-  timestamptz '2024-02-29 12:34:56.789012+00' AS timestamptz, '\\x00ff'::bytea AS bytea"""
-_PROBE_TABLE = "archiver_driver_probe"
-
-
-def driver_round_trip(conn: BulkConnection) -> list[str] | None:
-    """Read values through the driver and write them back through it (as a restore stages
-    a file), then compare their text forms in PostgreSQL: "<column> <read> came back
-    <written>" for each that changed, or None where the role may not create a temporary
-    table (which restore needs too). Rolls back: call it before other work."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT has_database_privilege(current_database(), 'TEMPORARY')")
-            if not cur.fetchall()[0][0]:
-                return None
-            cur.execute(_PROBE)
-            table = cur.fetch_arrow_table()
-            cur.adbc_ingest(_PROBE_TABLE, table, mode="create", temporary=True)
-            names = table.column_names
-            pairs = ", ".join(f"p.{n}::text, w.{n}::text" for n in names)
-            cur.execute(f"SELECT {pairs} FROM ({_PROBE}) p, pg_temp.{_PROBE_TABLE} w")
-            row = cur.fetchall()[0]
-    except adbc_driver_manager.Error as exc:
-        return [f"the round trip failed: {first_line(exc)}"]
-    finally:
-        conn.rollback()
-    return [
-        f"{name} {row[2 * i]!r} came back {row[2 * i + 1]!r}"
-        for i, name in enumerate(names)
-        if row[2 * i] != row[2 * i + 1]
-    ]
+_DATABASES = _Databases()
 
 
 def _open_bulk(url: str) -> BulkConnection:
@@ -225,7 +245,7 @@ def _open_bulk(url: str) -> BulkConnection:
     if "pyarrow.dataset" not in sys.modules:
         _DeferredModule.install("pyarrow.dataset")
     with _absent("polars"):
-        import adbc_driver_postgresql.dbapi as adbc  # imports pyarrow: only for bulk work
+        import adbc_driver_postgresql.dbapi  # noqa: F401  (imports pyarrow: only for bulk work)
 
     # pyarrow converts each statement's parameters by trying `import
     # dateutil.relativedelta`, and Python does not remember a failed import: without
@@ -233,7 +253,7 @@ def _open_bulk(url: str) -> BulkConnection:
     if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
         sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
     try:
-        conn: BulkConnection = adbc.connect(url) if _driver is None else _connect_with(_driver, url)
+        conn = _DATABASES.connect(_driver, url)
     except adbc_driver_manager.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}"
@@ -268,8 +288,8 @@ def connect_bulk(url: str) -> Iterator[BulkConnection]:
 class BulkPool:
     """ADBC connections kept between a worker's jobs.
 
-    Opening one costs ~40 ms here (the driver reads the server's type catalog on every
-    connect): two of them were more than half of a one-row job's claim -> completed. A
+    Opening one costs a server process and three round trips (~6 ms of CPU here, both
+    sides; ~40 ms before the driver's database object was shared: _Databases). A
     connection goes back to the pool only after its job ended without an exception, and
     is rolled back first; one idle longer than `idle_seconds` is closed (`prune`, called
     from the worker's loop: servers, poolers and firewalls drop idle sessions), and every

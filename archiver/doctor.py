@@ -20,8 +20,9 @@ from pathlib import Path
 import asyncpg
 
 from archiver import db
-from archiver.bulk import connect_bulk, driver_round_trip
+from archiver.bulk import connect_bulk
 from archiver.config import ConfigFile, Settings
+from archiver.driver_check import driver_round_trip
 from archiver.errors import ArchiverError, first_line
 from archiver.grants import QUEUE_TABLES
 from archiver.ident import TableName

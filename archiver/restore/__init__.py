@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from archiver import failpoints, ledger
-from archiver.bulk import BulkConnection, BulkCursor, driver_round_trip
+from archiver import driver_check, failpoints, ledger
+from archiver.bulk import BulkConnection, BulkCursor
 from archiver.db import query
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.files import names
@@ -268,7 +268,7 @@ def restore(
     tables = list(dict.fromkeys(f.source_table for f in plan.files))
     if len(tables) > 1 and plan.into is not None:
         raise InputError(f"files of several tables match ({', '.join(tables)}); --into takes one")
-    changed = driver_round_trip(conn)
+    changed = driver_check.driver_round_trip(conn)
     if changed:
         raise RestoreFailed(
             "restore refused, nothing changed: the ADBC driver does not write back what it "

@@ -21,6 +21,7 @@ DATA_PATH = (
     "archiver.parquet",
     "archiver.storage",
     "archiver.bulk",
+    "archiver.driver_check",
     "archiver.catalog",
     "archiver.restore",
     "archiver.files",
@@ -189,7 +190,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # the data path
         "archiver.source", "archiver.pgtypes", "archiver.parquet", "archiver.storage",
         "archiver.catalog", "archiver.restore", "archiver.verify", "archiver.delta",
-        "archiver.ledger",
+        "archiver.ledger", "archiver.driver_check",
         "archiver.files", "archiver.lifecycle",
     ),
     ("archiver.store", "archiver.bulk", "archiver.db"),  # the store and its two drivers
