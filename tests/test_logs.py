@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -63,9 +64,10 @@ def test_worker_and_cli_logs(
         assert started.returncode == 0 and f"Arrow memory pool {used})" in started.stderr
     outputs += [run_cli(env, "-v", *args) for args in (["status"], ["jobs"], ["show", failed])]
     # errors that carry the secrets: an unreachable database, an unreachable blob endpoint
-    bad_db = {**env, "ARCHIVER_DATABASE_URL": with_password(database_url).replace("5432", "1")}
-    outputs.append(run_cli(bad_db, "-v", "status"))
     closed = f"127.0.0.1:{free_port()}"
+    served = urlsplit(database_url).netloc.rpartition("@")[2]  # whichever server the run uses
+    bad_db = {**env, "ARCHIVER_DATABASE_URL": with_password(database_url).replace(served, closed)}
+    outputs.append(run_cli(bad_db, "-v", "status"))
     bad_blob = {
         **env,
         "AZURE_STORAGE_CONNECTION_STRING": env["AZURE_STORAGE_CONNECTION_STRING"].replace(
