@@ -75,13 +75,22 @@ def test_supervisor_runs_restarts_and_stops_the_system(
 
         killed = int(ctl(env, "pid", "archiver:worker-00").stdout)
         os.kill(killed, signal.SIGKILL)
+        worker_log = log_dir / "worker-00.log"
+        before_restart = worker_log.stat().st_size if worker_log.exists() else 0
         result = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31")
         assert result.returncode == 0, result.stderr
         job_id = result.stdout.strip()
 
         def restarted() -> bool:
+            """Its new process RUNNING and past its start (supervisord calls it RUNNING a
+            second after the spawn: a stop before the worker's signal handlers are in place
+            ends it by SIGTERM, not by its graceful stop, and this test checks that)."""
             pid = ctl(env, "pid", "archiver:worker-00").stdout.strip()
-            return pid.isdigit() and int(pid) not in (0, killed) and running(env) == everyone
+            if not (pid.isdigit() and int(pid) not in (0, killed) and running(env) == everyone):
+                return False
+            with worker_log.open("rb") as log:
+                log.seek(before_restart)
+                return b"started (concurrency" in log.read()
 
         wait_until(restarted, timeout=60, what="worker-00 restarted")
         wait_until(
