@@ -74,9 +74,9 @@ def test_supervisor_runs_restarts_and_stops_the_system(
         wait_until(lambda: _answers(console), timeout=30, what="the console to answer")
 
         killed = int(ctl(env, "pid", "archiver:worker-00").stdout)
-        os.kill(killed, signal.SIGKILL)
         worker_log = log_dir / "worker-00.log"
         before_restart = worker_log.stat().st_size if worker_log.exists() else 0
+        os.kill(killed, signal.SIGKILL)
         result = run_cli(env, "enqueue", "--table", "orders", "--before", "2024-12-31")
         assert result.returncode == 0, result.stderr
         job_id = result.stdout.strip()

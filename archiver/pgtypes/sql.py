@@ -191,7 +191,11 @@ def plan_column(column: Column, as_text: bool = False) -> ColumnPlan:
                 f" OR EXISTS (SELECT FROM unnest({{c}}) e WHERE {element_special.format(c='e')})"
             )
         element = _STANDARD[column.element][0].split(" (")[0]
-        value = f"{c}::text[]" if column.element in AS_TEXT else c
+        value = c
+        if column.element in AS_TEXT:
+            value = f"{c}::text[]"
+        elif column.base_schema is not None:  # an array of a domain: a type not built in,
+            value = f"{c}::pg_catalog.{column.element}[]"  # which the driver would not know
         return ColumnPlan(column, value, special.format(c=c), f"LIST<{element}>")
     if base == "money":  # ::text depends on lc_monetary; numeric is exact
         return ColumnPlan(column, f"{c}::numeric::text", None, "STRING (numeric text)")

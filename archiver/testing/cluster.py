@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,24 +130,44 @@ class PrivateCluster:
 def main(argv: list[str]) -> int:
     """`python -m archiver.testing.cluster -- CMD...`: CMD run with ARCHIVER_TEST_ADMIN_URL
     naming a cluster of its own (autovacuum off, as on this project's CI server), stopped
-    and deleted after; CMD run as it is when ARCHIVER_TEST_ADMIN_URL is set already."""
+    and deleted after; CMD run as it is when ARCHIVER_TEST_ADMIN_URL is set already, or
+    when the machine has no initdb (the tests then use 127.0.0.1:5432). SIGINT reaches
+    CMD from the terminal, SIGTERM is passed on: the cluster is stopped after CMD ends."""
     command = argv[1:] if argv[:1] == ["--"] else argv
     if not command:
         print("usage: python -m archiver.testing.cluster -- COMMAND...", file=sys.stderr)
         return 2
-    if os.environ.get("ARCHIVER_TEST_ADMIN_URL"):
-        return subprocess.run(command).returncode
-    cluster = PrivateCluster()
-    cluster.settings = ["autovacuum=off", "max_connections=200"]
+    env = dict(os.environ)
+    cluster = None
+    if not env.get("ARCHIVER_TEST_ADMIN_URL"):
+        try:
+            which_pg_bin("initdb")
+        except RuntimeError as exc:
+            print(f"archiver.testing.cluster: {exc}; using 127.0.0.1:5432", file=sys.stderr)
+        else:
+            cluster = PrivateCluster()
+            cluster.settings = ["autovacuum=off", "max_connections=200"]
     try:
-        cluster.init()
-        cluster.start()
-        env = {**os.environ, "ARCHIVER_TEST_ADMIN_URL": cluster.admin_url}
-        return subprocess.run(command, env=env).returncode
-    except KeyboardInterrupt:
-        return 130
+        if cluster is not None:
+            try:
+                cluster.init()
+                cluster.start()
+            except subprocess.CalledProcessError as exc:
+                said = (exc.stderr or b"").decode(errors="replace").strip()
+                print(f"archiver.testing.cluster: {exc}: {said}", file=sys.stderr)
+                return 1
+            env["ARCHIVER_TEST_ADMIN_URL"] = cluster.admin_url
+        proc = subprocess.Popen(command, env=env)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to CMD too
+        signal.signal(signal.SIGTERM, lambda sig, _: proc.send_signal(sig))
+        code = proc.wait()
+        return 128 - code if code < 0 else code  # killed by a signal: 128 + its number
     finally:
-        cluster.stop()
+        if cluster is not None:
+            try:
+                cluster.stop()
+            except subprocess.CalledProcessError as exc:  # never in place of CMD's status
+                print(f"archiver.testing.cluster: stopping: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
