@@ -20,7 +20,8 @@ from archiver import db
 from archiver.bulk import connect_bulk
 from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.source.chunks import describe_archive
-from archiver.testing.forkserver import SERVER, Process
+from archiver.testing import forkserver
+from archiver.testing.forkserver import Process
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import Azurite, with_database
 
@@ -204,14 +205,11 @@ def start_process(
     args: list[str], env: dict[str, str], *, cwd: Path = ROOT, quiet: bool = False
 ) -> Process:
     """`args` started, its output the bench's (nowhere when `quiet`)."""
-    if FORKED and cwd == ROOT and SERVER.serves(args, env):
-        with open(os.devnull, "w") as null:
-            out = null.fileno() if quiet else sys.stdout.fileno()
-            return SERVER.start(
-                args, env, cwd, out, null.fileno() if quiet else sys.stderr.fileno()
-            )
-    where = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen(args, env=env, cwd=cwd, stdout=where, stderr=where)
+    with open(os.devnull, "w") as null:
+        out, err = (null, null) if quiet else (sys.stdout, sys.stderr)
+        return forkserver.start(
+            args, env, cwd, out.fileno(), err.fileno(), fork=FORKED and cwd == ROOT
+        )
 
 
 def run_process(
@@ -219,10 +217,7 @@ def run_process(
 ) -> str:
     """`args` run to its end, which must exit 0: its output (its stderr shown unless
     `quiet`, and in the error if it fails)."""
-    if FORKED and cwd == ROOT and SERVER.serves(args, env):
-        done = SERVER.run(args, env, cwd, None)
-    else:
-        done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True)
+    done = forkserver.run(args, env, cwd, fork=FORKED and cwd == ROOT)
     if not quiet:
         sys.stderr.write(done.stderr)
     if done.returncode != 0:

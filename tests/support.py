@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import adbc_driver_postgresql
 import asyncpg
 
+from archiver.testing import forkserver
 from archiver.testing.cluster import PrivateCluster
-from archiver.testing.forkserver import SERVER
 from archiver.testing.forkserver import Process as Process  # the tests name it from here
 from archiver.testing.services import with_database
 
@@ -99,10 +99,7 @@ def run_cli(
     env: dict[str, str], *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`archiver ARGS` run to its end, its output captured (forked: archiver.testing.forkserver)."""
-    cmd = archiver_cmd(*args)
-    if SERVER.serves(cmd, env):
-        return SERVER.run(cmd, env, ROOT, timeout)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return forkserver.run(archiver_cmd(*args), env, ROOT, timeout)
 
 
 # Every process a test starts, so a failed test cannot leave one running (see conftest).
@@ -119,19 +116,8 @@ def enqueued(env: dict[str, str], *args: str) -> list[str]:
 def start_process(args: list[str], env: dict[str, str], log: Path | None = None) -> Process:
     """`args` started, its output to `log` (appended) or nowhere; an archiver process
     forked from archiver.testing.forkserver."""
-    proc: Process
-    if SERVER.serves(args, env):
-        with open(log or os.devnull, "a") as out:
-            proc = SERVER.start(args, env, ROOT, out.fileno(), out.fileno())
-    elif log is None:
-        proc = subprocess.Popen(
-            args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
-        )
-    else:
-        with log.open("a") as out:  # the child keeps its own descriptor
-            proc = subprocess.Popen(
-                args, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=ROOT
-            )
+    with open(log or os.devnull, "a") as out:  # the child keeps its own descriptor
+        proc = forkserver.start(args, env, ROOT, out.fileno(), out.fileno())
     STARTED.append(proc)
     return proc
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from archiver import db
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError, OfflineError
+from archiver.files import names
 from archiver.ident import TableName, as_typed
 from archiver.model import ArchiveRequest, CatalogFile, FileState
 from archiver.operations.inspect import aggregate_children
@@ -31,7 +32,6 @@ async def verify(
     files cannot be read: refused in one line, or with `skip_offline` checked by what
     the service reports of them (size and MD5). Each file found sound is marked so
     (`archiver tier --tier Archive` takes only those)."""
-    from archiver.files import names
     from archiver.storage import open_storage
 
     files = await selection.files(settings)
@@ -140,8 +140,6 @@ async def _strays(settings: Settings, storage: Storage, unknown: list[str]) -> l
     catalogues or deletes them; `archiver verify` while the nightly jobs run said "not
     in the catalog" of each upload in flight), nor one a writer catalogued since (the
     writers are asked first, the catalog then, as the orphan sweep asks them)."""
-    from archiver.files import names
-
     if not unknown:
         return []
     writers = {n: names.writer_of(n) for n in unknown}

@@ -286,6 +286,7 @@ class Server:
                     text=True,
                     cwd=ROOT,
                 )
+                atexit.register(self._stop)
                 assert self._proc.stdout is not None
                 said = self._proc.stdout.readline().strip()
                 if said != "ready":
@@ -294,6 +295,19 @@ class Server:
                         "see its stderr above; ARCHIVER_TEST_FORKSERVER=0 runs without it"
                     )
             return self._path
+
+    def _stop(self) -> None:
+        """As this process exits: the server's stdin closed (it ends, and kills what it
+        still runs), then waited for."""
+        proc = self._proc
+        if proc is None:
+            return
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
 
     def serves(self, args: list[str], env: dict[str, str]) -> bool:
         """Whether the process `args` asks for can be forked from the server."""
@@ -342,6 +356,31 @@ def _text(file: IO[bytes]) -> str:
 
 Process = subprocess.Popen[Any] | Forked  # a process started: forked, or not
 SERVER = Server()
+
+
+def start(
+    args: list[str], env: dict[str, str], cwd: Path, stdout: int, stderr: int, *, fork: bool = True
+) -> Process:
+    """`args` started, its stdout and stderr these descriptors: forked where the server
+    serves it (and `fork`), else a process of its own."""
+    if fork and SERVER.serves(args, env):
+        return SERVER.start(args, env, cwd, stdout, stderr)
+    return subprocess.Popen(args, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+
+
+def run(
+    args: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    timeout: float | None = None,
+    *,
+    fork: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`args` run to its end, its output captured as text: forked where the server serves
+    it (and `fork`), else a process of its own."""
+    if fork and SERVER.serves(args, env):
+        return SERVER.run(args, env, cwd, timeout)
+    return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 if __name__ == "__main__":
