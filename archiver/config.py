@@ -446,6 +446,76 @@ class Settings:
         sub_path,
         shown="none",
     )
+    serve_bind: str = _setting(
+        "127.0.0.1:6432",
+        "ARCHIVER_SERVE_BIND",
+        "where `archiver serve` listens (HOST:PORT); beyond loopback only with TLS or ARCHIVER_SERVE_ALLOW_PLAINTEXT",
+        _text,
+    )
+    serve_user: str = _setting(
+        "archiver",
+        "ARCHIVER_SERVE_USER",
+        "the one user `archiver serve` lets read (any database name is accepted)",
+        _text,
+    )
+    serve_password: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_PASSWORD",
+        "that user's password, checked by SCRAM-SHA-256; serve refuses to start without it (a secret: never logged or shown)",
+        _text,
+        shown="—",
+    )
+    serve_tls_cert: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_TLS_CERT",
+        "a PEM certificate (chain) file: with ARCHIVER_SERVE_TLS_KEY, serve speaks TLS and refuses clients that do not",
+        _text,
+        shown="none",
+    )
+    serve_tls_key: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_TLS_KEY",
+        "the certificate's PEM private key file",
+        _text,
+        shown="none",
+    )
+    serve_allow_plaintext: bool = _setting(
+        False,
+        "ARCHIVER_SERVE_ALLOW_PLAINTEXT",
+        "`true`: serve may listen beyond loopback without TLS (a private network's own encryption, say)",
+        _flag,
+    )
+    serve_max_connections: int = _setting(
+        64,
+        "ARCHIVER_SERVE_MAX_CONNECTIONS",
+        "connections `archiver serve` holds at once; one more is refused (SQLSTATE 53300)",
+        _number(int, 1),
+    )
+    serve_idle_timeout: float = _setting(
+        3600.0,
+        "ARCHIVER_SERVE_IDLE_TIMEOUT",
+        "seconds a client may send nothing before serve closes its connection (0: never)",
+        _number(float, 0.0),
+    )
+    serve_statement_timeout: float = _setting(
+        300.0,
+        "ARCHIVER_SERVE_STATEMENT_TIMEOUT",
+        "seconds one statement may run in serve before it is cancelled (SQLSTATE 57014; 0: never)",
+        _number(float, 0.0),
+    )
+    serve_memory_limit: int = _setting(
+        1024**3,
+        "ARCHIVER_SERVE_MEMORY_LIMIT",
+        "memory the statements `archiver serve` runs may hold together (DuckDB's memory_limit; `512MB`, `2GB`)",
+        _size,
+        shown="1GB",
+    )
+    serve_threads: int = _setting(
+        2,
+        "ARCHIVER_SERVE_THREADS",
+        "DuckDB threads one statement of `archiver serve` may use",
+        _number(int, 1),
+    )
     failpoints: str = _setting(
         "",
         "ARCHIVER_FAILPOINTS",

@@ -1,5 +1,6 @@
 """The long-running processes supervisord keeps alive: `worker`, `scheduler`,
-`console` (each until SIGTERM)."""
+`console`, `serve` (each until SIGTERM); and `attach`, which points the application's
+database at `serve`."""
 
 from __future__ import annotations
 
@@ -35,6 +36,50 @@ def add_parsers(sub: Subcommands) -> None:
         help="the sub-path a reverse proxy serves it under, e.g. /archiver (default ARCHIVER_CONSOLE_ROOT_PATH)",
     )
     p.set_defaults(func=cmd_console)
+
+    p = sub.add_parser(
+        "serve", help="answer SQL over the archive as a read-only PostgreSQL server until SIGTERM"
+    )
+    p.add_argument("--bind", help="HOST:PORT (default ARCHIVER_SERVE_BIND, 127.0.0.1:6432)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "attach",
+        help="in the application's database: a foreign table of a table's archive and a view "
+        "of all its rows, live or archived (postgres_fdw to archiver serve)",
+    )
+    p.add_argument("--table", required=True, help="the archived table (schema.table)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="where serve listens, as the database server reaches it"
+    )
+    p.add_argument("--port", type=positive_int, default=6432, help="serve's port (default 6432)")
+    p.add_argument(
+        "--schema",
+        default="archive",
+        help="where the foreign tables and the view go (default archive)",
+    )
+    p.add_argument(
+        "--server",
+        default="archiver_archive",
+        help="the foreign server's name (default archiver_archive)",
+    )
+    p.add_argument(
+        "--sslmode",
+        default="require",
+        choices=("disable", "prefer", "require", "verify-ca", "verify-full"),
+        help="libpq's sslmode for the connection to serve (default require)",
+    )
+    p.add_argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a role that may read the view and the foreign table (repeat)",
+    )
+    p.add_argument(
+        "--drop", action="store_true", help="drop the table's view and foreign tables instead"
+    )
+    p.set_defaults(func=cmd_attach)
 
 
 def root_path(text: str) -> str:
@@ -77,4 +122,47 @@ async def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
     root = args.root_path if args.root_path is not None else settings.console_root_path
     await serve(settings, args.config_file, args.bind or settings.console_bind, root)
+    return 0
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver.serve.server import serve
+
+    await serve(settings, args.bind or settings.serve_bind)
+    return 0
+
+
+async def cmd_attach(args: argparse.Namespace, settings: Settings) -> int:
+    from archiver import db
+    from archiver.serve import attach
+
+    async with db.connection(settings.effective_source_url) as conn:
+        if args.drop:
+            table = await attach.detach(conn, args.table, schema=args.schema)
+            print(f"dropped the view and foreign tables of {table} in schema {args.schema}")
+            return 0
+        done = await attach.attach(
+            conn,
+            settings,
+            args.table,
+            host=args.host,
+            port=args.port,
+            schema=args.schema,
+            server=args.server,
+            sslmode=args.sslmode,
+            grants=tuple(args.grant),
+        )
+    names = f"{done.schema}.{done.table.split('.', 1)[1]}"
+    print(
+        f"{names}: the archived rows of {done.table} ({done.columns} columns), through {done.server}"
+    )
+    if done.view:
+        print(f"{names}_all: every row of {done.table}, live or archived, each once")
+    else:
+        print(
+            f"no {names}_all view: the catalog is not in this database (ARCHIVER_SOURCE_URL), "
+            "so no snapshot here sees which files hold the archived rows"
+        )
+    if done.granted:
+        print(f"granted to: {', '.join(done.granted)}")
     return 0

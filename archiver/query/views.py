@@ -95,7 +95,7 @@ def _archived(con: Any, files: list[tuple[str, File]]) -> str:
         scan = "read_parquet('" + uri.replace("'", "''") + "')"
         columns = [c for c in _describe(con, f"SELECT * FROM {scan}")]
         kinds = {c.name: c.kind for c in columns if not c.name.endswith(PG_TEXT_SUFFIX)}
-        ranges = _ranges(file, kinds)
+        ranges = file_ranges(file, kinds)
         parts.append(
             f"SELECT * FROM (SELECT {', '.join(map(quote_ident, kinds))} FROM {scan})"
             + (f" WHERE {ranges}" if ranges else "")
@@ -137,7 +137,7 @@ def _union(con: Any, schema: str, name: str, files: list[tuple[str, File]]) -> s
             c for c in archived if c not in kinds and not c.endswith(PG_TEXT_SUFFIX)
         ]  # columns dropped since they were archived
         cols += [quote_ident(c) for c in dropped]
-        ranges = _ranges(file, kinds)
+        ranges = file_ranges(file, kinds)
         parts.append(
             f"SELECT * FROM (SELECT {', '.join(cols)}, 'archive' AS {SOURCE} FROM {scan})"
             + (f" WHERE {ranges}" if ranges else "")
@@ -150,7 +150,7 @@ def _union(con: Any, schema: str, name: str, files: list[tuple[str, File]]) -> s
 INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
 
 
-def _ranges(file: File, kinds: dict[str, str]) -> str:
+def file_ranges(file: File, kinds: dict[str, str]) -> str:
     """SQL: the catalog's ranges of `file`, as constants of the view's types, where
     DuckDB orders them as PostgreSQL does (integer keys; date and timestamp cutoffs,
     never NULL in an archived row): a true statement about every row of the file."""

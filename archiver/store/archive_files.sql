@@ -127,8 +127,10 @@ FOR UPDATE
 
 -- name: ledger_retire
 -- A compaction's inputs are kept on storage a day after they leave the Delta log (for
--- readers that opened the table before); what other operations retire goes at once.
-UPDATE archive_files SET state = 'retired', retired_by = $2::bigint,
+-- readers that opened the table before); what other operations retire goes as soon as
+-- no snapshot sees it committed (retired_xid: archiver_seen_committed, for the readers of
+-- the views archiver attach makes).
+UPDATE archive_files SET state = 'retired', retired_by = $2::bigint, retired_xid = pg_current_xact_id(),
     kept_until = CASE WHEN (SELECT operation FROM archive_ledger WHERE id = $2::bigint) = 'compact'
                       THEN now() + interval '1 day' END
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'committed'
@@ -152,7 +154,7 @@ SELECT f.id, f.path FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
   AND (f.publication IS NULL OR f.unpublication <= d.published) AND f.id > $3::bigint
-  AND (f.kept_until IS NULL OR f.kept_until <= now())
+  AND (f.kept_until IS NULL OR f.kept_until <= now()) AND NOT archiver_seen_committed(f.retired_xid)
 ORDER BY f.id LIMIT 1000
 
 -- name: reaped

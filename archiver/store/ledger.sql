@@ -95,4 +95,4 @@ SELECT DISTINCT f.source_table FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.state = 'retired'
   AND (f.publication IS NULL OR f.unpublication <= d.published)
-  AND (f.kept_until IS NULL OR f.kept_until <= now())
+  AND (f.kept_until IS NULL OR f.kept_until <= now()) AND NOT archiver_seen_committed(f.retired_xid)

@@ -1,0 +1,104 @@
+"""SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL runs it, the server's side. libpq
+sends an empty user name in its first message (`n=,r=…`: PostgreSQL takes the user from
+the start-up packet), which scramp's server refuses, so the exchange is here; the
+password is prepared as PostgreSQL prepares it (SASLprep, scramp's, where it applies)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+ITERATIONS = 4096  # PostgreSQL's scram_iterations default
+
+
+class ScramError(Exception):
+    """The client's messages are malformed, or its proof is wrong."""
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """What the server keeps of a password: never the password."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def of(cls, password: str, iterations: int = ITERATIONS) -> Verifier:
+        from scramp.utils import saslprep
+
+        try:
+            prepared = saslprep(password)
+        except Exception:  # PostgreSQL uses the raw password where SASLprep fails
+            prepared = password
+        salt = secrets.token_bytes(16)
+        salted = hashlib.pbkdf2_hmac("sha256", prepared.encode(), salt, iterations)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        server_key = hmac.digest(salted, b"Server Key", "sha256")
+        return cls(salt, iterations, hashlib.sha256(client_key).digest(), server_key)
+
+
+def _attributes(message: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in message.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or len(key) != 1:
+            raise ScramError(f"malformed attribute {part[:20]!r}")
+        out.setdefault(key, value)
+    return out
+
+
+class Exchange:
+    """One client's exchange: first(client_first) -> server_first, then
+    final(client_final) -> server_final, or ScramError."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+        self._bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._header = ""
+
+    def first(self, client_first: str) -> str:
+        flag, sep, rest = client_first.partition(",")
+        if flag not in ("n", "y") or not sep:
+            raise ScramError("channel binding is not offered here (use n or y)")
+        authzid, sep, bare = rest.partition(",")
+        if not sep:
+            raise ScramError("malformed client-first message")
+        nonce = _attributes(bare).get("r", "")
+        if not nonce:
+            raise ScramError("the client-first message has no nonce")
+        self._header = f"{flag},{authzid},"
+        self._bare = bare
+        self._nonce = nonce + base64.b64encode(secrets.token_bytes(18)).decode()
+        salt = base64.b64encode(self.verifier.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={self.verifier.iterations}"
+        return self._server_first
+
+    def final(self, client_final: str) -> str:
+        without_proof, sep, proof_part = client_final.rpartition(",p=")
+        if not sep:
+            raise ScramError("the client-final message has no proof")
+        attributes = _attributes(without_proof)
+        if attributes.get("r") != self._nonce:
+            raise ScramError("the nonce does not match")
+        if base64.b64decode(attributes.get("c", "")).decode(errors="replace") != self._header:
+            raise ScramError("the channel binding does not match")
+        try:
+            proof = base64.b64decode(proof_part, validate=True)
+        except ValueError:
+            raise ScramError("the proof is not base64") from None
+        message = f"{self._bare},{self._server_first},{without_proof}".encode()
+        signature = hmac.digest(self.verifier.stored_key, message, "sha256")
+        if len(proof) != len(signature):
+            raise ScramError("the proof has the wrong length")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.sha256(client_key).digest(), self.verifier.stored_key):
+            raise ScramError("wrong password")
+        server_signature = hmac.digest(self.verifier.server_key, message, "sha256")
+        return "v=" + base64.b64encode(server_signature).decode()

@@ -1,0 +1,304 @@
+"""`archiver serve`: the checks on where it listens and who may read, then a PostgreSQL
+protocol server until SIGTERM: TLS when a certificate is configured, SCRAM-SHA-256
+(archiver.serve.scram) for the one user settings name, a maximum of connections, an idle timeout,
+messages of bounded size, and each connection's failures kept to that connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import signal
+import ssl
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from archiver.config import Settings
+from archiver.errors import ConfigError, first_line
+from archiver.serve import scram, wire
+from archiver.serve.archive import ServedArchive
+from archiver.serve.session import Session
+from archiver.web.middleware import is_loopback
+from archiver.web.server import parse_bind
+
+log = logging.getLogger(__name__)
+
+SCRAM = "SCRAM-SHA-256"
+MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's parameters
+AUTH_SECONDS = 10.0  # for the start-up and the password exchange
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where serve listens and how: checked once, before anything is opened."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None
+
+
+def check(settings: Settings, bind: str) -> Listen:
+    """One line naming the problem when serve must not start as configured: no
+    password, a half-configured certificate, or a bind beyond loopback without TLS that
+    ARCHIVER_SERVE_ALLOW_PLAINTEXT does not allow."""
+    host, port = parse_bind(bind)
+    if not settings.serve_password:
+        raise ConfigError(
+            "serve: ARCHIVER_SERVE_PASSWORD is not set: every client must authenticate "
+            "(SCRAM-SHA-256; postgres_fdw refuses a non-superuser's server without one)"
+        )
+    cert, key = settings.serve_tls_cert, settings.serve_tls_key
+    if bool(cert) != bool(key):
+        raise ConfigError(
+            "serve: ARCHIVER_SERVE_TLS_CERT and ARCHIVER_SERVE_TLS_KEY go together: set both"
+        )
+    tls = None
+    if cert and key:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            tls.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"serve: the TLS certificate or key cannot be loaded: {exc}"
+            ) from None
+    elif not is_loopback(host) and not settings.serve_allow_plaintext:
+        raise ConfigError(
+            f"serve: refusing to listen on {host}, beyond this machine, without TLS: set "
+            "ARCHIVER_SERVE_TLS_CERT and ARCHIVER_SERVE_TLS_KEY, or "
+            "ARCHIVER_SERVE_ALLOW_PLAINTEXT=true where the network is private"
+        )
+    return Listen(host, port, tls)
+
+
+class Server:
+    """The listening socket's connections, each a Session after its start-up."""
+
+    def __init__(self, settings: Settings, listen: Listen, archive: ServedArchive) -> None:
+        self.settings = settings
+        self.listen = listen
+        self.archive = archive
+        self.executor = ThreadPoolExecutor(
+            max_workers=settings.serve_max_connections, thread_name_prefix="serve"
+        )
+        self.connections: set[asyncio.Task[None]] = set()
+        self._keys: dict[tuple[int, int], Session] = {}
+        self._pids = itertools.count(1)
+        self._verifier = scram.Verifier.of(settings.serve_password or "")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        server = await asyncio.start_server(
+            self._connection, self.listen.host, self.listen.port, reuse_address=True
+        )
+        names = ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
+        log.info(
+            "serve: listening on %s (%s, user %s, at most %d connections)",
+            names,
+            "TLS required" if self.listen.tls else "no TLS",
+            self.settings.serve_user,
+            self.settings.serve_max_connections,
+        )
+        async with server:
+            await stop.wait()
+            server.close()
+            for task in list(self.connections):
+                task.cancel()
+            await asyncio.gather(*self.connections, return_exceptions=True)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        log.info("serve: stopped")
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = writer.get_extra_info("peername")
+        if len(self.connections) >= self.settings.serve_max_connections:
+            writer.write(wire.error("53300", "sorry, too many clients already", "FATAL"))
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            writer.close()
+            log.warning(
+                "serve: %s refused: %d connections open", _peer(peer), len(self.connections)
+            )
+            return
+        self.connections.add(task)
+        session: Session | None = None
+        try:
+            reader, writer, user = await asyncio.wait_for(
+                self._start_up(reader, writer), AUTH_SECONDS
+            )
+            if user is None:
+                return
+            session = await self._serve(reader, writer, user)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass  # the client went away, or never finished its start-up
+        except wire.ProtocolError as exc:
+            log.warning("serve: %s: protocol violation: %s", _peer(peer), exc)
+            writer.write(wire.error("08P01", str(exc), "FATAL"))
+        except ssl.SSLError as exc:
+            log.warning("serve: %s: TLS failed: %s", _peer(peer), first_line(exc))
+        except asyncio.CancelledError:
+            writer.write(
+                wire.error("57P01", "terminating connection: archiver serve is stopping", "FATAL")
+            )
+        except Exception as exc:  # a connection's failure ends that connection alone
+            log.error("serve: %s: %s: %s", _peer(peer), type(exc).__name__, first_line(exc))
+        finally:
+            self.connections.discard(task)
+            if session is not None:
+                self._keys = {k: s for k, s in self._keys.items() if s is not session}
+                await asyncio.get_running_loop().run_in_executor(self.executor, session.close)
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            writer.close()
+
+    async def _start_up(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str | None]:
+        """TLS if asked and configured, the start-up packet, the password: the user, or
+        None (refused, told why; or a cancel request, done)."""
+        encrypted = False
+        while True:
+            code, body = await wire.read_startup(reader)
+            if code in (wire.SSL_REQUEST, wire.GSSENC_REQUEST):
+                if code == wire.SSL_REQUEST and self.listen.tls and not encrypted:
+                    writer.write(b"S")
+                    await writer.drain()
+                    await writer.start_tls(self.listen.tls)
+                    encrypted = True
+                else:
+                    writer.write(b"N")
+                    await writer.drain()
+                continue
+            if code == wire.CANCEL_REQUEST:
+                if len(body) == 8:
+                    pid, secret = struct.unpack("!ii", body)
+                    session = self._keys.get((pid, secret))
+                    if session is not None:
+                        session.cancel()
+                return reader, writer, None
+            if code != wire.PROTOCOL_3:
+                raise wire.ProtocolError(
+                    f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}"
+                )
+            break
+        params = wire.startup_parameters(body)
+        user = params.get("user", "")
+        if self.listen.tls and not encrypted:
+            writer.write(
+                wire.error(
+                    "28000", "archiver serve requires TLS: connect with sslmode=require", "FATAL"
+                )
+            )
+            return reader, writer, None
+        if not await self._authenticate(reader, writer, user):
+            return reader, writer, None
+        return reader, writer, user
+
+    async def _authenticate(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str
+    ) -> bool:
+        """SCRAM-SHA-256 (archiver.serve.scram): the user of the start-up packet must be
+        the configured one, and the password its."""
+        writer.write(wire.authentication(10, SCRAM.encode() + b"\x00\x00"))
+        await writer.drain()
+        failed = wire.error("28P01", f'password authentication failed for user "{user}"', "FATAL")
+        message = await wire.read_message(reader, 8192)
+        if message.kind != b"p":
+            raise wire.ProtocolError("expected a password message")
+        read = wire.Reader(message.body)
+        mechanism = read.string()
+        size = read.int32()
+        first = read.take(size) if size >= 0 else b""
+        if mechanism != SCRAM:
+            writer.write(wire.error("28000", f"unsupported SASL mechanism {mechanism!r}", "FATAL"))
+            return False
+        exchange = scram.Exchange(self._verifier)
+        try:
+            writer.write(wire.authentication(11, exchange.first(first.decode()).encode()))
+            await writer.drain()
+            message = await wire.read_message(reader, 8192)
+            if message.kind != b"p":
+                raise wire.ProtocolError("expected a SASL response")
+            final = exchange.final(message.body.decode())
+        except (scram.ScramError, UnicodeDecodeError) as exc:
+            writer.write(failed)
+            log.warning("serve: password authentication failed for user %r: %s", user, exc)
+            return False
+        if not secrets.compare_digest(user.encode(), self.settings.serve_user.encode()):
+            writer.write(failed)
+            log.warning("serve: password authentication failed for user %r: no such user", user)
+            return False
+        writer.write(wire.authentication(12, final.encode()))
+        writer.write(wire.authentication(0))
+        return True
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str
+    ) -> Session:
+        session = Session(
+            self.archive,
+            self.executor,
+            writer.write,
+            user=user,
+            statement_timeout=self.settings.serve_statement_timeout,
+        )
+        pid, secret = next(self._pids), secrets.randbits(31)
+        self._keys[(pid, secret)] = session
+        for name in ("server_version", "server_encoding", "client_encoding", "datestyle",
+                     "intervalstyle", "timezone", "integer_datetimes",
+                     "standard_conforming_strings", "application_name"):  # fmt: skip
+            shown = {
+                "datestyle": "DateStyle",
+                "intervalstyle": "IntervalStyle",
+                "timezone": "TimeZone",
+            }
+            writer.write(wire.parameter_status(shown.get(name, name), session.settings[name]))
+        writer.write(wire.parameter_status("session_authorization", user))
+        writer.write(wire.parameter_status("is_superuser", "off"))
+        writer.write(wire.backend_key(pid, secret))
+        writer.write(wire.ready(session.status))
+        await writer.drain()
+        try:
+            while True:
+                message = await asyncio.wait_for(
+                    wire.read_message(reader, MAX_MESSAGE), self.settings.serve_idle_timeout or None
+                )
+                if message.kind == b"X":
+                    return session
+                if message.kind == b"Q":
+                    read = wire.Reader(message.body)
+                    text = read.string()
+                    read.end()
+                    await session.simple(text)
+                elif message.kind in b"PBDECSH" and len(message.kind) == 1:
+                    await session.extended(message)
+                else:
+                    raise wire.ProtocolError(f"unsupported message type {message.kind!r}")
+                await writer.drain()
+        except TimeoutError:
+            writer.write(
+                wire.error("57P05", "terminating connection due to idle-session timeout", "FATAL")
+            )
+            return session
+
+
+def _peer(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+async def serve(settings: Settings, bind: str) -> None:
+    """Run `archiver serve` until SIGTERM or SIGINT."""
+    listen = check(settings, bind)
+    archive = await asyncio.to_thread(ServedArchive, settings, settings.storage_location())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await Server(settings, listen, archive).run(stop)
+    finally:
+        archive.close()

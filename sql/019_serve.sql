@@ -1,0 +1,20 @@
+-- The archive in the application's own SQL (archiver serve, archiver attach): a view that
+-- unions a table's live rows with the archived rows of the files the reader's snapshot
+-- sees committed (docs/sql-access.md). A file a restore, erase, purge or compaction
+-- retires must stay readable while any snapshot that still sees it committed is alive,
+-- as VACUUM keeps a deleted row's tuple: the transaction that retired it is recorded,
+-- and its blob is deleted only once no snapshot of this database began before that
+-- transaction ended (archiver_seen_committed), or when its keep (kept_until) ends, if later.
+ALTER TABLE archive_files ADD COLUMN retired_xid xid8;  -- the transaction that retired it
+
+-- Whether some session of this database holds a snapshot taken before transaction
+-- `retired` ended (its xmin at or before it). SECURITY DEFINER: pg_stat_activity shows
+-- another role's backend_xmin only to its owner's peers, superusers and members of
+-- pg_read_all_stats, which the role that runs `archiver migrate` should be.
+CREATE FUNCTION archiver_seen_committed(retired xid8) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+    SELECT retired IS NOT NULL AND EXISTS (
+        SELECT 1 FROM pg_stat_activity
+        WHERE datname = current_database() AND backend_xmin IS NOT NULL
+          AND age(backend_xmin) >= age(((retired::text::numeric % 4294967296)::text)::xid))
+$$;
