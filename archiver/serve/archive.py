@@ -44,6 +44,7 @@ from archiver.serve.types import Column, column_for
 KEPT = "archiver_kept"  # the schema of the kept relations
 FILE_ID = "_archiver_file"  # the column naming a row's file (its catalog id)
 RETRIES = 3
+REFUSED_WORDS = frozenset(("PRAGMA", "SUMMARIZE", "SHOW", "DESCRIBE"))  # DuckDB's own
 BATCH_ROWS = 10_000
 
 
@@ -126,6 +127,9 @@ class ServedArchive:
         fresh catalog snapshot; again at a newer one when a file went meanwhile.
         `started` is handed each DuckDB cursor the statement runs on (to interrupt it)."""
         statement.refuse_writes(sql)
+        word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
+        if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
+            raise InputError(f"query: {word} refused: archiver serve only reads the archive")
         refs = statement.references(sql)
         plain, kept = _named(refs)
         for attempt in range(1, RETRIES + 1):

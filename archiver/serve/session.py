@@ -232,7 +232,7 @@ class Session:
             return
         if what != b"P":
             raise wire.ProtocolError(f"Describe of {what!r}")
-        portal = self.portals.get(name)
+        portal = self.portals.get(name) or self.cursors.get(name)  # a cursor is a portal too
         if portal is None:
             raise SqlError("34000", f'portal "{name}" does not exist')
         await self._start(portal)
