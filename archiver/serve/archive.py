@@ -34,7 +34,7 @@ import pyarrow as pa
 from archiver.bulk import BulkPool
 from archiver.config import Settings, StorageLocation
 from archiver.errors import InputError, StorageError, first_line
-from archiver.ident import as_typed, quote_ident
+from archiver.ident import TableName, as_typed, quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query import catalog, statement
 from archiver.query.catalog import File, Snapshot
@@ -161,6 +161,8 @@ class ServedArchive:
                     conn, here, named, live=True, bounded=bounded, retired=retired
                 )
                 conn.rollback()
+                for table in _not_yet_archived(conn, named or set(), snapshot):
+                    snapshot.files[table] = []  # read as empty, not as unknown
                 if refs is not None:
                     catalog.prune(snapshot, _as_read(refs, retired))
                 if snapshot.offline:
@@ -189,6 +191,7 @@ class ServedArchive:
         cur.execute(f"ATTACH ':memory:' AS {name}")
         cur.execute(f"USE {name}")
         try:
+            referenced = _columns_named(sql) - {FILE_ID}
             types: dict[str, str] = {}  # column -> its original type, the newest file's
             companions: set[str] = set()
             schemas = ["main"]
@@ -199,7 +202,7 @@ class ServedArchive:
                 for table, files in snapshot.files.items():
                     schema, bare = table.split(".", 1)
                     target = (KEPT, table) if retired else (schema, bare)
-                    body, described = self._body(cur, files, _columns_named(refs))
+                    body, described = self._body(cur, files, referenced)
                     for one in described:
                         for column, type_sql in one.types.items():
                             types.setdefault(column, type_sql)
@@ -315,6 +318,28 @@ def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set
     return plain, kept
 
 
+def _not_yet_archived(conn: Any, named: set[str], snapshot: Snapshot) -> list[str]:
+    """Of the schema-qualified tables a statement names, those the catalog has nothing of
+    that exist in its database (the application's, by default): `archiver attach`
+    declares a table before its first file."""
+    unknown = [
+        n for n in named if "." in n and n.casefold() not in {t.casefold() for t in snapshot.files}
+    ]
+    if not unknown:
+        return []
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind IN ('r', 'p') AND c.oid IN "
+            "(SELECT to_regclass(t) FROM jsonb_array_elements_text($1::jsonb) t)",
+            (json.dumps([TableName.parse(n).sql for n in unknown]),),
+        )
+        found = [str(r[0]) for r in cur.fetchall()]
+    conn.rollback()
+    return found
+
+
 def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Reference]:
     """The references to the plain relations, or to the kept ones named as their table."""
     out = []
@@ -326,8 +351,27 @@ def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Refe
     return out
 
 
-def _columns_named(refs: list[statement.Reference] | None) -> set[str]:
-    return {c for r in refs or [] for c in r.columns}
+def _columns_named(sql: str) -> set[str]:
+    """Every column name `sql` writes (its parse's column references)."""
+    import duckdb
+
+    try:
+        row = duckdb.connect().execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    except duckdb.Error:
+        return set()
+    found: set[str] = set()
+    stack: list[Any] = [json.loads(row[0]) if row else {}]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("class") == "COLUMN_REF" or node.get("type") == "COLUMN_REF":
+                names = node.get("column_names") or []
+                if names:
+                    found.add(str(names[-1]))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _with_companions(cur: Any, sql: str, companions: set[str]) -> str:
