@@ -285,6 +285,12 @@ def _open_bulk(url: str) -> BulkConnection:
     return conn
 
 
+def open_bulk(url: str) -> BulkConnection:
+    """A new bulk connection to `url`, the caller's to close (a connection a thread
+    keeps for itself: archiver serve's catalog reads)."""
+    return _open_bulk(url)
+
+
 def _close_quietly(conn: BulkConnection) -> None:
     with contextlib.suppress(adbc_driver_manager.Error):  # a terminated backend
         conn.close()

@@ -31,6 +31,7 @@ from bench import (
     partitions,
     restore,
     scale,
+    serve,
     tpch,
     years,
 )
@@ -38,7 +39,7 @@ from bench.core import Bench
 
 SECTIONS = (
     "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase",
-    "live", "tpch", "years",
+    "live", "tpch", "years", "serve",
 )  # fmt: skip
 
 
@@ -66,6 +67,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=10_000_000,
         help="archived rows of the --with-live files-read figures (default 10M)",
+    )
+    p.add_argument(
+        "--serve-lookups", type=int, default=200, help="key lookups through serve (default 200)"
+    )
+    p.add_argument(
+        "--serve-minutes",
+        type=float,
+        default=10,
+        help="minutes of serve's 20-connection lookup load (default 10)",
     )
     p.add_argument(
         "--against",
@@ -100,6 +110,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
         args.erase_rows = 20_000
         args.tpch_scale, args.live_rows, args.years = 0.01, 20_000, 0.04
+        args.serve_lookups, args.serve_minutes = 20, 0.05
     return args
 
 
@@ -141,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             tpch.tpch_with_live(bench)
         if "years" not in args.skip:
             years.years_on(bench)
+        if "serve" not in args.skip:
+            serve.serve_figures(bench)
     print(bench.table())
     return 0
 

@@ -28,15 +28,16 @@ from typing import Any
 from archiver.errors import InputError, first_line
 
 
-def refuse_writes(sql: str) -> None:
+def refuse_writes(sql: str, con: Any = None) -> None:
     """Refuse, before anything runs, whatever is not one SELECT: `archiver query` reads.
     DuckDB's own parser says what each statement is, so a COPY … TO, an ATTACH, an
     INSTALL or a CREATE never reaches the engine (nor a second statement after a
-    SELECT; EXPLAIN ANALYZE would run what it explains: --explain is the way)."""
+    SELECT; EXPLAIN ANALYZE would run what it explains: --explain is the way). `con`:
+    the DuckDB connection to parse with (a new one by default)."""
     import duckdb
 
     try:
-        statements = duckdb.connect().extract_statements(sql)
+        statements = (con or duckdb.connect()).extract_statements(sql)
     except duckdb.Error as exc:
         raise InputError(f"query: {first_line(exc)}") from None
     if len(statements) != 1:
@@ -111,7 +112,7 @@ class Reference:
     columns: dict[str, Bounds] = field(default_factory=dict)
 
 
-def references(sql: str) -> list[Reference] | None:
+def references(sql: str, con: Any = None) -> list[Reference] | None:
     """Every place `sql` reads a table, each with the bounds its SELECT's WHERE puts on
     that table's columns where the SELECT is that simple (its FROM of tables and joins);
     a table read anywhere else (a PIVOT, a table function's argument) is read without
@@ -120,7 +121,9 @@ def references(sql: str) -> list[Reference] | None:
     import duckdb
 
     try:
-        serialized = duckdb.connect().execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+        serialized = (
+            (con or duckdb.connect()).execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+        )
     except duckdb.Error:
         return None
     tree = json.loads(serialized[0]) if serialized else {}
@@ -245,8 +248,9 @@ _TIME_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "
 
 
 def _constant(node: Any) -> Any:
-    """A constant's value where it is plainly one: an integer literal, a string, or a
-    string cast to a date or timestamp (`TIMESTAMPTZ '2024-01-01'`); else None (a
+    """A constant's value where it is plainly one: an integer literal, a string, a
+    string cast to a date or timestamp (`TIMESTAMPTZ '2024-01-01'`), an integer or
+    integer string cast to an integer type; else None (a
     decimal's serialized value is unscaled, a cast may round: neither is used)."""
     if not isinstance(node, dict):
         return None
@@ -254,6 +258,10 @@ def _constant(node: Any) -> Any:
         child = node.get("child")
         kind = (node.get("cast_type") or {}).get("id")
         value = _constant(child)
+        if kind in _INTEGER_TYPES and isinstance(value, str) and value.lstrip("-").isdigit():
+            return int(value)  # `'42'::bigint`, as postgres_fdw sends a parameter
+        if kind in _INTEGER_TYPES and isinstance(value, int):
+            return value
         return value if kind in _TIME_TYPES and isinstance(value, str) else None
     if node.get("type") == "VALUE_CONSTANT" and not node["value"].get("is_null"):
         kind = (node["value"].get("type") or {}).get("id")

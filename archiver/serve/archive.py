@@ -22,8 +22,11 @@ process's DuckDB, holding its views; it is detached when the statement's result 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,13 +34,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from archiver.bulk import BulkPool
+from archiver.bulk import BulkConnection, open_bulk
 from archiver.config import Settings, StorageLocation
 from archiver.errors import InputError, StorageError, first_line
-from archiver.ident import TableName, as_typed, quote_ident
+from archiver.ident import as_typed, quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query import catalog, statement
-from archiver.query.catalog import File, Snapshot
+from archiver.query.catalog import ARCHIVED, NAMED, File, Snapshot
 from archiver.query.views import archived_copies, file_ranges
 from archiver.serve.types import Column, column_for
 
@@ -46,6 +49,37 @@ FILE_ID = "_archiver_file"  # the column naming a row's file (its catalog id)
 RETRIES = 3
 REFUSED_WORDS = frozenset(("PRAGMA", "SUMMARIZE", "SHOW", "DESCRIBE"))  # DuckDB's own
 BATCH_ROWS = 10_000
+
+# The files of tables $1 (a JSON array of schema.table, as stored) on storage $2:
+# committed, and with $3 retired ones some snapshot may still see committed
+# (archiver_seen_committed) or kept (a compaction's inputs); a table of this database
+# that has no file yet, as one row of NULLs (attach declares a table before its first
+# file); whether each file's key is an integer column here (its catalogued key range
+# then prunes: text ends sort otherwise).
+FILES = """
+WITH wanted AS (
+    SELECT DISTINCT t FROM jsonb_array_elements_text($1::jsonb) t
+    WHERE EXISTS (SELECT 1 FROM archive_files f WHERE f.source_table = t)
+       OR to_regclass(quote_ident(split_part(t, '.', 1)) || '.'
+                      || quote_ident(substr(t, strpos(t, '.') + 1))) IS NOT NULL
+)
+SELECT w.t, f.path, f.offline, f.delta, j.payload->>'mode',
+       f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column,
+       to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+       to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+       f.id, f.state = 'retired',
+       EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(
+                   quote_ident(split_part(w.t, '.', 1)) || '.'
+                   || quote_ident(substr(w.t, strpos(w.t, '.') + 1)))
+               AND a.attname = f.key_columns[1] AND NOT a.attisdropped
+               AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype))
+FROM wanted w
+LEFT JOIN archive_files f ON f.source_table = w.t AND f.storage_url = $2 AND (
+    f.state = 'committed' OR ($3 AND f.state = 'retired'
+        AND (f.kept_until > now() OR archiver_seen_committed(f.retired_xid))))
+LEFT JOIN background_jobs j ON j.id = f.job_id
+ORDER BY w.t, f.id
+"""
 
 
 @dataclass(frozen=True)
@@ -67,6 +101,7 @@ class Result:
     _batches: Iterator[pa.RecordBatch]
     _first: pa.RecordBatch | None
     _database: str
+    _release: Callable[[str], None]
     closed: bool = field(default=False)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -80,10 +115,9 @@ class Result:
             return
         self.closed = True
         try:
-            self._cursor.execute("USE memory")
-            self._cursor.execute(f"DETACH {self._database}")
-        finally:
             self._cursor.close()
+        finally:
+            self._release(self._database)
 
     def interrupt(self) -> None:
         self._cursor.interrupt()
@@ -99,7 +133,10 @@ class ServedArchive:
 
         self.settings = settings
         self.location = location
-        self.pool = BulkPool(idle_seconds=60.0)
+        self._local = threading.local()  # each serving thread's catalog connection
+        self._free: list[str] = []  # attached databases no statement holds
+        self._schemas: dict[str, set[str]] = {}  # the schemas made in each
+        _no_pandas_lookups()
         self._files: dict[str, FileColumns] = {}
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
@@ -115,27 +152,37 @@ class ServedArchive:
         db.execute(f"SET memory_limit = '{int(settings.serve_memory_limit)}B'")
         db.execute(f"SET threads = {int(settings.serve_threads)}")
         db.execute("SET parquet_metadata_cache = true")  # each footer read once
+        # no name is looked up among this process's Python objects (DuckDB's replacement
+        # scans import pandas and polars to look, on every statement)
+        db.execute("SET python_enable_replacements = false")
         db.execute("SET lock_configuration = true")  # no statement changes any of it
         self.db = db
 
     def close(self) -> None:
-        self.pool.close()
         self.db.close()
 
     def run(self, sql: str, params: list[Any], started: Callable[[Any], None]) -> Result:
         """Run one SELECT (refused before anything runs otherwise) over the archive at a
         fresh catalog snapshot; again at a newer one when a file went meanwhile.
         `started` is handed each DuckDB cursor the statement runs on (to interrupt it)."""
-        statement.refuse_writes(sql)
-        word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
-        if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
-            raise InputError(f"query: {word} refused: archiver serve only reads the archive")
-        refs = statement.references(sql)
+        parser = self.db.cursor()  # DuckDB's parse, on a connection of the process's own
+        try:
+            statement.refuse_writes(sql, parser)
+            word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
+            if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
+                raise InputError(f"query: {word} refused: archiver serve only reads the archive")
+            # parameters prune as constants
+            refs = statement.references(_inlined(sql, params), parser)
+            referenced = _columns_named(parser, sql) - {FILE_ID}
+        finally:
+            parser.close()
         plain, kept = _named(refs)
         for attempt in range(1, RETRIES + 1):
             plain_snapshot, kept_snapshot = self._catalog(plain, kept, refs)
             try:
-                return self._execute(sql, params, refs, plain_snapshot, kept_snapshot, started)
+                return self._execute(
+                    sql, params, referenced, plain_snapshot, kept_snapshot, started
+                )
             except _FileGone:
                 if attempt == RETRIES:
                     raise StorageError(
@@ -144,54 +191,104 @@ class ServedArchive:
                     ) from None
         raise AssertionError("unreachable")
 
+    def _connection(self) -> BulkConnection:
+        """This thread's catalog connection, opened once."""
+        conn: BulkConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = open_bulk(self.settings.database_url)
+        return conn
+
+    def _read(self, names: list[str], retired: bool) -> list[tuple[Any, ...]]:
+        """FILES on this thread's connection, once more on a new one if it broke; a bare
+        table name (`orders`, or `*`: every table) resolved as archiver query resolves
+        it first."""
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                with conn.cursor() as cur:
+                    bare = [n for n in names if "." not in n]
+                    tables = [n for n in names if "." in n]
+                    if "*" in bare:
+                        cur.execute(ARCHIVED)
+                        tables += [str(r[0]) for r in cur.fetchall()]
+                    elif bare:
+                        cur.execute(NAMED, (json.dumps(bare),))
+                        tables += [str(r[0]) for r in cur.fetchall() if r[0]]
+                    cur.execute(FILES, (json.dumps(tables), str(self.location), retired))
+                    rows = cur.fetchall()
+                conn.rollback()
+                return rows
+            except Exception:
+                self._local.conn = None
+                with contextlib.suppress(Exception):
+                    conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     def _catalog(
         self, plain: set[str] | None, kept: set[str], refs: list[statement.Reference] | None
     ) -> tuple[Snapshot | None, Snapshot | None]:
-        def bounded(table: str) -> bool:
-            return refs is not None and catalog.bounded(table, refs)
-
-        with self.pool.connection(self.settings.database_url) as conn:
-            here = str(self.location)
-            snapshots: list[Snapshot | None] = []
-            for named, retired in ((plain, False), (kept, True)):
-                if named is not None and not named:
-                    snapshots.append(None)
-                    continue
-                snapshot = catalog.read_catalog(
-                    conn, here, named, live=True, bounded=bounded, retired=retired
+        """The files of the tables the statement names, as two snapshots (its plain
+        relations: committed files; its kept ones: retired ones too), pruned by its
+        constraints: one catalog query."""
+        names = sorted((plain if plain is not None else {"*"}) | kept)
+        rows = self._read(names, bool(kept))
+        plain_refs = [statement.Reference(n) for n in plain or ()]
+        snapshots: list[Snapshot | None] = []
+        for wanted, retired in ((plain, False), (kept, True)):
+            if wanted is not None and not wanted:
+                snapshots.append(None)
+                continue
+            snapshot = Snapshot("", "")
+            for row in rows:
+                table = str(row[0])
+                mine = (
+                    table.casefold() in {k.casefold() for k in kept}
+                    if retired
+                    else wanted is None or bool(statement.reads(table, plain_refs))
                 )
-                conn.rollback()
-                for table in _not_yet_archived(conn, named or set(), snapshot):
-                    snapshot.files[table] = []  # read as empty, not as unknown
-                if refs is not None:
-                    catalog.prune(snapshot, _as_read(refs, retired))
-                if snapshot.offline:
-                    table, n = sorted(snapshot.offline.items())[0]
-                    raise InputError(
-                        f"serve: {n} archived files of {table} are in the Archive tier and "
-                        f"cannot be read: `archiver rehydrate --table {as_typed(table)}`"
-                    )
-                snapshots.append(snapshot)
+                if not mine:
+                    continue
+                files = snapshot.files.setdefault(table, [])
+                path, offline, mode, gone = row[1], row[2], row[4], row[12]
+                if path is None or mode == "copy" or (gone and not retired):
+                    continue
+                if offline:
+                    snapshot.offline[table] = snapshot.offline.get(table, 0) + 1
+                    continue
+                if row[13]:
+                    snapshot.integer_keys.add((table, str(row[5])))
+                unsure = not row[3] and mode != "move"
+                files.append(File(str(path), row[5], row[6], row[7], row[8], row[9], row[10],
+                                  unsure, int(row[11]), bool(gone)))  # fmt: skip
+            if refs is not None:
+                catalog.prune(snapshot, _as_read(refs, retired))
+            if snapshot.offline:
+                table, n = sorted(snapshot.offline.items())[0]
+                raise InputError(
+                    f"serve: {n} archived files of {table} are in the Archive tier and "
+                    f"cannot be read: `archiver rehydrate --table {as_typed(table)}`"
+                )
+            snapshots.append(snapshot)
         return snapshots[0], snapshots[1]
 
     def _execute(
         self,
         sql: str,
         params: list[Any],
-        refs: list[statement.Reference] | None,
+        referenced: set[str],
         plain: Snapshot | None,
         kept: Snapshot | None,
         started: Callable[[Any], None],
     ) -> Result:
         import duckdb
 
-        name = f"q{next(self._numbers)}"
         cur = self.db.cursor()
         started(cur)
-        cur.execute(f"ATTACH ':memory:' AS {name}")
+        name, schemas_made = self._database(cur)
         cur.execute(f"USE {name}")
         try:
-            referenced = _columns_named(sql) - {FILE_ID}
             types: dict[str, str] = {}  # column -> its original type, the newest file's
             companions: set[str] = set()
             schemas = ["main"]
@@ -207,10 +304,11 @@ class ServedArchive:
                         for column, type_sql in one.types.items():
                             types.setdefault(column, type_sql)
                         companions.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
-                    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
-                    cur.execute(
-                        f"CREATE VIEW {quote_ident(target[0])}.{quote_ident(target[1])} AS {body}"
-                    )
+                    if target[0] not in schemas_made:
+                        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
+                        schemas_made.add(target[0])
+                    view = f"{quote_ident(target[0])}.{quote_ident(target[1])}"
+                    cur.execute(f"CREATE OR REPLACE VIEW {view} AS {body}")
                     if not retired and schema not in schemas:
                         schemas.append(schema)
             path = ",".join(f"{name}.{quote_ident(s)}" for s in schemas)
@@ -237,12 +335,28 @@ class ServedArchive:
             columns = [
                 column_for(fields[i].name, fields[i].type, types.get(fields[i].name)) for i in shown
             ]
-            return Result(columns, shown, companion_of, cur, batches, first, name)
+            return Result(columns, shown, companion_of, cur, batches, first, name, self._release)
         except BaseException:
-            cur.execute("USE memory")
-            cur.execute(f"DETACH {name}")
             cur.close()
+            self._release(name)
             raise
+
+    def _database(self, cur: Any) -> tuple[str, set[str]]:
+        """An in-memory database no running statement holds, for a statement's views
+        (attached once, then reused: a statement replaces the views it names)."""
+        with self._lock:
+            if self._free:
+                name = self._free.pop()
+                return name, self._schemas[name]
+            name = f"q{next(self._numbers)}"
+        cur.execute(f"ATTACH ':memory:' AS {name}")
+        with self._lock:
+            self._schemas[name] = set()
+        return name, self._schemas[name]
+
+    def _release(self, name: str) -> None:
+        with self._lock:
+            self._free.append(name)
 
     def _check_files(self, cur: Any, snapshot: Snapshot) -> None:
         """Leave out the files of copy jobs whose job is gone (their metadata says so)."""
@@ -299,8 +413,38 @@ class ServedArchive:
         return " UNION ALL BY NAME ".join(parts), held
 
 
+def _no_pandas_lookups() -> None:
+    """DuckDB's Python module tries `import pandas` on each parameterized statement; where
+    pandas is not installed, each try searches sys.path again. The absence is recorded
+    once instead (a None in sys.modules: Python's own way to say a module is absent)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pandas") is None:
+        sys.modules["pandas"] = None  # type: ignore[assignment]
+
+
 class _FileGone(Exception):
     """A file of the snapshot was deleted before it was read."""
+
+
+def _inlined(sql: str, params: list[Any]) -> str:
+    """`sql` with each `$n` written as its parameter's value, for finding the files a
+    statement can read (it runs with its parameters bound)."""
+    if not params:
+        return sql
+
+    def value(m: re.Match[str]) -> str:
+        n = int(m.group(1))
+        if n > len(params):
+            return m.group(0)
+        param = params[n - 1]
+        if param is None:
+            return "NULL"
+        if isinstance(param, bool) or not isinstance(param, int | str):
+            return m.group(0)
+        return str(param) if isinstance(param, int) else "'" + param.replace("'", "''") + "'"
+
+    return re.sub(r"\$(\d+)\b", value, sql)
 
 
 def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set[str]]:
@@ -318,28 +462,6 @@ def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set
     return plain, kept
 
 
-def _not_yet_archived(conn: Any, named: set[str], snapshot: Snapshot) -> list[str]:
-    """Of the schema-qualified tables a statement names, those the catalog has nothing of
-    that exist in its database (the application's, by default): `archiver attach`
-    declares a table before its first file."""
-    unknown = [
-        n for n in named if "." in n and n.casefold() not in {t.casefold() for t in snapshot.files}
-    ]
-    if not unknown:
-        return []
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT n.nspname || '.' || c.relname FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relkind IN ('r', 'p') AND c.oid IN "
-            "(SELECT to_regclass(t) FROM jsonb_array_elements_text($1::jsonb) t)",
-            (json.dumps([TableName.parse(n).sql for n in unknown]),),
-        )
-        found = [str(r[0]) for r in cur.fetchall()]
-    conn.rollback()
-    return found
-
-
 def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Reference]:
     """The references to the plain relations, or to the kept ones named as their table."""
     out = []
@@ -351,13 +473,11 @@ def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Refe
     return out
 
 
-def _columns_named(sql: str) -> set[str]:
+def _columns_named(parser: Any, sql: str) -> set[str]:
     """Every column name `sql` writes (its parse's column references)."""
-    import duckdb
-
     try:
-        row = duckdb.connect().execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
-    except duckdb.Error:
+        row = parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    except Exception:  # DuckDB's error for the statement is the run's to report
         return set()
     found: set[str] = set()
     stack: list[Any] = [json.loads(row[0]) if row else {}]

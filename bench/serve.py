@@ -1,0 +1,170 @@
+"""`archiver serve` read through postgres_fdw of the machine's PostgreSQL, as an
+application reads `archive.orders_all` after `archiver attach`: the reference table with
+~90% of its rows archived to Azurite in 100 files, the rest live.
+
+- key lookups of random archived ids through the view, one connection: p50 and p99 of
+  --serve-lookups lookups (targets 50 ms and 200 ms);
+- `count(*), sum(total)` over the foreign table (pushed down: it runs inside serve)
+  against the same statement through `archiver query`, each a whole client's call (the
+  query's process start-up included: it is what a user waits for);
+- serve's RSS with 20 connections each running a lookup loop for --serve-minutes: the
+  highest, and the last minute's against the first (flat: ~1.0x; target <= 1 GB)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+import statistics
+import time
+
+import asyncpg
+
+from bench.common import archiver_cmd, env_for, run_process, run_workers, sql, start_process
+from bench.core import Bench
+
+PASSWORD = "bench-serve-password-0123456789"
+LOOKUP = "SELECT * FROM archive.orders_all WHERE id = $1"
+
+
+def serve_figures(bench: Bench) -> None:
+    n = bench.args.rows
+    url = bench.dbs.copy(n)
+    from archiver.testing.services import free_port
+
+    port = free_port()
+    env = env_for(url, bench.storage("az"), bench.azurite, ARCHIVER_SERVE_PASSWORD=PASSWORD,
+                  ARCHIVER_DELTA="false")  # fmt: skip
+    archived = n - n // 10  # ids n//10+1 .. n: the oldest
+    cutoff = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) - dt.timedelta(minutes=n // 10)
+    server = None
+    try:
+        run_process(archiver_cmd("enqueue", "--table", "orders", "--before", cutoff.isoformat(),
+                                 "--chunk-rows", str(max(1, archived // 100))), env)  # fmt: skip
+        run_workers(env, 1)
+        files = sql(url, "SELECT count(*) FROM archive_files")[0][0]
+        server = start_process(
+            archiver_cmd("serve", "--bind", f"127.0.0.1:{port}"), env, quiet=True
+        )
+        _wait_for(port)
+        run_process(archiver_cmd("attach", "--table", "orders", "--port", str(port),
+                                 "--sslmode", "disable"), env)  # fmt: skip
+        low = n // 10 + 1
+        latencies = asyncio.run(_lookups(url, low, n, bench.args.serve_lookups))
+        label = f"{archived:,} archived rows in {files} files"
+        p50 = statistics.median(latencies)
+        p99 = sorted(latencies)[max(0, int(len(latencies) * 0.99) - 1)]
+        bench.add(f"serve: key lookup through archive.orders_all, p50, {label}", p50 * 1000,
+                  None, "ms", "<= 50 ms", p50 <= 0.050)  # fmt: skip
+        bench.add(f"serve: key lookup through archive.orders_all, p99, {label}", p99 * 1000,
+                  None, "ms", "<= 200 ms", p99 <= 0.200)  # fmt: skip
+
+        aggregate = "SELECT count(*), sum(total) FROM orders"
+        mine = min(
+            asyncio.run(_timed(url, aggregate.replace("orders", "archive.orders")))
+            for _ in range(bench.args.repeat)
+        )
+        theirs = min(
+            _command_seconds(archiver_cmd("query", aggregate), env)
+            for _ in range(bench.args.repeat)
+        )
+        bench.add(f"serve: count(*), sum(total) over the foreign table, {label}", mine, theirs,
+                  "s", "<= 1.0x archiver query", mine <= theirs)  # fmt: skip
+
+        seconds = bench.args.serve_minutes * 60
+        rss = asyncio.run(_rss_under_load(url, server.pid, low, n, seconds))
+        highest = max(rss)
+        first, last = _window(rss, 0), _window(rss, -1)
+        bench.add(f"serve: RSS, 20 connections in lookup loops for {seconds:g} s", highest / 2**20,
+                  None, "MB", "<= 1024 MB", highest <= 2**30)  # fmt: skip
+        bench.add("serve: RSS, its last minute against its first (flat: 1.0x)", last / 2**20,
+                  first / 2**20, "MB", "flat", last <= first * 1.1)  # fmt: skip
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+        bench.dbs.drop(url)
+
+
+async def _lookups(url: str, low: int, high: int, count: int) -> list[float]:
+    conn = await asyncpg.connect(url)
+    rng = random.Random(1)
+    try:
+        await conn.fetch(LOOKUP, high)  # the foreign server's connection made
+        out = []
+        for _ in range(count):
+            key = rng.randint(low, high)
+            started = time.perf_counter()
+            rows = await conn.fetch(LOOKUP, key)
+            out.append(time.perf_counter() - started)
+            assert len(rows) == 1 and rows[0]["_archiver_source"] == "archive", (key, rows)
+        return out
+    finally:
+        await conn.close()
+
+
+async def _timed(url: str, statement: str) -> float:
+    started = time.perf_counter()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.fetch(statement)
+    finally:
+        await conn.close()
+    return time.perf_counter() - started
+
+
+def _command_seconds(args: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    run_process(args, env)
+    return time.perf_counter() - started
+
+
+async def _rss_under_load(url: str, pid: int, low: int, high: int, seconds: float) -> list[int]:
+    """serve's RSS every second while 20 connections run lookups for `seconds`."""
+    stop = time.monotonic() + seconds
+    samples: list[int] = []
+
+    async def loop(seed: int) -> None:
+        conn = await asyncpg.connect(url)
+        rng = random.Random(seed)
+        try:
+            while time.monotonic() < stop:
+                await conn.fetch(LOOKUP, rng.randint(low, high))
+        finally:
+            await conn.close()
+
+    async def sample() -> None:
+        while time.monotonic() < stop:
+            samples.append(_rss(pid))
+            await asyncio.sleep(1)
+
+    await asyncio.gather(sample(), *(loop(i) for i in range(20)))
+    return samples
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _window(samples: list[int], end: int) -> int:
+    """The highest sample of the first (end 0) or last (end -1) minute."""
+    part = samples[:60] if end == 0 else samples[-60:]
+    return max(part) if part else 0
+
+
+def _wait_for(port: int, timeout: float = 60) -> None:
+    """Until serve accepts connections on `port`."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"serve did not listen on {port}")
