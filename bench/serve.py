@@ -40,7 +40,7 @@ def serve_figures(bench: Bench) -> None:
     server = None
     try:
         run_process(archiver_cmd("enqueue", "--table", "orders", "--before", cutoff.isoformat(),
-                                 "--chunk-rows", str(max(1, archived // 100))), env)  # fmt: skip
+                                 "--chunk-rows", str(max(1, archived // 120))), env)  # fmt: skip
         run_workers(env, 1)
         files = sql(url, "SELECT count(*) FROM archive_files")[0][0]
         server = start_process(

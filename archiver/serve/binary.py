@@ -30,6 +30,8 @@ def _numeric_binary(value: Decimal) -> bytes:
     assert isinstance(exponent, int)
     dscale = max(0, -exponent)
     text = "".join(map(str, digits))
+    if exponent < 0:
+        text = text.rjust(-exponent, "0")  # 1E-7: seven places after the point
     integer = text[: len(text) + exponent] if exponent < 0 else text + "0" * exponent
     fraction = text[len(text) + exponent :] if exponent < 0 else ""
     integer = integer.lstrip("0")

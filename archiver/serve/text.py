@@ -69,27 +69,29 @@ def interval_text(months: int, days: int, micros: int) -> str:
 
 
 def float_text(value: float, single: bool) -> str:
-    """PostgreSQL's shortest exact text of a float4 or float8."""
+    """PostgreSQL's shortest exact text of a float4 or float8: the fewest digits that
+    read back the same value, in exponent form below 1e-4 and from 1e15 (float4: 1e6)."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    shortest = repr(value)
     if single:
-        for digits in range(6, 10):
-            text = f"{value:.{digits}g}"
-            if struct.unpack("f", struct.pack("f", float(text)))[0] == value:
+        for digits in range(1, 10):
+            shortest = f"{value:.{digits}g}"
+            if struct.unpack("f", struct.pack("f", float(shortest)))[0] == value:
                 break
-    else:
-        text = repr(value)
-    mantissa, _, exponent = text.partition("e")
-    if "." in mantissa:
-        mantissa = mantissa.rstrip("0").rstrip(".")
-    if exponent:
-        number = int(exponent)
-        if -4 <= number < (6 if single else 15):
-            return format(Decimal(text), "f")
-        return f"{mantissa}e{'-' if number < 0 else '+'}{abs(number):02d}"
-    return mantissa
+    sign, digits, exponent = Decimal(shortest).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    places = "".join(map(str, digits))
+    magnitude = len(places) + exponent - 1  # the exponent in scientific notation
+    head = "-" if sign else ""
+    if magnitude < -4 or magnitude >= (6 if single else 15):
+        mantissa = places[0] + ("." + places[1:] if len(places) > 1 else "")
+        return f"{head}{mantissa}e{'-' if magnitude < 0 else '+'}{abs(magnitude):02d}"
+    return head + format(Decimal(places).scaleb(exponent), "f")
 
 
 def numeric_text(value: Decimal, trim: bool) -> str:
