@@ -504,11 +504,11 @@ class Settings:
         _number(float, 0.0),
     )
     serve_memory_limit: int = _setting(
-        1024**3,
+        512 * 1024**2,
         "ARCHIVER_SERVE_MEMORY_LIMIT",
-        "memory the statements `archiver serve` runs may hold together (DuckDB's memory_limit; `512MB`, `2GB`)",
+        "memory the statements `archiver serve` runs and the file blocks it keeps may hold together (DuckDB's memory_limit; `512MB`, `2GB`)",
         _size,
-        shown="1GB",
+        shown="512MB",
     )
     serve_threads: int = _setting(
         2,

@@ -152,6 +152,10 @@ class ServedArchive:
         db.execute(f"SET memory_limit = '{int(settings.serve_memory_limit)}B'")
         db.execute(f"SET threads = {int(settings.serve_threads)}")
         db.execute("SET parquet_metadata_cache = true")  # each footer read once
+        # a catalogued file never changes (its name is never written again: a retry
+        # rewrites an uncommitted one, a rewrite gets a new name), so the blocks DuckDB
+        # keeps of it (within memory_limit) are used without asking storage again
+        db.execute("SET validate_external_file_cache = 'NO_VALIDATION'")
         # no name is looked up among this process's Python objects (DuckDB's replacement
         # scans import pandas and polars to look, on every statement)
         db.execute("SET python_enable_replacements = false")

@@ -79,8 +79,8 @@ def float_text(value: float, single: bool) -> str:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
     shortest = repr(value)
     if single:
-        for digits in range(1, 10):
-            shortest = f"{value:.{digits}g}"
+        for width in range(1, 10):
+            shortest = f"{value:.{width}g}"
             if struct.unpack("f", struct.pack("f", float(shortest)))[0] == value:
                 break
     sign, digits, exponent = Decimal(shortest).normalize().as_tuple()

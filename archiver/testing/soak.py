@@ -282,6 +282,7 @@ class Soak:
                 "query", "query", "--with-live", "--format", "json", question, kill=False
             )
             self._judge("query --with-live", code, out, want)
+            await self.ask_views(question, want)
         limit = checks.quiet_limit(dt.datetime.now(dt.UTC))
         upto = min(upto, self.first_upto)
         try:
@@ -295,6 +296,23 @@ class Soak:
             "query", "query", "--format", "json", checks.archive_question(upto, limit), kill=False
         )
         self._judge("query", code, out, want)
+
+    async def ask_views(self, question: str, want: dict[str, int]) -> None:
+        """The same question of the attached tables' _all views, in PostgreSQL through
+        postgres_fdw and archiver serve: every row once, as the application sees it. A
+        refusal (a file offline, storage or the database restarting) has no answer to
+        judge; a wrong answer is a problem."""
+        sql = through_views(question)
+        try:
+            rows = await fetch(self.world, sql, timeout=30)
+        except (*DATABASE_TROUBLE, asyncpg.PostgresError):
+            return
+        self.figures.answers_checked += 1
+        got = [dict(r) for r in rows]
+        if got != [want]:
+            self.figures.problems.append(
+                f"minute {self.minute():.1f}: the _all views answered {got}, the soak knows {want}"
+            )
 
     def _judge(self, what: str, code: int, out: str, want: dict[str, int]) -> None:
         if code != 0:  # refused (a file offline, storage restarting): no answer to judge
@@ -427,6 +445,13 @@ class Soak:
         left = await checks.nothing_left_behind(self.world)
         self.figures.checks_passed += not left
         self.figures.problems += [f"after the stop: {p}" for p in left]
+
+
+def through_views(question: str) -> str:
+    """A live question (live_questions) of the attached tables' _all views instead."""
+    for table in ("orders", "order_lines", "audit"):
+        question = re.sub(rf"\b(FROM|JOIN) {table}\b", rf"\1 archive.{table}_all", question)
+    return question
 
 
 def run_soak(

@@ -25,6 +25,7 @@ from archiver.testing.services import Azurite, free_port, with_database
 from archiver.testing.supervised import Supervisord, supervisor_defaults, wait_running
 
 CONTAINER = "soak"
+ATTACHED = ("orders", "order_lines", "audit")  # their _all views: archiver attach
 # What a restart of PostgreSQL does to the soak's own clients: each is retried.
 DATABASE_TROUBLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
                     asyncpg.exceptions.InternalClientError)  # fmt: skip
@@ -195,6 +196,9 @@ class World:
             "ARCHIVER_CONSOLE_AUTOSTART": "true",
             "ARCHIVER_CONSOLE_PUBLIC_READ": "true",  # the soak's reader has no login
             "ARCHIVER_CONSOLE_BIND": f"127.0.0.1:{free_port()}",
+            "ARCHIVER_SERVE_AUTOSTART": "true",  # ATTACHED's _all views: soak.ask_views
+            "ARCHIVER_SERVE_PASSWORD": "soak-serve-password-0123456789",
+            "ARCHIVER_SERVE_BIND": f"127.0.0.1:{free_port()}",
             "ARCHIVER_POLL_INTERVAL": "0.5",
             "ARCHIVER_LEASE_SECONDS": "6",
             "ARCHIVER_HEARTBEAT_SECONDS": "1",
@@ -207,6 +211,11 @@ class World:
         if migrated.returncode != 0:
             raise RuntimeError(f"archiver migrate: {migrated.stderr}")
         asyncio.run(self._schema())
+        port = self.env["ARCHIVER_SERVE_BIND"].rsplit(":", 1)[1]
+        for table in ATTACHED:
+            done = self.cli("attach", "--table", table, "--port", port, "--sslmode", "disable")
+            if done.returncode != 0:
+                raise RuntimeError(f"archiver attach: {done.stderr}")
 
     def start(self) -> None:
         """supervisord with the scheduler, the workers and the console, all RUNNING."""
@@ -217,7 +226,7 @@ class World:
     @property
     def programs(self) -> list[str]:
         workers = [f"archiver:worker-{i:02d}" for i in range(WORKERS)]
-        return ["archiver:scheduler", *workers, "console"]
+        return ["archiver:scheduler", *workers, "console", "serve"]
 
     @property
     def console_url(self) -> str:
