@@ -254,7 +254,7 @@ BUILT_IN_TYPES = {"adbc.postgresql.type_resolver_mode": "builtin"}
 _DATABASES = _Databases()
 
 
-def _open_bulk(url: str) -> BulkConnection:
+def open_bulk(url: str) -> BulkConnection:
     """A new ADBC connection, its session in UTC so dates and naive timestamps convert the
     same way everywhere."""
     if "pyarrow.dataset" not in sys.modules:
@@ -285,12 +285,6 @@ def _open_bulk(url: str) -> BulkConnection:
     return conn
 
 
-def open_bulk(url: str) -> BulkConnection:
-    """A new bulk connection to `url`, the caller's to close (a connection a thread
-    keeps for itself: archiver serve's catalog reads)."""
-    return _open_bulk(url)
-
-
 def _close_quietly(conn: BulkConnection) -> None:
     with contextlib.suppress(adbc_driver_manager.Error):  # a terminated backend
         conn.close()
@@ -299,7 +293,7 @@ def _close_quietly(conn: BulkConnection) -> None:
 @contextmanager
 def connect_bulk(url: str) -> Iterator[BulkConnection]:
     """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread)."""
-    conn = _open_bulk(url)
+    conn = open_bulk(url)
     try:
         yield conn
     finally:
@@ -317,12 +311,12 @@ class BulkPool:
     reused one answers a query first (its backend's pid, kept for `backend_pid`), so a
     connection the server dropped costs a reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
     its transaction (SET LOCAL, set_config(..., true), temporary tables ON COMMIT DROP)
-    except the two settings `_open_bulk` makes."""
+    except the two settings `open_bulk` makes."""
 
     def __init__(
         self,
         idle_seconds: float = 60.0,
-        open_connection: Callable[[str], BulkConnection] = _open_bulk,
+        open_connection: Callable[[str], BulkConnection] = open_bulk,
     ) -> None:
         self.idle_seconds = idle_seconds
         self._open = open_connection

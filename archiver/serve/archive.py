@@ -22,10 +22,8 @@ process's DuckDB, holding its views; it is detached when the statement's result 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -34,52 +32,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from archiver.bulk import BulkConnection, open_bulk
 from archiver.config import Settings, StorageLocation
 from archiver.errors import InputError, StorageError, first_line
-from archiver.ident import as_typed, quote_ident
+from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.query import catalog, statement
-from archiver.query.catalog import ARCHIVED, NAMED, File, Snapshot
+from archiver.query import statement
+from archiver.query.catalog import File, Snapshot
 from archiver.query.views import archived_copies, file_ranges
+from archiver.serve import companions
+from archiver.serve.fileset import KEPT, FileSet
 from archiver.serve.types import Column, column_for
 
-KEPT = "archiver_kept"  # the schema of the kept relations
 FILE_ID = "_archiver_file"  # the column naming a row's file (its catalog id)
 RETRIES = 3
 REFUSED_WORDS = frozenset(("PRAGMA", "SUMMARIZE", "SHOW", "DESCRIBE"))  # DuckDB's own
 BATCH_ROWS = 10_000
-
-# The files of tables $1 (a JSON array of schema.table, as stored) on storage $2:
-# committed, and with $3 retired ones some snapshot may still see committed
-# (archiver_seen_committed) or kept (a compaction's inputs); a table of this database
-# that has no file yet, as one row of NULLs (attach declares a table before its first
-# file); whether each file's key is an integer column here (its catalogued key range
-# then prunes: text ends sort otherwise).
-FILES = """
-WITH wanted AS (
-    SELECT DISTINCT t FROM jsonb_array_elements_text($1::jsonb) t
-    WHERE EXISTS (SELECT 1 FROM archive_files f WHERE f.source_table = t)
-       OR to_regclass(quote_ident(split_part(t, '.', 1)) || '.'
-                      || quote_ident(substr(t, strpos(t, '.') + 1))) IS NOT NULL
-)
-SELECT w.t, f.path, f.offline, f.delta, j.payload->>'mode',
-       f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column,
-       to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
-       to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
-       f.id, f.state = 'retired',
-       EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(
-                   quote_ident(split_part(w.t, '.', 1)) || '.'
-                   || quote_ident(substr(w.t, strpos(w.t, '.') + 1)))
-               AND a.attname = f.key_columns[1] AND NOT a.attisdropped
-               AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype))
-FROM wanted w
-LEFT JOIN archive_files f ON f.source_table = w.t AND f.storage_url = $2 AND (
-    f.state = 'committed' OR ($3 AND f.state = 'retired'
-        AND (f.kept_until > now() OR archiver_seen_committed(f.retired_xid))))
-LEFT JOIN background_jobs j ON j.id = f.job_id
-ORDER BY w.t, f.id
-"""
 
 
 @dataclass(frozen=True)
@@ -133,7 +100,7 @@ class ServedArchive:
 
         self.settings = settings
         self.location = location
-        self._local = threading.local()  # each serving thread's catalog connection
+        self.fileset = FileSet(settings.database_url, str(location))
         self._free: list[str] = []  # attached databases no statement holds
         self._schemas: dict[str, set[str]] = {}  # the schemas made in each
         _no_pandas_lookups()
@@ -175,107 +142,20 @@ class ServedArchive:
             word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
             if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
                 raise InputError(f"query: {word} refused: archiver serve only reads the archive")
-            # parameters prune as constants
-            refs = statement.references(_inlined(sql, params), parser)
-            referenced = _columns_named(parser, sql) - {FILE_ID}
+            referenced = companions.columns_named(parser, sql) - {FILE_ID}
+            for attempt in range(1, RETRIES + 1):
+                plain, kept = self.fileset.files(sql, params, parser)
+                try:
+                    return self._execute(sql, params, referenced, plain, kept, started)
+                except _FileGone:
+                    if attempt == RETRIES:
+                        raise StorageError(
+                            "serve: the archive's files changed under the statement three "
+                            "times; run it again"
+                        ) from None
         finally:
             parser.close()
-        plain, kept = _named(refs)
-        for attempt in range(1, RETRIES + 1):
-            plain_snapshot, kept_snapshot = self._catalog(plain, kept, refs)
-            try:
-                return self._execute(
-                    sql, params, referenced, plain_snapshot, kept_snapshot, started
-                )
-            except _FileGone:
-                if attempt == RETRIES:
-                    raise StorageError(
-                        "serve: the archive's files changed under the statement three times; "
-                        "run it again"
-                    ) from None
         raise AssertionError("unreachable")
-
-    def _connection(self) -> BulkConnection:
-        """This thread's catalog connection, opened once."""
-        conn: BulkConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = open_bulk(self.settings.database_url)
-        return conn
-
-    def _read(self, names: list[str], retired: bool) -> list[tuple[Any, ...]]:
-        """FILES on this thread's connection, once more on a new one if it broke; a bare
-        table name (`orders`, or `*`: every table) resolved as archiver query resolves
-        it first."""
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                with conn.cursor() as cur:
-                    bare = [n for n in names if "." not in n]
-                    tables = [n for n in names if "." in n]
-                    if "*" in bare:
-                        cur.execute(ARCHIVED)
-                        tables += [str(r[0]) for r in cur.fetchall()]
-                    elif bare:
-                        cur.execute(NAMED, (json.dumps(bare),))
-                        tables += [str(r[0]) for r in cur.fetchall() if r[0]]
-                    cur.execute(FILES, (json.dumps(tables), str(self.location), retired))
-                    rows = cur.fetchall()
-                conn.rollback()
-                return rows
-            except Exception:
-                self._local.conn = None
-                with contextlib.suppress(Exception):
-                    conn.close()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _catalog(
-        self, plain: set[str] | None, kept: set[str], refs: list[statement.Reference] | None
-    ) -> tuple[Snapshot | None, Snapshot | None]:
-        """The files of the tables the statement names, as two snapshots (its plain
-        relations: committed files; its kept ones: retired ones too), pruned by its
-        constraints: one catalog query."""
-        names = sorted((plain if plain is not None else {"*"}) | kept)
-        rows = self._read(names, bool(kept))
-        plain_refs = [statement.Reference(n) for n in plain or ()]
-        snapshots: list[Snapshot | None] = []
-        for wanted, retired in ((plain, False), (kept, True)):
-            if wanted is not None and not wanted:
-                snapshots.append(None)
-                continue
-            snapshot = Snapshot("", "")
-            for row in rows:
-                table = str(row[0])
-                mine = (
-                    table.casefold() in {k.casefold() for k in kept}
-                    if retired
-                    else wanted is None or bool(statement.reads(table, plain_refs))
-                )
-                if not mine:
-                    continue
-                files = snapshot.files.setdefault(table, [])
-                path, offline, mode, gone = row[1], row[2], row[4], row[12]
-                if path is None or mode == "copy" or (gone and not retired):
-                    continue
-                if offline:
-                    snapshot.offline[table] = snapshot.offline.get(table, 0) + 1
-                    continue
-                if row[13]:
-                    snapshot.integer_keys.add((table, str(row[5])))
-                unsure = not row[3] and mode != "move"
-                files.append(File(str(path), row[5], row[6], row[7], row[8], row[9], row[10],
-                                  unsure, int(row[11]), bool(gone)))  # fmt: skip
-            if refs is not None:
-                catalog.prune(snapshot, _as_read(refs, retired))
-            if snapshot.offline:
-                table, n = sorted(snapshot.offline.items())[0]
-                raise InputError(
-                    f"serve: {n} archived files of {table} are in the Archive tier and "
-                    f"cannot be read: `archiver rehydrate --table {as_typed(table)}`"
-                )
-            snapshots.append(snapshot)
-        return snapshots[0], snapshots[1]
 
     def _execute(
         self,
@@ -294,7 +174,7 @@ class ServedArchive:
         cur.execute(f"USE {name}")
         try:
             types: dict[str, str] = {}  # column -> its original type, the newest file's
-            companions: set[str] = set()
+            companion_columns: set[str] = set()
             schemas = ["main"]
             for snapshot, retired in ((plain, False), (kept, True)):
                 if snapshot is None:
@@ -307,7 +187,7 @@ class ServedArchive:
                     for one in described:
                         for column, type_sql in one.types.items():
                             types.setdefault(column, type_sql)
-                        companions.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
+                        companion_columns.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
                     if target[0] not in schemas_made:
                         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
                         schemas_made.add(target[0])
@@ -317,7 +197,7 @@ class ServedArchive:
                         schemas.append(schema)
             path = ",".join(f"{name}.{quote_ident(s)}" for s in schemas)
             cur.execute(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
-            served = _with_companions(cur, sql, companions)
+            served = companions.with_companions(cur, sql, companion_columns)
             try:
                 reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
                 batches = iter(reader)
@@ -335,7 +215,7 @@ class ServedArchive:
                     f"serve: the archive could not be read: {first_line(exc)}"
                 ) from None
             fields = list(reader.schema)
-            shown, companion_of = paired([f.name for f in fields])
+            shown, companion_of = companions.paired([f.name for f in fields])
             columns = [
                 column_for(fields[i].name, fields[i].type, types.get(fields[i].name)) for i in shown
             ]
@@ -429,128 +309,3 @@ def _no_pandas_lookups() -> None:
 
 class _FileGone(Exception):
     """A file of the snapshot was deleted before it was read."""
-
-
-def _inlined(sql: str, params: list[Any]) -> str:
-    """`sql` with each `$n` written as its parameter's value, for finding the files a
-    statement can read (it runs with its parameters bound)."""
-    if not params:
-        return sql
-
-    def value(m: re.Match[str]) -> str:
-        n = int(m.group(1))
-        if n > len(params):
-            return m.group(0)
-        param = params[n - 1]
-        if param is None:
-            return "NULL"
-        if isinstance(param, bool) or not isinstance(param, int | str):
-            return m.group(0)
-        return str(param) if isinstance(param, int) else "'" + param.replace("'", "''") + "'"
-
-    return re.sub(r"\$(\d+)\b", value, sql)
-
-
-def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set[str]]:
-    """The tables a statement names (None: not known, every archived table), and those
-    it names in the kept schema (as schema.table)."""
-    if refs is None:
-        return None, set()
-    plain, kept = set(), set()
-    for ref in refs:
-        schema, _, rest = ref.table.partition(".")
-        if schema.casefold() == KEPT and rest:
-            kept.add(rest)
-        else:
-            plain.add(ref.table)
-    return plain, kept
-
-
-def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Reference]:
-    """The references to the plain relations, or to the kept ones named as their table."""
-    out = []
-    for ref in refs:
-        schema, _, rest = ref.table.partition(".")
-        is_kept = schema.casefold() == KEPT and bool(rest)
-        if is_kept == kept:
-            out.append(statement.Reference(rest if kept else ref.table, ref.columns))
-    return out
-
-
-def _columns_named(parser: Any, sql: str) -> set[str]:
-    """Every column name `sql` writes (its parse's column references)."""
-    try:
-        row = parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
-    except Exception:  # DuckDB's error for the statement is the run's to report
-        return set()
-    found: set[str] = set()
-    stack: list[Any] = [json.loads(row[0]) if row else {}]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("class") == "COLUMN_REF" or node.get("type") == "COLUMN_REF":
-                names = node.get("column_names") or []
-                if names:
-                    found.add(str(names[-1]))
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return found
-
-
-def _with_companions(cur: Any, sql: str, companions: set[str]) -> str:
-    """`sql`, its top-level select list extended by the companion of each plain column it
-    returns (`c__pg_text` beside `c`) where the relations have one (`companions`): its
-    PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) then
-    replace the column's NULL (text.text_values). A statement of any other shape, or
-    one DuckDB cannot bind so extended, runs as it is."""
-    if not companions:
-        return sql
-    try:
-        tree = json.loads(cur.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()[0])
-    except Exception:
-        return sql
-    statements = tree.get("statements") or []
-    node = statements[0].get("node", {}) if len(statements) == 1 else {}
-    items = node.get("select_list") or []
-    if (
-        tree.get("error")
-        or node.get("type") != "SELECT_NODE"
-        or node.get("group_expressions")
-        or any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or [])
-        or any(i.get("type") != "COLUMN_REF" for i in items)
-    ):
-        return sql
-    added = []
-    for item in items:
-        names = item["column_names"]
-        companion = names[-1] + PG_TEXT_SUFFIX
-        if companion in companions:
-            alias = (item.get("alias") or names[-1]) + PG_TEXT_SUFFIX
-            added.append(dict(item, column_names=[*names[:-1], companion], alias=alias))
-    if not added:
-        return sql
-    node["select_list"] = items + added
-    try:
-        extended = cur.execute("SELECT json_deserialize_sql($1)", [json.dumps(tree)]).fetchone()[0]
-        cur.execute(f"DESCRIBE {extended}")
-    except Exception:
-        return sql
-    return str(extended)
-
-
-def paired(names: list[str]) -> tuple[list[int], dict[int, int]]:
-    """Of a result's column names: the indexes served, and for each, the index of its
-    companion (`name__pg_text` beside `name`, which is not served)."""
-    index = {n: i for i, n in enumerate(names)}
-    hidden = {
-        i
-        for i, n in enumerate(names)
-        if n.endswith(PG_TEXT_SUFFIX) and n[: -len(PG_TEXT_SUFFIX)] in index
-    }
-    shown = [i for i in range(len(names)) if i not in hidden]
-    return shown, {
-        i: index[names[i] + PG_TEXT_SUFFIX]
-        for i in shown
-        if index.get(names[i] + PG_TEXT_SUFFIX) in hidden
-    }

@@ -27,7 +27,8 @@ import asyncpg
 from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
-from archiver.serve.archive import FILE_ID, KEPT
+from archiver.serve.archive import FILE_ID
+from archiver.serve.fileset import KEPT
 
 SOURCE_COLUMN = "_archiver_source"
 

@@ -1,0 +1,90 @@
+"""PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) are kept in
+a `<column>__pg_text` companion beside their column, NULL in it. A statement that returns
+a column plainly gets its companion too, appended to its select list, and the two are
+paired again in the result (archiver.serve.text.text_values)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from archiver.pgtypes.sql import PG_TEXT_SUFFIX
+
+
+def columns_named(parser: Any, sql: str) -> set[str]:
+    """Every column name `sql` writes (its parse's column references)."""
+    try:
+        row = parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    except Exception:  # DuckDB's error for the statement is the run's to report
+        return set()
+    found: set[str] = set()
+    stack: list[Any] = [json.loads(row[0]) if row else {}]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("class") == "COLUMN_REF" or node.get("type") == "COLUMN_REF":
+                names = node.get("column_names") or []
+                if names:
+                    found.add(str(names[-1]))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def with_companions(cur: Any, sql: str, companions: set[str]) -> str:
+    """`sql`, its top-level select list extended by the companion of each plain column it
+    returns (`c__pg_text` beside `c`) where the relations have one (`companions`): its
+    PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) then
+    replace the column's NULL (text.text_values). A statement of any other shape, or
+    one DuckDB cannot bind so extended, runs as it is."""
+    if not companions:
+        return sql
+    try:
+        tree = json.loads(cur.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()[0])
+    except Exception:
+        return sql
+    statements = tree.get("statements") or []
+    node = statements[0].get("node", {}) if len(statements) == 1 else {}
+    items = node.get("select_list") or []
+    if (
+        tree.get("error")
+        or node.get("type") != "SELECT_NODE"
+        or node.get("group_expressions")
+        or any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or [])
+        or any(i.get("type") != "COLUMN_REF" for i in items)
+    ):
+        return sql
+    added = []
+    for item in items:
+        names = item["column_names"]
+        companion = names[-1] + PG_TEXT_SUFFIX
+        if companion in companions:
+            alias = (item.get("alias") or names[-1]) + PG_TEXT_SUFFIX
+            added.append(dict(item, column_names=[*names[:-1], companion], alias=alias))
+    if not added:
+        return sql
+    node["select_list"] = items + added
+    try:
+        extended = cur.execute("SELECT json_deserialize_sql($1)", [json.dumps(tree)]).fetchone()[0]
+        cur.execute(f"DESCRIBE {extended}")
+    except Exception:
+        return sql
+    return str(extended)
+
+
+def paired(names: list[str]) -> tuple[list[int], dict[int, int]]:
+    """Of a result's column names: the indexes served, and for each, the index of its
+    companion (`name__pg_text` beside `name`, which is not served)."""
+    index = {n: i for i, n in enumerate(names)}
+    hidden = {
+        i
+        for i, n in enumerate(names)
+        if n.endswith(PG_TEXT_SUFFIX) and n[: -len(PG_TEXT_SUFFIX)] in index
+    }
+    shown = [i for i in range(len(names)) if i not in hidden]
+    return shown, {
+        i: index[names[i] + PG_TEXT_SUFFIX]
+        for i in shown
+        if index.get(names[i] + PG_TEXT_SUFFIX) in hidden
+    }

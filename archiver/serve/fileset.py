@@ -1,0 +1,198 @@
+"""Which files a statement reads: the tables it names (as written, its parameters taken
+as constants), resolved in the catalog's database, their files at one catalog query --
+committed, and for the kept relations the retired files some snapshot may still see
+committed -- and those its constraints on key and cutoff leave out, pruned before any
+is opened (archiver.query's pruning)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from typing import Any
+
+from archiver.bulk import BulkConnection, open_bulk
+from archiver.errors import InputError
+from archiver.ident import as_typed
+from archiver.query import catalog, statement
+from archiver.query.catalog import ARCHIVED, NAMED, File, Snapshot
+
+KEPT = "archiver_kept"  # the schema of the kept relations
+
+# The files of tables $1 (a JSON array of schema.table, as stored) on storage $2:
+# committed, and with $3 retired ones some snapshot may still see committed
+# (archiver_seen_committed) or kept (a compaction's inputs); a table of this database
+# that has no file yet, as one row of NULLs (attach declares a table before its first
+# file); whether each file's key is an integer column here (its catalogued key range
+# then prunes: text ends sort otherwise).
+FILES = """
+WITH wanted AS (
+    SELECT DISTINCT t FROM jsonb_array_elements_text($1::jsonb) t
+    WHERE EXISTS (SELECT 1 FROM archive_files f WHERE f.source_table = t)
+       OR to_regclass(quote_ident(split_part(t, '.', 1)) || '.'
+                      || quote_ident(substr(t, strpos(t, '.') + 1))) IS NOT NULL
+)
+SELECT w.t, f.path, f.offline, f.delta, j.payload->>'mode',
+       f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column,
+       to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+       to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+       f.id, f.state = 'retired',
+       EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(
+                   quote_ident(split_part(w.t, '.', 1)) || '.'
+                   || quote_ident(substr(w.t, strpos(w.t, '.') + 1)))
+               AND a.attname = f.key_columns[1] AND NOT a.attisdropped
+               AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype))
+FROM wanted w
+LEFT JOIN archive_files f ON f.source_table = w.t AND f.storage_url = $2 AND (
+    f.state = 'committed' OR ($3 AND f.state = 'retired'
+        AND (f.kept_until > now() OR archiver_seen_committed(f.retired_xid))))
+LEFT JOIN background_jobs j ON j.id = f.job_id
+ORDER BY w.t, f.id
+"""
+
+
+class FileSet:
+    """The catalog reads of one serve process: a connection per serving thread."""
+
+    def __init__(self, url: str, storage: str) -> None:
+        self.url = url
+        self.storage = storage
+        self._local = threading.local()
+
+    def files(
+        self, sql: str, params: list[Any], parser: Any
+    ) -> tuple[Snapshot | None, Snapshot | None]:
+        """The files `sql` (`params` bound) may read of its plain and of its kept
+        relations (None: it names none), parsed on DuckDB connection `parser`."""
+        refs = statement.references(_inlined(sql, params), parser)
+        plain, kept = _named(refs)
+        return self._catalog(plain, kept, refs)
+
+    def _connection(self) -> BulkConnection:
+        """This thread's catalog connection, opened once."""
+        conn: BulkConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = open_bulk(self.url)
+        return conn
+
+    def _read(self, names: list[str], retired: bool) -> list[tuple[Any, ...]]:
+        """FILES on this thread's connection, once more on a new one if it broke; a bare
+        table name (`orders`, or `*`: every table) resolved as archiver query resolves
+        it first."""
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                with conn.cursor() as cur:
+                    bare = [n for n in names if "." not in n]
+                    tables = [n for n in names if "." in n]
+                    if "*" in bare:
+                        cur.execute(ARCHIVED)
+                        tables += [str(r[0]) for r in cur.fetchall()]
+                    elif bare:
+                        cur.execute(NAMED, (json.dumps(bare),))
+                        tables += [str(r[0]) for r in cur.fetchall() if r[0]]
+                    cur.execute(FILES, (json.dumps(tables), self.storage, retired))
+                    rows = cur.fetchall()
+                conn.rollback()
+                return rows
+            except Exception:
+                self._local.conn = None
+                with contextlib.suppress(Exception):
+                    conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _catalog(
+        self, plain: set[str] | None, kept: set[str], refs: list[statement.Reference] | None
+    ) -> tuple[Snapshot | None, Snapshot | None]:
+        """The files of the tables the statement names, as two snapshots (its plain
+        relations: committed files; its kept ones: retired ones too), pruned by its
+        constraints: one catalog query."""
+        names = sorted((plain if plain is not None else {"*"}) | kept)
+        rows = self._read(names, bool(kept))
+        plain_refs = [statement.Reference(n) for n in plain or ()]
+        snapshots: list[Snapshot | None] = []
+        for wanted, retired in ((plain, False), (kept, True)):
+            if wanted is not None and not wanted:
+                snapshots.append(None)
+                continue
+            snapshot = Snapshot("", "")
+            for row in rows:
+                table = str(row[0])
+                mine = (
+                    table.casefold() in {k.casefold() for k in kept}
+                    if retired
+                    else wanted is None or bool(statement.reads(table, plain_refs))
+                )
+                if not mine:
+                    continue
+                files = snapshot.files.setdefault(table, [])
+                path, offline, mode, gone = row[1], row[2], row[4], row[12]
+                if path is None or mode == "copy" or (gone and not retired):
+                    continue
+                if offline:
+                    snapshot.offline[table] = snapshot.offline.get(table, 0) + 1
+                    continue
+                if row[13]:
+                    snapshot.integer_keys.add((table, str(row[5])))
+                unsure = not row[3] and mode != "move"
+                files.append(File(str(path), row[5], row[6], row[7], row[8], row[9], row[10],
+                                  unsure, int(row[11]), bool(gone)))  # fmt: skip
+            if refs is not None:
+                catalog.prune(snapshot, _as_read(refs, retired))
+            if snapshot.offline:
+                table, n = sorted(snapshot.offline.items())[0]
+                raise InputError(
+                    f"serve: {n} archived files of {table} are in the Archive tier and "
+                    f"cannot be read: `archiver rehydrate --table {as_typed(table)}`"
+                )
+            snapshots.append(snapshot)
+        return snapshots[0], snapshots[1]
+
+
+def _inlined(sql: str, params: list[Any]) -> str:
+    """`sql` with each `$n` written as its parameter's value, for finding the files a
+    statement can read (it runs with its parameters bound)."""
+    if not params:
+        return sql
+
+    def value(m: re.Match[str]) -> str:
+        n = int(m.group(1))
+        if n > len(params):
+            return m.group(0)
+        param = params[n - 1]
+        if param is None:
+            return "NULL"
+        if isinstance(param, bool) or not isinstance(param, int | str):
+            return m.group(0)
+        return str(param) if isinstance(param, int) else "'" + param.replace("'", "''") + "'"
+
+    return re.sub(r"\$(\d+)\b", value, sql)
+
+
+def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set[str]]:
+    """The tables a statement names (None: not known, every archived table), and those
+    it names in the kept schema (as schema.table)."""
+    if refs is None:
+        return None, set()
+    plain, kept = set(), set()
+    for ref in refs:
+        schema, _, rest = ref.table.partition(".")
+        if schema.casefold() == KEPT and rest:
+            kept.add(rest)
+        else:
+            plain.add(ref.table)
+    return plain, kept
+
+
+def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Reference]:
+    """The references to the plain relations, or to the kept ones named as their table."""
+    out = []
+    for ref in refs:
+        schema, _, rest = ref.table.partition(".")
+        is_kept = schema.casefold() == KEPT and bool(rest)
+        if is_kept == kept:
+            out.append(statement.Reference(rest if kept else ref.table, ref.columns))
+    return out
