@@ -41,6 +41,7 @@ def table(figures: Figures, seconds: float) -> str:
         ),
         ("invariant checks passed", str(figures.checks_passed)),
         ("query answers checked against the soak's own counts", str(figures.answers_checked)),
+        ("of them, the _all views' through postgres_fdw and serve", str(figures.view_answers)),
         ("files merged by the operator's compactions", str(figures.files_merged)),
         ("orphans left at the end (deleted by remove-orphans)", str(figures.orphans_at_the_end)),
         ("minute checks skipped (a restart meanwhile)", str(figures.checks_skipped)),

@@ -55,6 +55,8 @@ SHAPES = {
     "a range": "SELECT count(*) FROM archive.orders_all "
     "WHERE o_orderdate >= date '1993-03-01' AND o_orderdate < date '1993-06-01'",
     "an aggregate": "SELECT sum(o_totalprice) FROM archive.orders_all",
+    "an IN list": "SELECT count(*) FROM archive.orders_all WHERE o_custkey IN (5, 6, 7) "
+    "AND o_comment <> ALL (ARRAY[md5('5'), md5('6')])",
     "each key once": "SELECT count(*) FROM (SELECT o_orderkey FROM archive.orders_all "
     "GROUP BY 1 HAVING count(*) <> 1) d",
 }
@@ -72,6 +74,10 @@ def truth(h: Harness) -> dict[str, Any]:
             "WHERE o_orderdate >= date '1993-03-01' AND o_orderdate < date '1993-06-01'"
         ),
         "an aggregate": h.value("SELECT sum(o_totalprice) FROM untouched_orders"),
+        "an IN list": h.value(
+            "SELECT count(*) FROM untouched_orders WHERE o_custkey IN (5, 6, 7) "
+            "AND o_comment <> ALL (ARRAY[md5('5'), md5('6')])"
+        ),
         "each key once": 0,
     }
 
@@ -140,6 +146,8 @@ def test_the_view_is_exact_while_rows_move_merge_and_come_back(h: Harness, tmp_p
             )
         )
         assert "((o_orderkey = 42))" in plan and "o_orderdate <" in plan, plan
+        listed = "\n".join(r[0] for r in h.sql(f"EXPLAIN VERBOSE {SHAPES['an IN list']}"))
+        assert "= ANY ('{5,6,7}'::integer[])" in listed, listed  # an array literal, read
         agg = "\n".join(
             r[0]
             for r in h.sql("EXPLAIN VERBOSE SELECT count(*), sum(o_totalprice) FROM archive.orders")

@@ -27,4 +27,5 @@ def test_three_minutes_of_everything_at_once(tmp_path: Path) -> None:
     assert set(figures.faults) == set(FAULTS), figures.faults
     assert figures.checks_passed >= 4  # two minutes, the end's, after the stop
     assert figures.answers_checked >= 2  # query answers against the soak's own counts
+    assert figures.view_answers >= 1  # of them, the _all views' through postgres_fdw
     assert figures.rows_inserted > 10_000 and figures.subjects_erased >= 1

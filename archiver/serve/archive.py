@@ -39,7 +39,7 @@ from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query import statement
 from archiver.query.catalog import File, Snapshot
 from archiver.query.views import archived_copies, file_ranges
-from archiver.serve import companions
+from archiver.serve import companions, dialect
 from archiver.serve.fileset import KEPT, FileSet
 from archiver.serve.types import Column, column_for
 
@@ -136,6 +136,7 @@ class ServedArchive:
         """Run one SELECT (refused before anything runs otherwise) over the archive at a
         fresh catalog snapshot; again at a newer one when a file went meanwhile.
         `started` is handed each DuckDB cursor the statement runs on (to interrupt it)."""
+        sql = dialect.in_duckdb(sql)
         parser = self.db.cursor()  # DuckDB's parse, on a connection of the process's own
         try:
             statement.refuse_writes(sql, parser)
@@ -175,6 +176,7 @@ class ServedArchive:
         try:
             types: dict[str, str] = {}  # column -> its original type, the newest file's
             companion_columns: set[str] = set()
+            list_columns: set[str] = set()
             schemas = ["main"]
             for snapshot, retired in ((plain, False), (kept, True)):
                 if snapshot is None:
@@ -188,6 +190,7 @@ class ServedArchive:
                         for column, type_sql in one.types.items():
                             types.setdefault(column, type_sql)
                         companion_columns.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
+                        list_columns.update(c for c, k in one.kinds.items() if k.endswith("[]"))
                     if target[0] not in schemas_made:
                         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
                         schemas_made.add(target[0])
@@ -197,7 +200,9 @@ class ServedArchive:
                         schemas.append(schema)
             path = ",".join(f"{name}.{quote_ident(s)}" for s in schemas)
             cur.execute(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
-            served = companions.with_companions(cur, sql, companion_columns)
+            served = companions.with_companions(
+                cur, dialect.list_literals(sql, list_columns), companion_columns
+            )
             try:
                 reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
                 batches = iter(reader)

@@ -190,7 +190,10 @@ def parameter(oid: int, data: bytes | None, binary: bool) -> Any:
     if data is None:
         return None
     if not binary:
-        return data.decode()
+        text = data.decode()
+        if oid in _ARRAY_ELEMENT and text.startswith("{"):  # `$1::text[]` given '{a,b}'
+            return parse_array(text)
+        return text
     pg = _BY_OID.get(oid)
     if pg is None:
         element = _ARRAY_ELEMENT.get(oid)

@@ -132,3 +132,20 @@ def test_other_text_forms() -> None:
     for value in ("0", "-12.50", "123456789.000001", "NaN", "1e-7"):
         back = binary._numeric_from_binary(binary.binary_value(column, value.encode()))
         assert back.is_nan() if value == "NaN" else back == Decimal(value), (value, back)
+
+
+def test_postgresql_array_literals_and_casts_in_duckdb_words() -> None:
+    from archiver.serve.dialect import in_duckdb, list_literals
+
+    assert in_duckdb("SELECT 1 WHERE c = ANY ('{a,\"b c\",NULL}'::text[])") == (
+        "SELECT 1 WHERE c = ANY (CAST(['a', 'b c', NULL] AS text[]))"
+    )
+    assert in_duckdb("SELECT 1 WHERE d = ANY ('{5,6}') AND s = 'paid'::public.order_status") == (
+        "SELECT 1 WHERE d = ANY ([5, 6]) AND s = 'paid'"
+    )
+    assert in_duckdb("SELECT 'x::text[]', c::pg_catalog.bpchar, E'a\\'b'::text") == (
+        "SELECT 'x::text[]', c::VARCHAR, E'a\\'b'::text"
+    )
+    assert list_literals(
+        'SELECT 1 WHERE (tags = E\'{"a\\\\"b"}\') AND j = \'{"k": 1}\'', {"tags"}
+    ) == ("SELECT 1 WHERE (tags = ['a\"b']) AND j = '{\"k\": 1}'")
