@@ -200,11 +200,16 @@ class ServedArchive:
                         schemas.append(schema)
             path = ",".join(f"{name}.{quote_ident(s)}" for s in schemas)
             cur.execute(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
-            served = companions.with_companions(
-                cur, dialect.list_literals(sql, list_columns), companion_columns
-            )
+            plain_sql = dialect.list_literals(sql, list_columns)
+            served = companions.with_companions(cur, plain_sql, companion_columns)
             try:
-                reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
+                try:
+                    reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
+                except duckdb.BinderException:
+                    if served == plain_sql:
+                        raise
+                    # the companions made it unbindable (a name both sides of a join have)
+                    reader = cur.execute(plain_sql, params or None).fetch_record_batch(BATCH_ROWS)
                 batches = iter(reader)
                 first = next(batches, None)
             except duckdb.IOException as exc:
@@ -285,7 +290,7 @@ class ServedArchive:
         columns the statement names."""
         if not files:
             names = sorted(referenced) or ["_archiver_none"]
-            cols = ", ".join(f"CAST(NULL AS VARCHAR) AS {quote_ident(c)}" for c in names)
+            cols = ", ".join(f"NULL AS {quote_ident(c)}" for c in names)  # of any type
             return f"SELECT {cols}, CAST(NULL AS BIGINT) AS {FILE_ID} WHERE false", []
         parts = []
         held = []

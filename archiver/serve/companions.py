@@ -36,8 +36,8 @@ def with_companions(cur: Any, sql: str, companions: set[str]) -> str:
     """`sql`, its top-level select list extended by the companion of each plain column it
     returns (`c__pg_text` beside `c`) where the relations have one (`companions`): its
     PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) then
-    replace the column's NULL (text.text_values). A statement of any other shape, or
-    one DuckDB cannot bind so extended, runs as it is."""
+    replace the column's NULL (text.text_values). A statement of any other shape runs
+    as it is (and so does one DuckDB cannot bind so extended: the caller's to retry)."""
     if not companions:
         return sql
     try:
@@ -67,7 +67,6 @@ def with_companions(cur: Any, sql: str, companions: set[str]) -> str:
     node["select_list"] = items + added
     try:
         extended = cur.execute("SELECT json_deserialize_sql($1)", [json.dumps(tree)]).fetchone()[0]
-        cur.execute(f"DESCRIBE {extended}")
     except Exception:
         return sql
     return str(extended)

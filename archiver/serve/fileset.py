@@ -69,35 +69,37 @@ class FileSet:
         plain, kept = _named(refs)
         return self._catalog(plain, kept, refs)
 
-    def _connection(self) -> BulkConnection:
-        """This thread's catalog connection, opened once."""
-        conn: BulkConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = open_bulk(self.url)
-        return conn
+    def _cursor(self) -> tuple[BulkConnection, Any]:
+        """This thread's catalog connection and the cursor FILES runs on, opened once
+        (a cursor kept prepares its statement once)."""
+        found: tuple[BulkConnection, Any] | None = getattr(self._local, "held", None)
+        if found is None:
+            conn = open_bulk(self.url)
+            found = self._local.held = (conn, conn.cursor())
+        return found
 
     def _read(self, names: list[str], retired: bool) -> list[tuple[Any, ...]]:
         """FILES on this thread's connection, once more on a new one if it broke; a bare
         table name (`orders`, or `*`: every table) resolved as archiver query resolves
         it first."""
         for attempt in (1, 2):
-            conn = self._connection()
+            conn, files = self._cursor()
             try:
-                with conn.cursor() as cur:
-                    bare = [n for n in names if "." not in n]
-                    tables = [n for n in names if "." in n]
-                    if "*" in bare:
-                        cur.execute(ARCHIVED)
-                        tables += [str(r[0]) for r in cur.fetchall()]
-                    elif bare:
-                        cur.execute(NAMED, (json.dumps(bare),))
+                bare = [n for n in names if "." not in n]
+                tables = [n for n in names if "." in n]
+                if bare:
+                    with conn.cursor() as cur:
+                        if "*" in bare:
+                            cur.execute(ARCHIVED)
+                        else:
+                            cur.execute(NAMED, (json.dumps(bare),))
                         tables += [str(r[0]) for r in cur.fetchall() if r[0]]
-                    cur.execute(FILES, (json.dumps(tables), self.storage, retired))
-                    rows = cur.fetchall()
+                files.execute(FILES, (json.dumps(tables), self.storage, retired))
+                rows: list[tuple[Any, ...]] = files.fetchall()
                 conn.rollback()
                 return rows
             except Exception:
-                self._local.conn = None
+                self._local.held = None
                 with contextlib.suppress(Exception):
                     conn.close()
                 if attempt == 2:
