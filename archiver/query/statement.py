@@ -112,22 +112,28 @@ class Reference:
     columns: dict[str, Bounds] = field(default_factory=dict)
 
 
-def references(sql: str, con: Any = None) -> list[Reference] | None:
+def serialized(sql: str, con: Any = None) -> dict[str, Any] | None:
+    """DuckDB's parse of `sql` (json_serialize_sql), None where it has none."""
+    import duckdb
+
+    try:
+        row = (con or duckdb.connect()).execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    except duckdb.Error:
+        return None
+    tree: dict[str, Any] = json.loads(row[0]) if row else {}
+    return None if tree.get("error") else tree
+
+
+def references(
+    sql: str, con: Any = None, tree: dict[str, Any] | None = None
+) -> list[Reference] | None:
     """Every place `sql` reads a table, each with the bounds its SELECT's WHERE puts on
     that table's columns where the SELECT is that simple (its FROM of tables and joins);
     a table read anywhere else (a PIVOT, a table function's argument) is read without
     bounds. None when DuckDB cannot serialize the statement (a PIVOT, say): then
-    nothing is known of what it reads."""
-    import duckdb
-
-    try:
-        serialized = (
-            (con or duckdb.connect()).execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
-        )
-    except duckdb.Error:
-        return None
-    tree = json.loads(serialized[0]) if serialized else {}
-    if tree.get("error"):
+    nothing is known of what it reads. `tree`: its parse, when the caller has it."""
+    tree = tree if tree is not None else serialized(sql, con)
+    if tree is None:
         return None
     found: list[Reference] = []
     taken: set[int] = set()  # the BASE_TABLE nodes a simple SELECT read

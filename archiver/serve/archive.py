@@ -143,11 +143,12 @@ class ServedArchive:
             word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
             if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
                 raise InputError(f"query: {word} refused: archiver serve only reads the archive")
-            referenced = companions.columns_named(parser, sql) - {FILE_ID}
+            tree = statement.serialized(sql, parser)
+            referenced = companions.columns_named(tree) - {FILE_ID}
             for attempt in range(1, RETRIES + 1):
-                plain, kept = self.fileset.files(sql, params, parser)
+                plain, kept = self.fileset.files(sql, params, parser, tree)
                 try:
-                    return self._execute(sql, params, referenced, plain, kept, started)
+                    return self._execute(sql, params, referenced, plain, kept, started, tree)
                 except _FileGone:
                     if attempt == RETRIES:
                         raise StorageError(
@@ -166,13 +167,14 @@ class ServedArchive:
         plain: Snapshot | None,
         kept: Snapshot | None,
         started: Callable[[Any], None],
+        tree: dict[str, Any] | None,
     ) -> Result:
         import duckdb
 
         cur = self.db.cursor()
         started(cur)
         name, schemas_made = self._database(cur)
-        cur.execute(f"USE {name}")
+        setup = [f"USE {name}"]  # run as one call, after the files are described
         try:
             types: dict[str, str] = {}  # column -> its original type, the newest file's
             companion_columns: set[str] = set()
@@ -192,16 +194,19 @@ class ServedArchive:
                         companion_columns.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
                         list_columns.update(c for c, k in one.kinds.items() if k.endswith("[]"))
                     if target[0] not in schemas_made:
-                        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
+                        setup.append(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
                         schemas_made.add(target[0])
                     view = f"{quote_ident(target[0])}.{quote_ident(target[1])}"
-                    cur.execute(f"CREATE OR REPLACE VIEW {view} AS {body}")
+                    setup.append(f"CREATE OR REPLACE VIEW {view} AS {body}")
                     if not retired and schema not in schemas:
                         schemas.append(schema)
             path = ",".join(f"{name}.{quote_ident(s)}" for s in schemas)
-            cur.execute(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
+            setup.append(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
+            cur.execute(";\n".join(setup))
             plain_sql = dialect.list_literals(sql, list_columns)
-            served = companions.with_companions(cur, plain_sql, companion_columns)
+            served = companions.with_companions(
+                cur, plain_sql, companion_columns, tree if plain_sql == sql else None
+            )
             try:
                 try:
                     reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)

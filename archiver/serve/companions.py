@@ -5,20 +5,18 @@ paired again in the result (archiver.serve.text.text_values)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
+from archiver.query import statement
 
 
-def columns_named(parser: Any, sql: str) -> set[str]:
-    """Every column name `sql` writes (its parse's column references)."""
-    try:
-        row = parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
-    except Exception:  # DuckDB's error for the statement is the run's to report
-        return set()
+def columns_named(tree: dict[str, Any] | None) -> set[str]:
+    """Every column name a statement writes (its parse's column references)."""
     found: set[str] = set()
-    stack: list[Any] = [json.loads(row[0]) if row else {}]
+    stack: list[Any] = [tree or {}]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
@@ -32,24 +30,26 @@ def columns_named(parser: Any, sql: str) -> set[str]:
     return found
 
 
-def with_companions(cur: Any, sql: str, companions: set[str]) -> str:
+def with_companions(
+    cur: Any, sql: str, companions: set[str], tree: dict[str, Any] | None = None
+) -> str:
     """`sql`, its top-level select list extended by the companion of each plain column it
     returns (`c__pg_text` beside `c`) where the relations have one (`companions`): its
     PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) then
     replace the column's NULL (text.text_values). A statement of any other shape runs
-    as it is (and so does one DuckDB cannot bind so extended: the caller's to retry)."""
+    as it is (and so does one DuckDB cannot bind so extended: the caller's to retry).
+    `tree`: its parse, when the caller has it."""
     if not companions:
         return sql
-    try:
-        tree = json.loads(cur.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()[0])
-    except Exception:
+    tree = tree if tree is not None else statement.serialized(sql, cur)
+    if tree is None:
         return sql
+    tree = copy.deepcopy(tree)
     statements = tree.get("statements") or []
     node = statements[0].get("node", {}) if len(statements) == 1 else {}
     items = node.get("select_list") or []
     if (
-        tree.get("error")
-        or node.get("type") != "SELECT_NODE"
+        node.get("type") != "SELECT_NODE"
         or node.get("group_expressions")
         or any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or [])
         or any(i.get("type") != "COLUMN_REF" for i in items)

@@ -61,11 +61,15 @@ class FileSet:
         self._local = threading.local()
 
     def files(
-        self, sql: str, params: list[Any], parser: Any
+        self, sql: str, params: list[Any], parser: Any, tree: dict[str, Any] | None
     ) -> tuple[Snapshot | None, Snapshot | None]:
         """The files `sql` (`params` bound) may read of its plain and of its kept
-        relations (None: it names none), parsed on DuckDB connection `parser`."""
-        refs = statement.references(_inlined(sql, params), parser)
+        relations (None: it names none), parsed on DuckDB connection `parser` (`tree`:
+        its parse, used where it has no parameters)."""
+        if params:
+            refs = statement.references(_inlined(sql, params), parser)
+        else:
+            refs = None if tree is None else statement.references(sql, tree=tree)
         plain, kept = _named(refs)
         return self._catalog(plain, kept, refs)
 
