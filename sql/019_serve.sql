@@ -8,11 +8,11 @@
 ALTER TABLE archive_files ADD COLUMN retired_xid xid8;  -- the transaction that retired it
 
 -- Whether some session of this database holds a snapshot taken before transaction
--- `retired` ended (its xmin at or before it). SECURITY DEFINER: pg_stat_activity shows
--- another role's backend_xmin only to its owner's peers, superusers and members of
--- pg_read_all_stats, which the role that runs `archiver migrate` should be.
+-- `retired` ended (its xmin at or before it): pg_stat_activity shows every session's
+-- backend_xmin to every role. A standby's sessions are not among them: the views are
+-- exact read on the primary (docs/sql-access.md).
 CREATE FUNCTION archiver_seen_committed(retired xid8) RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
     SELECT retired IS NOT NULL AND EXISTS (
         SELECT 1 FROM pg_stat_activity
         WHERE datname = current_database() AND backend_xmin IS NOT NULL

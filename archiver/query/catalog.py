@@ -28,8 +28,7 @@ class File:
     min_cutoff: str | None  # ISO 8601 UTC; None: unbounded (PostgreSQL-only values)
     max_cutoff: str | None
     unsure: bool = False  # out of the Delta table, its job gone: a copy's, or a move's?
-    id: int = 0  # its catalog row
-    retired: bool = False  # retired, still on storage and seen committed by some snapshot
+    id: int = 0  # its catalog row (archiver serve's kept relations name it)
 
 
 @dataclass
@@ -105,15 +104,12 @@ def read_catalog(
     *,
     live: bool = True,
     bounded: Callable[[str], bool] = lambda table: False,
-    retired: bool = False,
 ) -> Snapshot:
     """Step 1, on `conn` (left open in its transaction: the exported snapshot lives as
     long as it does), for the tables a statement `named` (as written) alone: nothing is
     read of the others (None: what it reads is not known, every archived table). `live` False: the files of tables read through their Delta table
     are not fetched (but their offline ones, counted); a table `bounded` by the
-    statement's constraints is read from its files (pruning can leave most out).
-    `retired`: the retired files some snapshot may still see committed, too (serve's
-    kept relations: a reader's own snapshot picks among them, archiver.serve.attach)."""
+    statement's constraints is read from its files (pruning can leave most out)."""
     with conn.cursor() as cur:
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cur.execute("SELECT pg_export_snapshot(), pg_current_snapshot()::text")
@@ -132,31 +128,26 @@ def read_catalog(
             "SELECT f.source_table, f.path, f.offline, f.delta, j.payload->>'mode', "
             "f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column, "
             "to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
-            "to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
-            "f.id, f.state = 'retired' "
+            "to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') "
             "FROM archive_files f LEFT JOIN background_jobs j ON j.id = f.job_id "
             "WHERE f.source_table IN (SELECT jsonb_array_elements_text($4::jsonb)) "
-            "  AND f.storage_url = $1 AND (f.state = 'committed' OR ($5 AND f.state = 'retired' "
-            "  AND (f.kept_until > now() OR archiver_seen_committed(f.retired_xid)))) "
-            "  AND ($2 OR f.offline "
+            "  AND f.storage_url = $1 AND f.state = 'committed' AND ($2 OR f.offline "
             "  OR f.source_table NOT IN (SELECT jsonb_array_elements_text($3::jsonb))) "
             "ORDER BY f.source_table, f.id",
-            (location, live, json.dumps(sorted(exact)), json.dumps(tables), retired),
+            (location, live, json.dumps(sorted(exact)), json.dumps(tables)),
         )
         rows = cur.fetchall()
     snapshot = Snapshot(str(exported), str(current), {t: [] for t in tables})
     snapshot.delta_exact, snapshot.archived = exact, archived
     snapshot.integer_keys = integer_keys
-    for table, path, offline, delta, mode, key, low, high, cutoff, first, last, id_, gone in rows:
+    for table, path, offline, delta, mode, key, low, high, cutoff, first, last in rows:
         if mode == "copy":
             continue
         if offline:
             snapshot.offline[table] = snapshot.offline.get(table, 0) + 1
             continue
         unsure = not delta and mode != "move"
-        snapshot.files[table].append(
-            File(path, key, low, high, cutoff, first, last, unsure, int(id_), bool(gone))
-        )
+        snapshot.files[table].append(File(path, key, low, high, cutoff, first, last, unsure))
     return snapshot
 
 

@@ -101,6 +101,7 @@ class ServedArchive:
         self.settings = settings
         self.location = location
         self.fileset = FileSet(settings.database_url, str(location))
+        self.fileset.check_primary()
         self._free: list[str] = []  # attached databases no statement holds
         self._schemas: dict[str, set[str]] = {}  # the schemas made in each
         _no_pandas_lookups()
@@ -130,6 +131,7 @@ class ServedArchive:
         self.db = db
 
     def close(self) -> None:
+        self.fileset.close()
         self.db.close()
 
     def run(self, sql: str, params: list[Any], started: Callable[[Any], None]) -> Result:
@@ -208,16 +210,24 @@ class ServedArchive:
                 cur, plain_sql, companion_columns, tree if plain_sql == sql else None
             )
             try:
-                try:
-                    reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
-                except duckdb.BinderException:
-                    if served == plain_sql:
-                        raise
-                    # the companions made it unbindable (a name both sides of a join have)
-                    reader = cur.execute(plain_sql, params or None).fetch_record_batch(BATCH_ROWS)
-                batches = iter(reader)
-                first = next(batches, None)
-            except duckdb.IOException as exc:
+                reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
+            except duckdb.BinderException:
+                if served == plain_sql:
+                    raise
+                # the companions made it unbindable (a name both sides of a join have)
+                reader = cur.execute(plain_sql, params or None).fetch_record_batch(BATCH_ROWS)
+            batches = iter(reader)
+            first = next(batches, None)
+            fields = list(reader.schema)
+            shown, companion_of = companions.paired([f.name for f in fields])
+            columns = [
+                column_for(fields[i].name, fields[i].type, types.get(fields[i].name)) for i in shown
+            ]
+            return Result(columns, shown, companion_of, cur, batches, first, name, self._release)
+        except BaseException as exc:
+            cur.close()
+            self._release(name)
+            if isinstance(exc, duckdb.IOException):  # a footer or a file's rows not read
                 if any(
                     self.location.reader_uri(f.path) in str(exc)
                     for s in (plain, kept)
@@ -225,19 +235,10 @@ class ServedArchive:
                     for files in s.files.values()
                     for f in files
                 ):
-                    raise _FileGone() from None
+                    raise _FileGone() from None  # retired and deleted meanwhile: again
                 raise StorageError(
                     f"serve: the archive could not be read: {first_line(exc)}"
                 ) from None
-            fields = list(reader.schema)
-            shown, companion_of = companions.paired([f.name for f in fields])
-            columns = [
-                column_for(fields[i].name, fields[i].type, types.get(fields[i].name)) for i in shown
-            ]
-            return Result(columns, shown, companion_of, cur, batches, first, name, self._release)
-        except BaseException:
-            cur.close()
-            self._release(name)
             raise
 
     def _database(self, cur: Any) -> tuple[str, set[str]]:

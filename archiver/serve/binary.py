@@ -161,8 +161,15 @@ def binary_value(column: Column, text: bytes) -> bytes:
 
 def parse_array(text: str) -> list[str | None]:
     """The elements of a one-dimensional array's text (array_text's inverse)."""
-    if not text.startswith("{") or text.startswith("{{"):
+    if not text.startswith("{") or text.startswith("{{") or not text.endswith("}"):
         raise Unsupported(f"array {text[:40]!r} is not one-dimensional from 1: text only")
+    try:
+        return _elements(text)
+    except IndexError:
+        raise Unsupported(f"array {text[:40]!r} is malformed") from None
+
+
+def _elements(text: str) -> list[str | None]:
     items: list[str | None] = []
     i, body = 0, text[1:-1]
     while i < len(body):
@@ -198,7 +205,7 @@ def parameter(oid: int, data: bytes | None, binary: bool) -> Any:
     if pg is None:
         element = _ARRAY_ELEMENT.get(oid)
         if element is not None and element.name in ("oid", "integer", "bigint", "smallint"):
-            return _binary_integers(data)
+            return _binary_integers(data, signed=element.name != "oid")
         if element is not None:
             raise Unsupported(f"a binary array parameter (type {oid}): send it as text")
         return data.decode()
@@ -234,7 +241,7 @@ def parameter(oid: int, data: bytes | None, binary: bool) -> Any:
     return data.decode()
 
 
-def _binary_integers(data: bytes) -> list[int | None]:
+def _binary_integers(data: bytes, signed: bool) -> list[int | None]:
     """A one-dimensional array of integers (or OIDs) in binary form."""
     ndim, _, _ = struct.unpack("!iii", data[:12])
     if ndim == 0:
@@ -250,7 +257,7 @@ def _binary_integers(data: bytes) -> list[int | None]:
         if size < 0:
             out.append(None)
             continue
-        out.append(int.from_bytes(data[at : at + size], "big", signed=size < 4))
+        out.append(int.from_bytes(data[at : at + size], "big", signed=signed))
         at += size
     return out
 

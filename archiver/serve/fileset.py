@@ -7,13 +7,14 @@ is opened (archiver.query's pruning)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import threading
 from typing import Any
 
 from archiver.bulk import BulkConnection, open_bulk
-from archiver.errors import InputError
+from archiver.errors import ConfigError, InputError
 from archiver.ident import as_typed
 from archiver.query import catalog, statement
 from archiver.query.catalog import ARCHIVED, NAMED, File, Snapshot
@@ -59,6 +60,8 @@ class FileSet:
         self.url = url
         self.storage = storage
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._opened: list[BulkConnection] = []
 
     def files(
         self, sql: str, params: list[Any], parser: Any, tree: dict[str, Any] | None
@@ -80,7 +83,31 @@ class FileSet:
         if found is None:
             conn = open_bulk(self.url)
             found = self._local.held = (conn, conn.cursor())
+            with self._lock:
+                self._opened.append(conn)
         return found
+
+    def close(self) -> None:
+        """Every thread's connection, closed (serve is stopping)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def check_primary(self) -> None:
+        """Refuse a catalog database in recovery: its readers' snapshots are a standby's,
+        which the primary's reaping does not see (archiver_seen_committed)."""
+        conn, _ = self._cursor()
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_is_in_recovery()")
+            standby = bool(cur.fetchall()[0][0])
+        conn.rollback()
+        if standby:
+            raise ConfigError(
+                "serve: ARCHIVER_DATABASE_URL is a standby in recovery: serve reads the "
+                "catalog on the primary, where the files a view's snapshot sees are kept"
+            )
 
     def _read(self, names: list[str], retired: bool) -> list[tuple[Any, ...]]:
         """FILES on this thread's connection, once more on a new one if it broke; a bare
@@ -104,6 +131,9 @@ class FileSet:
                 return rows
             except Exception:
                 self._local.held = None
+                with self._lock:
+                    if conn in self._opened:
+                        self._opened.remove(conn)
                 with contextlib.suppress(Exception):
                     conn.close()
                 if attempt == 2:
@@ -144,8 +174,8 @@ class FileSet:
                 if row[13]:
                     snapshot.integer_keys.add((table, str(row[5])))
                 unsure = not row[3] and mode != "move"
-                files.append(File(str(path), row[5], row[6], row[7], row[8], row[9], row[10],
-                                  unsure, int(row[11]), bool(gone)))  # fmt: skip
+                file = File(str(path), row[5], row[6], row[7], row[8], row[9], row[10], unsure)
+                files.append(dataclasses.replace(file, id=int(row[11])))
             if refs is not None:
                 catalog.prune(snapshot, _as_read(refs, retired))
             if snapshot.offline:
@@ -173,7 +203,9 @@ def _inlined(sql: str, params: list[Any]) -> str:
             return "NULL"
         if isinstance(param, bool) or not isinstance(param, int | str):
             return m.group(0)
-        return str(param) if isinstance(param, int) else "'" + param.replace("'", "''") + "'"
+        if isinstance(param, int):
+            return f"({param})"  # `x -$1` with -5 is `x -(-5)`, never a comment
+        return "'" + param.replace("'", "''") + "'"
 
     return re.sub(r"\$(\d+)\b", value, sql)
 

@@ -87,7 +87,11 @@ class Exchange:
         attributes = _attributes(without_proof)
         if attributes.get("r") != self._nonce:
             raise ScramError("the nonce does not match")
-        if base64.b64decode(attributes.get("c", "")).decode(errors="replace") != self._header:
+        try:
+            binding = base64.b64decode(attributes.get("c", ""), validate=True)
+        except ValueError:
+            raise ScramError("the channel binding is not base64") from None
+        if binding.decode(errors="replace") != self._header:
             raise ScramError("the channel binding does not match")
         try:
             proof = base64.b64decode(proof_part, validate=True)

@@ -29,6 +29,15 @@ log = logging.getLogger(__name__)
 SCRAM = "SCRAM-SHA-256"
 MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's parameters
 AUTH_SECONDS = 10.0  # for the start-up and the password exchange
+# The settings a server reports at start-up, as PostgreSQL names them there
+STATUS_PARAMETERS = {
+    "server_version": "server_version", "server_encoding": "server_encoding",
+    "client_encoding": "client_encoding", "datestyle": "DateStyle",
+    "intervalstyle": "IntervalStyle", "timezone": "TimeZone",
+    "integer_datetimes": "integer_datetimes",
+    "standard_conforming_strings": "standard_conforming_strings",
+    "application_name": "application_name",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,15 @@ class Server:
             )
             if user is None:
                 return
-            session = await self._serve(reader, writer, user)
+            session = Session(
+                self.archive,
+                self.executor,
+                writer.write,
+                writer.drain,
+                user=user,
+                statement_timeout=self.settings.serve_statement_timeout,
+            )
+            await self._serve(reader, writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the client went away, or never finished its start-up
         except wire.ProtocolError as exc:
@@ -235,27 +252,15 @@ class Server:
         return True
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str
-    ) -> Session:
-        session = Session(
-            self.archive,
-            self.executor,
-            writer.write,
-            user=user,
-            statement_timeout=self.settings.serve_statement_timeout,
-        )
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
+    ) -> None:
+        """A session from its start-up parameters to the client's Terminate (or an
+        idle timeout)."""
         pid, secret = next(self._pids), secrets.randbits(31)
         self._keys[(pid, secret)] = session
-        for name in ("server_version", "server_encoding", "client_encoding", "datestyle",
-                     "intervalstyle", "timezone", "integer_datetimes",
-                     "standard_conforming_strings", "application_name"):  # fmt: skip
-            shown = {
-                "datestyle": "DateStyle",
-                "intervalstyle": "IntervalStyle",
-                "timezone": "TimeZone",
-            }
-            writer.write(wire.parameter_status(shown.get(name, name), session.settings[name]))
-        writer.write(wire.parameter_status("session_authorization", user))
+        for name, shown in STATUS_PARAMETERS.items():
+            writer.write(wire.parameter_status(shown, session.settings[name]))
+        writer.write(wire.parameter_status("session_authorization", session.user))
         writer.write(wire.parameter_status("is_superuser", "off"))
         writer.write(wire.backend_key(pid, secret))
         writer.write(wire.ready(session.status))
@@ -266,7 +271,7 @@ class Server:
                     wire.read_message(reader, MAX_MESSAGE), self.settings.serve_idle_timeout or None
                 )
                 if message.kind == b"X":
-                    return session
+                    return
                 if message.kind == b"Q":
                     read = wire.Reader(message.body)
                     text = read.string()
@@ -281,7 +286,6 @@ class Server:
             writer.write(
                 wire.error("57P05", "terminating connection due to idle-session timeout", "FATAL")
             )
-            return session
 
 
 def _peer(peer: object) -> str:

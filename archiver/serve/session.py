@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,11 +57,17 @@ class Portal:
     rows: Iterator[list[bytes | None]] | None = None
     sent: int = 0
     done: bool = False
-    pending: list[list[bytes | None]] = field(default_factory=list)
+    hold: bool = False  # a cursor WITH HOLD: it outlives its transaction
 
     def format_of(self, i: int) -> int:
         if not self.formats:
             return 0
+        if len(self.formats) not in (1, len(self.columns)):
+            raise SqlError(
+                "08P01",
+                f"bind message has {len(self.formats)} result formats but query has "
+                f"{len(self.columns)} columns",
+            )
         return self.formats[0] if len(self.formats) == 1 else self.formats[i]
 
     def close(self) -> None:
@@ -70,13 +77,15 @@ class Portal:
 
 
 class Session:
-    """The protocol state of one connection; `send` queues bytes for the client."""
+    """The protocol state of one connection; `send` queues bytes for the client,
+    `drain` waits until it has taken them."""
 
     def __init__(
         self,
         archive: ServedArchive,
         executor: Executor,
         send: Callable[[bytes], None],
+        drain: Callable[[], Awaitable[None]],
         *,
         user: str,
         statement_timeout: float,
@@ -84,6 +93,8 @@ class Session:
         self.archive = archive
         self.executor = executor
         self.send = send
+        self.drain = drain  # waits while the client reads what was sent
+        self.user = user
         self.settings = dict(statements.SETTINGS, session_authorization=user)
         self.statement_timeout = statement_timeout
         self.status = b"I"  # I idle, T in a transaction, E in a failed one
@@ -104,11 +115,13 @@ class Session:
                     self.send(wire.EMPTY_QUERY)
                     continue
                 portal = Portal(statement, [], [])
-                await self._start(portal)
-                if portal.result is not None or portal.statement.kind in ("fetch", "show"):
-                    self._describe_rows(portal)
-                await self._send_rows(portal, 0)
-                portal.close()
+                try:
+                    await self._start(portal)
+                    if portal.result is not None or portal.statement.kind in ("fetch", "show"):
+                        self._describe_rows(portal)
+                    await self._send_rows(portal, 0)
+                finally:
+                    portal.close()
             except SqlError as exc:
                 self._fail(exc)
                 break
@@ -160,7 +173,7 @@ class Session:
         if name and name in self.prepared:
             raise SqlError("42P05", f'prepared statement "{name}" already exists')
         statement = statements.classify(text)
-        if ";" in text.strip().rstrip(";") and len(statements.split(text)) > 1:
+        if len(statements.split(text)) > 1:
             raise SqlError("42601", "cannot insert multiple commands into a prepared statement")
         self.prepared[name] = Prepared(statement, oids)
         self.send(wire.PARSE_COMPLETE)
@@ -175,6 +188,11 @@ class Session:
             raw.append(None if size == -1 else read.take(size))
         formats = [read.int16() for _ in range(read.int16())]
         read.end()
+        if len(param_formats) not in (0, 1, count):
+            raise SqlError(
+                "08P01",
+                f"bind message has {len(param_formats)} parameter formats but {count} parameters",
+            )
         prepared = self.prepared.get(name)
         if prepared is None:
             raise SqlError("26000", f'prepared statement "{name}" does not exist')
@@ -219,7 +237,7 @@ class Session:
             if prepared.statement.kind not in ("select", "fetch", "show"):
                 self.send(wire.NO_DATA)
                 return
-            probe = Portal(prepared.statement, [None] * len(oids), [])
+            probe = Portal(_described_only(prepared.statement), [None] * len(oids), [])
             try:
                 await self._start(probe)
                 self.send(
@@ -311,10 +329,15 @@ class Session:
         if kind == "declare":
             if statement.name in self.cursors:
                 raise SqlError("42P03", f'cursor "{statement.name}" already exists')
-            if self.status == b"I" and "WITH HOLD" not in statement.text.upper():
+            if self.status == b"I" and not re.search(r"\bWITH\s+HOLD\b", statement.text, re.I):
                 raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
             result = await self._run(statement.value, portal.params)
-            cursor = Portal(Statement("select", statement.value), portal.params, [])
+            hold = bool(
+                re.search(
+                    r"\bWITH\s+HOLD\b", statement.text[: statement.text.upper().find(" FOR ")], re.I
+                )
+            )
+            cursor = Portal(Statement("select", statement.value), portal.params, [], hold=hold)
             cursor.result, cursor.columns, cursor.rows = result, result.columns, self._rows(result)
             self.cursors[statement.name] = cursor
         portal.done = True
@@ -325,7 +348,7 @@ class Session:
             self.status = b"T"
         elif kind in ("commit", "rollback"):
             self.status = b"I"
-            self._close_cursors()
+            self._close_cursors(held_too=False)
         elif kind == "rollback_to":
             self.status = b"T" if self.status != b"I" else b"I"
         elif kind == "set":
@@ -373,8 +396,7 @@ class Session:
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.statement_timeout or None)
         except TimeoutError:
-            for cursor in cursors:
-                cursor.interrupt()
+            self.cancel()
             with contextlib.suppress(Exception):
                 (await future).close()
             raise SqlError(
@@ -417,7 +439,7 @@ class Session:
         assert cursor.rows is not None
         n = 0
         while count is None or n < count:
-            row = cursor.pending.pop(0) if cursor.pending else next(cursor.rows, None)
+            row = next(cursor.rows, None)
             if row is None:
                 return
             n += 1
@@ -446,13 +468,20 @@ class Session:
 
         while True:
             try:
-                batch = await loop.run_in_executor(self.executor, chunk)
+                batch = await asyncio.wait_for(
+                    loop.run_in_executor(self.executor, chunk), self.statement_timeout or None
+                )
             except SqlError:
                 raise
+            except TimeoutError:
+                if portal.result is not None:
+                    portal.result.interrupt()
+                raise SqlError("57014", "canceling statement due to statement timeout") from None
             except Exception as exc:
                 raise SqlError(_duckdb_state(exc), first_line(exc)) from None
             for row in batch:
                 self.send(wire.data_row(self._formatted(portal, row)))
+            await self.drain()  # a slow reader holds the result back, not memory
             portal.sent += len(batch)
             if limit and portal.sent >= limit:
                 self.send(wire.PORTAL_SUSPENDED)
@@ -491,15 +520,18 @@ class Session:
             portal.close()
         self.portals.clear()
 
-    def _close_cursors(self) -> None:
-        for cursor in self.cursors.values():
-            cursor.close()
-        self.cursors.clear()
+    def _close_cursors(self, held_too: bool = True) -> None:
+        """The cursors, closed (at a transaction's end: those not WITH HOLD)."""
+        for name, cursor in list(self.cursors.items()):
+            if held_too or not cursor.hold:
+                cursor.close()
+                del self.cursors[name]
 
     def cancel(self) -> None:
         """A cancel request: the statement running now is interrupted."""
         for cursor in self._running:
-            cursor.interrupt()
+            with contextlib.suppress(Exception):  # closed meanwhile: nothing to interrupt
+                cursor.interrupt()
 
     def close(self) -> None:
         """Everything the connection holds, released (the client went away)."""
@@ -548,3 +580,11 @@ def _duckdb_state(exc: Exception) -> str:
         "IOException": "58030",
         "NotImplementedException": "0A000",
     }.get(name, "XX000")
+
+
+def _described_only(statement: Statement) -> Statement:
+    """A SELECT whose result's columns are wanted, not its rows (a Describe of a
+    prepared statement): run with no row to read."""
+    if statement.kind != "select":
+        return statement
+    return Statement("select", f"SELECT * FROM ({statement.text}) AS described LIMIT 0")

@@ -103,11 +103,6 @@ class Reader:
         self._at += n
         return data
 
-    def rest(self) -> bytes:
-        data = self._body[self._at :]
-        self._at = len(self._body)
-        return data
-
     def _unpack(self, fmt: str, n: int) -> int:
         return int(struct.unpack(fmt, self.take(n))[0])
 
@@ -147,11 +142,6 @@ def error(sqlstate: str, text: str, severity: str = "ERROR", detail: str | None 
     if detail:
         fields += b"D" + _cstr(detail)
     return _message(b"E", fields + b"\x00")
-
-
-def notice(text: str) -> bytes:
-    fields = b"S" + _cstr("NOTICE") + b"V" + _cstr("NOTICE") + b"C" + _cstr("00000")
-    return _message(b"N", fields + b"M" + _cstr(text) + b"\x00")
 
 
 def command_complete(tag: str) -> bytes:
