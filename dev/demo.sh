@@ -61,11 +61,15 @@ export ARCHIVER_RUN_DIR=$work/run ARCHIVER_LOG_DIR=$work/log ARCHIVER_WORKERS=2 
 # status exits 3 while any program of supervisor.conf is not running)
 export ARCHIVER_CONSOLE_AUTOSTART=true ARCHIVER_CONSOLE_PUBLIC_READ=true \
   ARCHIVER_CONSOLE_BIND=127.0.0.1:$($py -c 'from archiver.testing.services import free_port; print(free_port())')
+# and archiver serve, the archive as a read-only PostgreSQL server on loopback
+serve_port=$($py -c 'from archiver.testing.services import free_port; print(free_port())')
+export ARCHIVER_SERVE_AUTOSTART=true ARCHIVER_SERVE_BIND=127.0.0.1:$serve_port \
+  ARCHIVER_SERVE_PASSWORD=$($py -c 'import secrets; print(secrets.token_hex(16))')
 mkdir -p "$ARCHIVER_RUN_DIR" "$ARCHIVER_LOG_DIR"
-echo "== supervisord -c supervisor.conf (scheduler + $ARCHIVER_WORKERS workers + console; logs in $ARCHIVER_LOG_DIR)"
+echo "== supervisord -c supervisor.conf (scheduler + $ARCHIVER_WORKERS workers + console + serve; logs in $ARCHIVER_LOG_DIR)"
 .venv/bin/supervisord -c supervisor.conf
 for _ in $(seq 150); do
-  [ "$(ctl status 2>/dev/null | grep -c ' RUNNING ')" = $((ARCHIVER_WORKERS + 2)) ] && break; sleep 0.2
+  [ "$(ctl status 2>/dev/null | grep -c ' RUNNING ')" = $((ARCHIVER_WORKERS + 3)) ] && break; sleep 0.2
 done
 ctl status
 echo "== the console: http://$ARCHIVER_CONSOLE_BIND (while the demo runs)"
@@ -83,6 +87,18 @@ async def main(job):
     print("job", s)
     await c.close()
 asyncio.run(main(sys.argv[1]))
+PY
+echo "== archiver attach --table orders: every order, live or archived, in the database's own SQL"
+archiver attach --table orders --port "$serve_port" --sslmode disable
+$py - <<'PY'
+import asyncio, os, asyncpg
+async def main():
+    c = await asyncpg.connect(os.environ["ARCHIVER_DATABASE_URL"])
+    for row in await c.fetch("SELECT _archiver_source, count(*) FROM archive.orders_all GROUP BY 1 ORDER BY 1"):
+        print(f"  archive.orders_all: {row[1]:>7} {row[0]}")
+    print("  order 150000, archived:", dict(await c.fetchrow("SELECT id, created_at, total, _archiver_source FROM archive.orders_all WHERE id = 150000")))
+    await c.close()
+asyncio.run(main())
 PY
 echo "== supervisorctl stop all"; ctl stop all
 ctl shutdown

@@ -7,14 +7,18 @@
 -- transaction ended (archiver_seen_committed), or when its keep (kept_until) ends, if later.
 ALTER TABLE archive_files ADD COLUMN retired_xid xid8;  -- the transaction that retired it
 
--- Whether some session of this database holds a snapshot taken before transaction
--- `retired` ended (its xmin at or before it): pg_stat_activity shows every session's
--- backend_xmin to every role. A standby's sessions are not among them: the views are
+-- Whether some other session of this database may hold a snapshot taken before
+-- transaction `retired` ended: its xmin at or before it (pg_stat_activity shows every
+-- session's backend_xmin to every role). Conservative: a snapshot's xmin is the oldest
+-- transaction running in the whole cluster when it was taken, so a long transaction
+-- anywhere defers reaping; the asking session itself is never one (its own snapshot
+-- is newer than the retirement it reads). A standby's sessions are not among them: the views are
 -- exact read on the primary (docs/sql-access.md).
 CREATE FUNCTION archiver_seen_committed(retired xid8) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
     SELECT retired IS NOT NULL AND EXISTS (
         SELECT 1 FROM pg_stat_activity
         WHERE datname = current_database() AND backend_xmin IS NOT NULL
+          AND backend_type = 'client backend' AND pid <> pg_backend_pid()
           AND age(backend_xmin) >= age(((retired::text::numeric % 4294967296)::text)::xid))
 $$;

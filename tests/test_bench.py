@@ -118,6 +118,16 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "years: delta-rs opens a table of 300 commits",
         ),
     ),
+    "serve": (
+        ("serve",),
+        (
+            "serve: key lookup through archive.orders_all, p50, 1,800 archived rows in",
+            "serve: key lookup through archive.orders_all, p99, 1,800 archived rows in",
+            "serve: count(*), sum(total) over the foreign table, 1,800 archived rows in",
+            "serve: RSS, 20 connections in lookup loops for 3 s",
+            "serve: RSS, its last minute against its first (flat: 1.0x)",
+        ),
+    ),
 }
 
 

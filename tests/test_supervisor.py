@@ -50,6 +50,9 @@ def supervised(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
         "ARCHIVER_CONSOLE_AUTOSTART": "true",
         "ARCHIVER_CONSOLE_VIEWER_TOKEN": "a-viewer-token-long-enough",  # it refuses to start unreadable
         "ARCHIVER_CONSOLE_BIND": f"127.0.0.1:{free_port()}",
+        "ARCHIVER_SERVE_AUTOSTART": "true",  # and archiver serve beside it
+        "ARCHIVER_SERVE_PASSWORD": "a-serve-password-long-enough",
+        "ARCHIVER_SERVE_BIND": f"127.0.0.1:{free_port()}",
     }
 
 
@@ -66,7 +69,13 @@ def test_supervisor_runs_restarts_and_stops_the_system(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    everyone = ["archiver:scheduler", "archiver:worker-00", "archiver:worker-01", "console"]
+    everyone = [
+        "archiver:scheduler",
+        "archiver:worker-00",
+        "archiver:worker-01",
+        "console",
+        "serve",
+    ]
     try:
         wait_until(lambda: running(env) == everyone, timeout=60, what="all RUNNING")
         assert ctl(env, "status").returncode == 0
@@ -125,7 +134,7 @@ def test_supervisor_runs_restarts_and_stops_the_system(
     events = (log_dir / "supervisord.log").read_text()
     assert "exited: worker-00 (terminated by SIGKILL; not expected)" in events
     # Graceful: every process exited 0 on SIGTERM, none had to be killed.
-    for name in ("scheduler", "worker-00", "worker-01", "console"):
+    for name in ("scheduler", "worker-00", "worker-01", "console", "serve"):
         assert f"stopped: {name} (exit status 0)" in events, events
     for name in ("worker-00", "worker-01"):
         assert "stopped" in (log_dir / f"{name}.log").read_text().splitlines()[-1]
