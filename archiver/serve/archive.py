@@ -141,11 +141,13 @@ class ServedArchive:
         sql = dialect.in_duckdb(sql)
         parser = self.db.cursor()  # DuckDB's parse, on a connection of the process's own
         try:
-            statement.refuse_writes(sql, parser)
             word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
             if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
                 raise InputError(f"query: {word} refused: archiver serve only reads the archive")
+            # only one SELECT serializes; anything else is refused in archiver query's words
             tree = statement.serialized(sql, parser)
+            if tree is None or len(tree.get("statements") or []) != 1:
+                statement.refuse_writes(sql, parser)
             referenced = companions.columns_named(tree) - {FILE_ID}
             for attempt in range(1, RETRIES + 1):
                 plain, kept = self.fileset.files(sql, params, parser, tree)
