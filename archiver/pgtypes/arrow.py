@@ -105,7 +105,7 @@ def _wrapped(raw: int, bits: int, shift: int) -> int:
     return (raw - shift + span // 2) % span - span // 2
 
 
-def _civil(days: int) -> tuple[int, int, int]:
+def civil(days: int) -> tuple[int, int, int]:
     """(year, month, day) of a day count since 1970-01-01, any year (H. Hinnant)."""
     z = days + 719468
     era = z // 146097
@@ -123,7 +123,7 @@ def _timestamp_text(raw: int, with_zone: bool) -> str:
         return "infinity" if value > 0 else "-infinity"
     micros = value + _PG_EPOCH_US  # a finite timestamp past the driver's range
     days, rest = divmod(micros, _DAY_US)
-    year, month, day = _civil(days)
+    year, month, day = civil(days)
     seconds, us = divmod(rest, 1_000_000)
     text = f"{year}-{month:02d}-{day:02d} {seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{us:06d}"
     return text + "+00" if with_zone else text

@@ -12,28 +12,16 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from archiver.pgtypes.arrow import INTERVAL_STRUCT
+from archiver.pgtypes.arrow import INTERVAL_STRUCT, civil
 from archiver.serve.types import Column
 
 _DAY_US = 86_400_000_000
 _INFINITY_US = (2**63 - 1, -(2**63))  # DuckDB's ±infinity timestamps, as Arrow holds them
 
 
-def _civil(days: int) -> tuple[int, int, int]:
-    """(year, month, day) of a day count since 1970-01-01, any year (H. Hinnant)."""
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    month = mp + 3 if mp < 10 else mp - 9
-    return yoe + era * 400 + (month <= 2), month, doy - (153 * mp + 2) // 5 + 1
-
-
 def date_text(days: int) -> str:
     """PostgreSQL's ISO text of a date (days since 1970), BC years as it prints them."""
-    year, month, day = _civil(days)
+    year, month, day = civil(days)
     bc = year <= 0
     return f"{1 - year if bc else year:04d}-{month:02d}-{day:02d}" + (" BC" if bc else "")
 
@@ -49,7 +37,7 @@ def timestamp_text(micros: int, zone: bool) -> str:
     if micros in _INFINITY_US:
         return "infinity" if micros > 0 else "-infinity"
     days, rest = divmod(micros, _DAY_US)
-    year, month, day = _civil(days)
+    year, month, day = civil(days)
     bc = year <= 0
     text = f"{1 - year if bc else year:04d}-{month:02d}-{day:02d} {clock(rest)}"
     return text + ("+00" if zone else "") + (" BC" if bc else "")

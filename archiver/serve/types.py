@@ -81,7 +81,6 @@ class Column:
     size: int
     kind: str
     trim_scale: bool = False  # an unconstrained numeric archived as decimal(38,18)
-    companion: int | None = None  # the result column holding its PostgreSQL-only values
 
 
 def original(type_sql: str) -> tuple[str, bool] | None:
