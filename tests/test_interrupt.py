@@ -71,9 +71,10 @@ def holding(h: Harness, lock: str) -> Iterator[None]:
 
 
 def statements_of(h: Harness, command: str, pid: int) -> list[str]:
-    """What the command's sessions are doing in PostgreSQL (application_name names it)."""
+    """What the command's sessions are doing in PostgreSQL (application_name names it).
+    A session still starting up has no state or query yet (NULL): concat_ws skips them."""
     rows = h.sql(
-        "SELECT coalesce(wait_event_type, '') || ' ' || state || ': ' || query "
+        "SELECT concat_ws(' ', coalesce(wait_event_type, ''), state || ':', query) "
         "FROM pg_stat_activity WHERE application_name = $1",
         f"archiver {command} {pid}",
     )
