@@ -23,6 +23,7 @@ class Served:
 
     port: int
     log: Path
+    pid: int = 0
     password: str = PASSWORD
     user: str = "archiver"
 
@@ -53,7 +54,8 @@ def serve_env(h: Harness, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def serving(h: Harness, **extra: str) -> Iterator[Served]:
-    """`archiver serve` on a free port until the block ends (SIGTERM)."""
+    """`archiver serve` on a free port until the block ends (SIGTERM); it must then stop
+    cleanly: exit 0, "serve: stopped" and no traceback in its log."""
     port = free_port()
     log = h.tmp / f"serve-{port}.log"
     proc = start_process(
@@ -61,10 +63,12 @@ def serving(h: Harness, **extra: str) -> Iterator[Served]:
     )
     try:
         wait_for_text(log, "listening on", timeout=60)
-        yield Served(port, log)
+        yield Served(port, log, pid=proc.pid)
     finally:
         proc.terminate()
-        proc.wait(30)
+        code = proc.wait(30)
+    said = log.read_text()
+    assert code == 0 and "serve: stopped" in said and "Traceback" not in said, said[-3000:]
 
 
 def attach(h: Harness, served: Served, table: str, *args: str) -> None:

@@ -1,15 +1,18 @@
 """Installed the way production installs it: a wheel built from this checkout, into a fresh
-virtualenv outside it, then `archiver migrate` on an empty database and a real move."""
+virtualenv outside it, then `archiver migrate` on an empty database, a real move, and the
+moved rows read back through `archiver serve` and `archiver attach` (postgres_fdw)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from archiver.testing.reference import seed_orders
+from archiver.testing.services import free_port
 from tests.support import ROOT, fresh_database, sql, sql_value
 
 pytestmark = pytest.mark.slow
@@ -57,3 +60,27 @@ def test_wheel_migrates_an_empty_database_and_moves_rows(tmp_path: Path) -> None
         assert sorted(p.name for p in store.rglob("*.parquet")) == sorted(
             Path(r["path"]).name for r in sql(url, "SELECT path FROM archive_files")
         )
+
+        # the archive in the database's own SQL: serve from the venv, attach, the view
+        port = free_port()
+        env["ARCHIVER_SERVE_PASSWORD"] = "wheel-serve-password-0123456789"
+        log = tmp_path / "serve.log"
+        with open(log, "w") as out:
+            serve = subprocess.Popen(
+                [archiver, "serve", "--bind", f"127.0.0.1:{port}"], cwd=outside, env=env,
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while "listening on" not in log.read_text():
+                assert serve.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            attach = [archiver, "attach", "--table", "orders", "--port", str(port)]
+            run([*attach, "--sslmode", "disable"], outside, env)
+            every = "SELECT count(*), count(DISTINCT id) FROM archive.orders_all"
+            assert tuple(sql(url, every)[0]) == (2_000, 2_000)
+            assert sql_value(url, "SELECT count(*) FROM archive.orders") == moved
+        finally:
+            serve.terminate()
+            serve.wait(30)
+        assert "Traceback" not in log.read_text(), log.read_text()

@@ -61,7 +61,7 @@ class FileSet:
         self.storage = storage
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._opened: list[BulkConnection] = []
+        self._opened: list[tuple[BulkConnection, Any]] = []  # each thread's, with its cursor
 
     def files(
         self, sql: str, params: list[Any], parser: Any, tree: dict[str, Any] | None
@@ -84,16 +84,18 @@ class FileSet:
             conn = open_bulk(self.url)
             found = self._local.held = (conn, conn.cursor())
             with self._lock:
-                self._opened.append(conn)
+                self._opened.append(found)
         return found
 
     def close(self) -> None:
-        """Every thread's connection, closed (serve is stopping)."""
+        """Every thread's connection, closed (serve is stopping): its kept cursor first (a
+        cursor collected after its connection closed fails in ADBC's __del__)."""
         with self._lock:
             opened, self._opened = self._opened, []
-        for conn in opened:
-            with contextlib.suppress(Exception):
-                conn.close()
+        for held in opened:
+            for part in reversed(held):
+                with contextlib.suppress(Exception):
+                    part.close()
 
     def check_primary(self) -> None:
         """Refuse a catalog database in recovery: its readers' snapshots are a standby's,
@@ -114,7 +116,8 @@ class FileSet:
         table name (`orders`, or `*`: every table) resolved as archiver query resolves
         it first."""
         for attempt in (1, 2):
-            conn, files = self._cursor()
+            held = self._cursor()
+            conn, files = held
             try:
                 bare = [n for n in names if "." not in n]
                 tables = [n for n in names if "." in n]
@@ -132,10 +135,11 @@ class FileSet:
             except Exception:
                 self._local.held = None
                 with self._lock:
-                    if conn in self._opened:
-                        self._opened.remove(conn)
-                with contextlib.suppress(Exception):
-                    conn.close()
+                    if held in self._opened:
+                        self._opened.remove(held)
+                for part in (files, conn):
+                    with contextlib.suppress(Exception):
+                        part.close()
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")

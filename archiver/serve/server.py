@@ -112,9 +112,10 @@ class Server:
         async with server:
             await stop.wait()
             server.close()
-            for task in list(self.connections):
-                task.cancel()
-            await asyncio.gather(*self.connections, return_exceptions=True)
+            while self.connections:  # one accepted meanwhile is cancelled on the next pass
+                for task in list(self.connections):
+                    task.cancel()
+                await asyncio.gather(*list(self.connections), return_exceptions=True)
         self.executor.shutdown(wait=False, cancel_futures=True)
         log.info("serve: stopped")
 
@@ -162,13 +163,27 @@ class Server:
         except Exception as exc:  # a connection's failure ends that connection alone
             log.error("serve: %s: %s: %s", _peer(peer), type(exc).__name__, first_line(exc))
         finally:
-            self.connections.discard(task)
-            if session is not None:
-                self._keys = {k: s for k, s in self._keys.items() if s is not session}
-                await asyncio.get_running_loop().run_in_executor(self.executor, session.close)
-            with contextlib.suppress(Exception):
-                await writer.drain()
-            writer.close()
+            # The task stays among the connections until its session is released: stopping
+            # serve cancels it and waits for it, here too (its client gone), and it must
+            # still end without being cancelled, or Python 3.11's stream callback logs a
+            # traceback for it (task.exception() raises).
+            try:
+                if session is not None:
+                    self._keys = {k: s for k, s in self._keys.items() if s is not session}
+                    closing = asyncio.get_running_loop().run_in_executor(
+                        self.executor, session.close
+                    )
+                    try:
+                        await asyncio.shield(closing)
+                    except asyncio.CancelledError:
+                        await closing  # released before the archive closes
+                with contextlib.suppress(Exception):
+                    await writer.drain()
+            except asyncio.CancelledError:
+                pass
+            finally:
+                self.connections.discard(task)
+                writer.close()
 
     async def _start_up(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

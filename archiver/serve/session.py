@@ -395,6 +395,9 @@ class Session:
         )
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.statement_timeout or None)
+        except asyncio.CancelledError:  # serve is stopping: the statement ends too
+            self.cancel()
+            raise
         except TimeoutError:
             self.cancel()
             with contextlib.suppress(Exception):
