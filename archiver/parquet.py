@@ -8,7 +8,7 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +24,43 @@ from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 # took the worker's peak RSS on 1M reference rows to 284 MB, against 185-205 MB now.
 ROW_GROUP_BYTES = 32 * 1024 * 1024
 METADATA_PREFIX = "archiver."
+
+
+def writer_options(schema: pa.Schema, dictionary: Sequence[str]) -> dict[str, Any]:
+    """How every archive file is written (a chunk, a rewrite, a merge): zstd at its
+    default level; dictionaries for the `dictionary` columns alone; decimals of up to 18
+    digits stored as integers (the Parquet spec's INT32/INT64 decimals); and the columns
+    of integers, timestamps, dates, times and those decimals DELTA_BINARY_PACKED, which
+    for keys and times in rising order stores little more than their differences, and
+    for random integers about as small as PLAIN under zstd, and cheaper to encode
+    (docs/performance.md, the footprint). Every reader the tests run reads both
+    (tests/test_readers.py); Spark's vectorized reader decodes DELTA_BINARY_PACKED itself
+    from 3.3 (SPARK-36879), through parquet-mr's decoder before that."""
+    wanted = set(dictionary)
+    delta = {
+        f.name: "DELTA_BINARY_PACKED"
+        for f in schema
+        if f.name not in wanted and _integer_like(f.type)
+    }
+    return {
+        "compression": "zstd",
+        "use_dictionary": list(dictionary),
+        "write_statistics": True,
+        "store_decimal_as_integer": True,
+        "column_encoding": delta or None,
+    }
+
+
+def _integer_like(t: pa.DataType) -> bool:
+    """A type Parquet stores as INT32 or INT64 (decimals: with store_decimal_as_integer)."""
+    if pa.types.is_decimal(t):
+        return bool(t.precision <= 18)
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+    )
 
 
 class BinaryStream(Protocol):
@@ -72,11 +109,7 @@ class ParquetFileWriter:
         meta = {METADATA_PREFIX + k: v for k, v in metadata.items()}
         self.schema = schema.with_metadata(meta)
         self._writer = pq.ParquetWriter(
-            sink,
-            self.schema,
-            compression="zstd",
-            use_dictionary=list(dictionary),
-            write_statistics=True,
+            sink, self.schema, **writer_options(self.schema, dictionary)
         )
         self._pending = Pending(self._writer)
         self.rows = 0

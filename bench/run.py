@@ -25,6 +25,7 @@ from bench import (
     catalog,
     console,
     data,
+    footprint,
     jobs,
     lifecycle,
     live,
@@ -38,8 +39,8 @@ from bench import (
 from bench.core import Bench
 
 SECTIONS = (
-    "queue", "data", "memory", "restore", "partitions", "scale", "catalog", "console", "erase",
-    "live", "tpch", "years", "serve",
+    "queue", "data", "memory", "footprint", "restore", "partitions", "scale", "catalog",
+    "console", "erase", "live", "tpch", "years", "serve",
 )  # fmt: skip
 
 
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             data.data_path(bench)
             if "memory" not in args.skip:
                 data.memory(bench)
+        if "footprint" not in args.skip:
+            footprint.footprint(bench)
         if "restore" not in args.skip:
             restore.restore_at_scale(bench)
             restore.restore_published(bench)

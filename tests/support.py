@@ -203,3 +203,15 @@ def assert_refused(
     assert result.stderr.startswith(prefix), result.stderr
     for needle in needles:
         assert needle in result.stderr, result.stderr
+
+
+def column_layout(data: bytes) -> dict[str, tuple[str, set[str]]]:
+    """A Parquet file's top-level columns: physical type and encodings (its first row
+    group), as parquet.writer_options writes them."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    group = pq.read_metadata(io.BytesIO(data)).row_group(0)
+    columns = (group.column(i) for i in range(group.num_columns))
+    return {c.path_in_schema: (c.physical_type, set(c.encodings)) for c in columns}

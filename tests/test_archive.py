@@ -18,7 +18,15 @@ from tests.archive_check import (
 )
 from tests.exactly_once import assert_archived_once
 from tests.harness import Harness
-from tests.support import archiver_cmd, run_cli, sql, sql_value, start_worker, wait_for_text
+from tests.support import (
+    archiver_cmd,
+    column_layout,
+    run_cli,
+    sql,
+    sql_value,
+    start_worker,
+    wait_for_text,
+)
 
 CUTOFF = "2024-10-01"
 
@@ -114,6 +122,12 @@ def test_files_carry_types_and_metadata(h: Harness) -> None:
     encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(8)}
     assert "RLE_DICTIONARY" in encodings["status"]
     assert not any("RLE_DICTIONARY" in e for c, e in encodings.items() if c != "status")
+    # keys, times and decimals of up to 18 digits DELTA_BINARY_PACKED (the decimal as INT64)
+    layout = column_layout(local.read_bytes())
+    for column in ("id", "created_at", "updated_at", "total"):
+        physical, encodings_used = layout[column]
+        assert physical == "INT64" and "DELTA_BINARY_PACKED" in encodings_used, layout[column]
+    assert "DELTA_BINARY_PACKED" not in layout["customer"][1]  # text
     blob = client.get_blob_client(name).get_blob_properties()
     assert blob.content_settings.content_md5 is not None
     row = h.sql("SELECT byte_size, md5 FROM archive_files")[0]

@@ -33,7 +33,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
     "data": (
-        ("data", "memory"),
+        ("data", "memory", "footprint"),
         (
             "floor: psql",
             "copy mode -> file://",
@@ -51,6 +51,12 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "move mode -> Azurite, --adbc-driver",
             "worker peak RSS, 2,000 rows",
             "worker peak RSS, 6,000 rows",
+            "floor: psql \\copy binary, whole-machine CPU, 4,000 rows",
+            "DuckDB export, whole-machine CPU",
+            "backlog copy -> file://, whole-machine CPU, against DuckDB's export",
+            "backlog copy -> file://, wall end to end, against DuckDB's export",
+            "backlog copy: bytes of its files, against DuckDB's zstd file",
+            "backlog move -> file://, whole-machine CPU per row, 4,000 rows",
         ),
     ),
     "restore": (

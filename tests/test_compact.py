@@ -17,7 +17,14 @@ import pytest
 
 from tests.delta_check import delta, duck, uri
 from tests.harness import Harness, Worlds, cloned
-from tests.support import Process, archiver_cmd, assert_refused, start_process, wait_for_text
+from tests.support import (
+    Process,
+    archiver_cmd,
+    assert_refused,
+    column_layout,
+    start_process,
+    wait_for_text,
+)
 
 DAYS = 16  # from 2024-01-01: 15 daily jobs, each a file of 144 rows
 SCHEMA = """
@@ -113,6 +120,10 @@ def test_daily_files_merge_into_one_read_once_by_every_reader(
     assert (merged["row_count"], merged["made_by"], merged["part"]) == (len(moved), operation, 0)
     assert f"the {DAYS - 1} files a merge replaced stay a day" in done.stderr, done.stderr
     every_reader_counts(h, moved, live)
+    layout = column_layout(h.blob(merged["path"]))  # a merge writes as a chunk does
+    assert {c: "DELTA_BINARY_PACKED" in e for c, (_, e) in layout.items()} == {
+        "id": True, "customer": True, "created_at": True, "created_at__pg_text": False
+    }, layout  # fmt: skip
     # one Delta commit: the small files out, the merge in, no data change (OPTIMIZE)
     table = delta(h, "public.events")
     assert [a.split("/")[-1] for a in table.file_uris()] == [merged["path"].split("/")[-1]]

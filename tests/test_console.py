@@ -5,6 +5,7 @@ Screenshots of each page go to build/screenshots/ (CI artefacts, not committed).
 from __future__ import annotations
 
 import http.server
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page
 
+from archiver.kinds import KINDS
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
 from tests.console_check import Console, browser, failed_job, job_status, log_in, shot
@@ -199,6 +201,21 @@ def test_hostile_names_render_as_text_and_no_secret_reaches_a_page(
     secret = h.env["AZURE_STORAGE_CONNECTION_STRING"].split("AccountKey=")[1].split(";")[0]
     for path in ("/", "/jobs", f"/jobs/{job}", "/archive", "/login"):
         assert secret not in console.get(path)[1]
+
+
+def test_the_job_filter_offers_and_answers_every_kind(h: Harness, console: Console) -> None:
+    """The jobs page's task filter offers every kind archiver.kinds registers, and lists
+    each kind's jobs alone (an operator can list the compaction and orphan sweep jobs)."""
+    for name in KINDS:
+        h.sql("INSERT INTO background_jobs (task_name, status) VALUES ($1, 'cancelled')", name)
+    status, page = console.get("/jobs")
+    select = re.search(r'<select name="task">(.*?)</select>', page, re.S)
+    assert status == 200 and select, page
+    assert re.findall(r"<option[^>]*>([^<]*)</option>", select.group(1)) == ["any", *KINDS]
+    for name in KINDS:
+        status, page = console.get(f"/jobs?task={name}")
+        listed = re.findall(r"</a></td><td>([^<]*)</td>", page)
+        assert status == 200 and listed == [name], (name, status, listed)
 
 
 def test_bad_parameters_are_one_line_and_a_console_nobody_could_read_does_not_start(

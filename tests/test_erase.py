@@ -19,6 +19,7 @@ from tests.harness import Harness, Worlds, cloned
 from tests.support import (
     archiver_cmd,
     assert_refused,
+    column_layout,
     fast_env,
     kill_at_failpoint,
     start_process,
@@ -152,6 +153,11 @@ def test_erase_takes_one_customer_and_its_lines_out_of_every_file(
     erased_everywhere(h, [dry.stdout, dry.stderr, done.stdout, done.stderr, worker_log.read_text()])
     # only the files holding them were rewritten
     assert h.value("SELECT count(*) FROM archive_files WHERE path LIKE '%/rewrite-%'") == 6
+    rewritten = h.value(
+        "SELECT path FROM archive_files WHERE path LIKE '%/public.orders/rewrite-%' LIMIT 1"
+    )
+    physical, encodings = column_layout(h.blob(rewritten))["id"]  # as a chunk writes it
+    assert physical == "INT64" and "DELTA_BINARY_PACKED" in encodings, (physical, encodings)
     # the console's page of the table shows the erasure as the ledger has it
     console = Console(h, tmp_path)
     try:

@@ -17,8 +17,8 @@ from archiver.errors import InputError, JobFailed
 from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
 from archiver.model import ArchiveRequest, KeyRange, Mode, Status, parse_job_id
-from archiver.operations import enqueue, inspect
-from archiver.store import archive_files, audit, jobs
+from archiver.operations import actions, enqueue, inspect
+from archiver.store import archive_files, jobs
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -238,21 +238,19 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    job_id = parse_job_id(args.job_id)
-    async with db.connection(settings.database_url) as conn, conn.transaction():
-        status = await jobs.cancel(conn, job_id)
-        said = "cancelled" if status == Status.CANCELLED else "will stop at its next chunk boundary"
-        await audit.record(conn, "cancel", f"job {job_id}", said)
-    print(f"job {job_id} {said}")
-    return 0
+    return await _on_job(settings, parse_job_id(args.job_id), "cancel")
 
 
 async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
-    job_id = parse_job_id(args.job_id)
+    return await _on_job(settings, parse_job_id(args.job_id), "retry")
+
+
+async def _on_job(
+    settings: Settings, job_id: uuid.UUID, action: str, limits: dict[str, Any] | None = None
+) -> int:
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        await jobs.retry(conn, job_id)
-        await audit.record(conn, "retry", f"job {job_id}", "queued again")
-    print(f"job {job_id} queued again")
+        said = await actions.on_job(conn, job_id, action, actions.CLI, limits)
+    print(f"job {job_id} {said}")
     return 0
 
 
@@ -263,37 +261,21 @@ def _pause_target(args: argparse.Namespace) -> uuid.UUID | None:
 
 
 async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
-    job_id = _pause_target(args)
-    if job_id is None:
-        table = await inspect.qualified_table(settings, args.table)
-        async with db.connection(settings.database_url) as conn, conn.transaction():
-            said = "paused" if await jobs.pause_table(conn, table) else "was already paused"
-            await audit.record(conn, "pause", f"table {table}", said)
-        print(f"table {table} {said}")
-        return 0
-    async with db.connection(settings.database_url) as conn, conn.transaction():
-        status = await jobs.pause_job(conn, job_id)
-        said = "paused" + (
-            ": it stops at its next chunk boundary" if status == Status.RUNNING else ""
-        )
-        await audit.record(conn, "pause", f"job {job_id}", said)
-    print(f"job {job_id} {said}")
-    return 0
+    return await _pause_or_resume(args, settings, "pause")
 
 
 async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
+    return await _pause_or_resume(args, settings, "resume")
+
+
+async def _pause_or_resume(args: argparse.Namespace, settings: Settings, action: str) -> int:
     job_id = _pause_target(args)
-    if job_id is None:
-        table = await inspect.qualified_table(settings, args.table)
-        async with db.connection(settings.database_url) as conn, conn.transaction():
-            said = "resumed" if await jobs.resume_table(conn, table) else "was not paused"
-            await audit.record(conn, "resume", f"table {table}", said)
-        print(f"table {table} {said}")
-        return 0
+    if job_id is not None:
+        return await _on_job(settings, job_id, action)
+    table = await inspect.qualified_table(settings, args.table)
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        await jobs.resume_job(conn, job_id)
-        await audit.record(conn, "resume", f"job {job_id}", "resumed")
-    print(f"job {job_id} resumed")
+        said = await actions.on_table(conn, table, action, actions.CLI)
+    print(f"table {table} {said}")
     return 0
 
 
@@ -308,16 +290,4 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
-    job_id = parse_job_id(args.job_id)
-    changes = _limits(args)
-    if not changes:
-        raise InputError(
-            "throttle: give --max-rows-per-second N, --max-wal-per-second SIZE, "
-            "--max-replica-lag LIMIT or --window HH:MM-HH:MM (0 or none removes one)"
-        )
-    async with db.connection(settings.database_url) as conn, conn.transaction():
-        limits = await jobs.set_limits(conn, job_id, changes)
-        said = f"limits: {terminal.dumps(limits) if limits else 'none'}"
-        await audit.record(conn, "throttle", f"job {job_id}", said)
-    print(f"job {job_id} {said}")
-    return 0
+    return await _on_job(settings, parse_job_id(args.job_id), "throttle", _limits(args))

@@ -18,7 +18,7 @@ from archiver.errors import VerificationError
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, rows_at
+from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, rows_at, writer_options
 from archiver.pgtypes.arrow import staging_table
 from archiver.storage.seam import (
     ARCHIVE_TIER,
@@ -78,9 +78,7 @@ def rewrite(
     keys, cutoff = original.key_columns, original.cutoff_column
     stats = ChunkStats(arrow_order=in_arrow_order([schema.field(k).type for k in keys]))
     dictionary = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-    with pq.ParquetWriter(
-        local, schema, compression="zstd", use_dictionary=dictionary, write_statistics=True
-    ) as writer:
+    with pq.ParquetWriter(local, schema, **writer_options(schema, dictionary)) as writer:
         pending = Pending(writer)
         for piece, _ in rows_at(source, keep):
             for batch in piece.to_batches():

@@ -28,7 +28,7 @@ from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import TableName, quote_ident
 from archiver.lifecycle.compact import Chunk, instant
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, Pending, read_metadata
+from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, writer_options
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.storage.seam import Storage, check_stored, file_md5, file_tags, put_file
 
@@ -143,9 +143,7 @@ def merge(
     stats = ChunkStats(arrow_order=in_arrow_order([schema.field(k).type for k in keys]))
     dictionary = [x.name for x in schema if pa.types.is_dictionary(x.type)]
     rows = 0
-    with pq.ParquetWriter(
-        local, schema, compression="zstd", use_dictionary=dictionary, write_statistics=True
-    ) as writer:
+    with pq.ParquetWriter(local, schema, **writer_options(schema, dictionary)) as writer:
         pending = Pending(writer)
         for piece in _pieces(inputs, schema):
             for batch in piece.to_batches():

@@ -41,7 +41,7 @@ from archiver.errors import (
     first_line,
 )
 from archiver.ident import as_typed
-from archiver.store import audit
+from archiver.operations import actions
 from archiver.web import pages
 from archiver.web.auth import (
     SESSION_COOKIE,
@@ -86,20 +86,25 @@ class BadRequest(HTTPException):
         super().__init__(400, detail)
 
 
-def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlette:
-    auth = Auth(settings.console_admin_token, settings.console_viewer_token)
-    throttle = LoginThrottle()  # in this process: one console per deployment
+def environment() -> jinja2.Environment:
+    """The pages' templates and their filters."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True
     )  # every value escaped: table names, errors, payloads come from the database
-    templates = Jinja2Templates(env=env)
-    templates.env.filters.update(
+    env.filters.update(
         size=lambda n: text.size(int(n or 0)),
         ago=pages.ago,
         typed=as_typed,  # a table in PostgreSQL's syntax, as addresses and the CLI take it
         duration=pages.seconds_text,
         first_line=lambda s: (s or "").strip().splitlines()[0] if (s or "").strip() else "",
     )
+    return env
+
+
+def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlette:
+    auth = Auth(settings.console_admin_token, settings.console_viewer_token)
+    throttle = LoginThrottle()  # in this process: one console per deployment
+    templates = Jinja2Templates(env=environment())
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -175,7 +180,10 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         more = len(rows) > filters.limit
         rows = rows[: filters.limit]
         after = pages.cursor_of(rows[-1]) if more and rows else None
-        return render(request, "jobs.html", {"jobs": rows, "filters": filters, "after": after})
+        return render(request, "jobs.html", {"jobs": rows, "filters": filters, "after": after,
+                                             "statuses": pages.STATUSES,
+                                             "tasks": pages.task_names(),
+                                             "bulk_actions": actions.BULK_ACTIONS})  # fmt: skip
 
     async def job(request: Request) -> Response:
         job_id = _job_id(request.path_params["job_id"])
@@ -264,38 +272,41 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
             raise HTTPException(403, "missing or wrong CSRF token")
         return person, form
 
-    async def _audit(
-        conn: asyncpg.Connection, person: Who, request: Request, action: str, target: str, said: str
-    ) -> None:
-        """One archiver_audit row (in the caller's transaction) and one log line per
-        action, naming who and from where."""
-        client = _client(request)
-        await audit.record(conn, action, target, said, who=str(person.name), address=client)
-        log.warning("console: %s %s: %s by %s from %s", action, target, said, person.name, client)
+    def _actor(person: Who, request: Request) -> actions.Actor:
+        return actions.Actor(str(person.name), _client(request))
+
+    def _said(actor: actions.Actor, action: str, target: str, said: str) -> None:
+        """One log line per action (its archiver_audit row is operations.actions'),
+        naming who and from where."""
+        log.warning("console: %s %s: %s by %s from %s", action, target, said, actor.who,
+                    actor.address)  # fmt: skip
 
     async def job_action(request: Request) -> Response:
-        actor, form = await _acting(request)
+        person, form = await _acting(request)
+        actor = _actor(person, request)
         job_id = _job_id(request.path_params["job_id"])
         action = request.path_params["action"]
         async with pool().acquire() as conn, conn.transaction():
-            said = await pages.act_on_job(conn, job_id, action, form)
-            await _audit(conn, actor, request, action, f"job {job_id}", said)
+            said = await pages.act_on_job(conn, job_id, action, form, actor)
+        _said(actor, action, f"job {job_id}", said)
         return RedirectResponse(_to(request, f"/jobs/{job_id}"), status_code=303)
 
     async def table_action(request: Request) -> Response:
-        actor, _ = await _acting(request)
+        person, _ = await _acting(request)
+        actor = _actor(person, request)
         name, action = request.path_params["table"], request.path_params["action"]
         async with pool().acquire() as conn, conn.transaction():
-            said, table = await pages.act_on_table(conn, name, action)
-            await _audit(conn, actor, request, action, f"table {table}", said)
+            said, table = await pages.act_on_table(conn, name, action, actor)
+        _said(actor, action, f"table {table}", said)
         back = _back(request, str((await request.form()).get("next", "")))
         return RedirectResponse(back, 303)
 
     async def bulk(request: Request) -> Response:
-        actor, form = await _acting(request)
+        person, form = await _acting(request)
+        actor = _actor(person, request)
         action = str(form.get("action", ""))
-        if action not in pages.BULK_ACTIONS:
-            raise BadRequest(f"action: expected one of {', '.join(pages.BULK_ACTIONS)}")
+        if action not in actions.BULK_ACTIONS:
+            raise BadRequest(f"action: expected one of {', '.join(actions.BULK_ACTIONS)}")
         filters = pages.JobFilter.parse(form, limit=BULK_LIMIT)
         async with pool().acquire() as conn:
             ids = [r["id"] for r in await pages.job_page(conn, filters)][:BULK_LIMIT]
@@ -305,9 +316,9 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
                     "confirm.html",
                     {"action": action, "filters": filters, "count": len(ids)},
                 )
-            changed = await pages.act_on_jobs(conn, ids, action)
-            said = f"{changed} of {len(ids)} jobs"
-            await _audit(conn, actor, request, f"bulk {action}", filters.describe(), said)
+            async with conn.transaction():
+                said = await actions.on_jobs(conn, ids, action, actor, filters.describe())
+        _said(actor, f"bulk {action}", filters.describe(), said)
         return RedirectResponse(_to(request, f"/jobs?{filters.query()}"), status_code=303)
 
     async def health(_: Request) -> Response:

@@ -14,21 +14,26 @@ from urllib.parse import urlencode
 
 import asyncpg
 
+from archiver import kinds
 from archiver.config import ConfigFile
 from archiver.db import query
 from archiver.errors import InputError, JobStateError
 from archiver.ident import TableName, as_typed
 from archiver.limits import limit_changes
-from archiver.model import ArchiveRequest, PublishRequest, PurgeRequest, Status
+from archiver.model import Status
+from archiver.operations import actions
 from archiver.source.tables import FIND_TABLE
 from archiver.store import archive_files, audit, jobs
 
 STATUSES = tuple(str(s) for s in Status)
-TASKS = (ArchiveRequest.KIND, PublishRequest.KIND, PurgeRequest.KIND)
+
+
+def task_names() -> tuple[str, ...]:
+    """Every job kind's name, as archiver.kinds registers them (the filter's choices)."""
+    return tuple(kinds.KINDS)
+
+
 PAGE = 50
-JOB_ACTIONS = ("cancel", "retry", "pause", "resume", "throttle")
-TABLE_ACTIONS = ("pause", "resume")
-BULK_ACTIONS = ("retry", "cancel", "pause", "resume")
 
 
 def ago(value: dt.datetime | None, now: dt.datetime | None = None) -> str:
@@ -83,8 +88,8 @@ class JobFilter:
         status, task = get("status") or None, get("task") or None
         if status is not None and status not in STATUSES:
             raise InputError(f"status: {status[:40]!r}, expected one of {', '.join(STATUSES)}")
-        if task is not None and task not in TASKS:
-            raise InputError(f"task: {task[:40]!r}, expected one of {', '.join(TASKS)}")
+        if task is not None and task not in (names := task_names()):
+            raise InputError(f"task: {task[:40]!r}, expected one of {', '.join(names)}")
         table, error = get("table") or None, get("error") or None
         for name, value in (("table", table), ("error", error)):
             if value is not None and len(value) > 200:
@@ -261,66 +266,43 @@ async def resolve_table(conn: asyncpg.Connection, name: str) -> str | None:
 
 
 async def act_on_job(
-    conn: asyncpg.Connection, job_id: uuid.UUID, action: str, form: Mapping[str, Any]
+    conn: asyncpg.Connection,
+    job_id: uuid.UUID,
+    action: str,
+    form: Mapping[str, Any],
+    actor: actions.Actor,
 ) -> str:
-    """One job's action, as the CLI's command does it; what happened, in words."""
-    if action not in JOB_ACTIONS:
-        raise InputError(f"action: {action[:40]!r}, expected one of {', '.join(JOB_ACTIONS)}")
-    try:
-        if action == "cancel":
-            status = await jobs.cancel(conn, job_id)
-            return "cancelled" if status == Status.CANCELLED else "stops at its next chunk"
-        if action == "retry":
-            await jobs.retry(conn, job_id)
-            return "queued again"
-        if action == "pause":
-            await jobs.pause_job(conn, job_id)
-            return "paused"
-        if action == "resume":
-            await jobs.resume_job(conn, job_id)
-            return "resumed"
+    """One job's action (operations.actions, as the CLI's command), a throttle's limits
+    read from the form; what happened, in words."""
 
-        def field(name: str) -> str | None:
-            value = str(form.get(name) or "").strip()
-            return value or None
+    def field(name: str) -> str | None:
+        value = str(form.get(name) or "").strip()
+        return value or None
 
+    limits = None
+    if action == "throttle":
         rows = field("max_rows_per_second")
         if rows is not None and not re.fullmatch(r"[0-9]{1,12}", rows):
             raise InputError(f"max_rows_per_second: {rows[:20]!r} is not a whole number")
-        changes = limit_changes(
+        limits = limit_changes(
             int(rows) if rows is not None else None,
             field("max_wal_per_second"),
             field("max_replica_lag"),
             field("window"),
         )
-        if not changes:
-            raise InputError("throttle: give at least one limit (0 or none removes one)")
-        limits = await jobs.set_limits(conn, job_id, changes)
-        return f"limits {json.dumps(limits, sort_keys=True)}"
+    try:
+        return await actions.on_job(conn, job_id, action, actor, limits)
     except JobStateError as exc:
         raise InputError(str(exc)) from None
 
 
-async def act_on_table(conn: asyncpg.Connection, name: str, action: str) -> tuple[str, str]:
+async def act_on_table(
+    conn: asyncpg.Connection, name: str, action: str, actor: actions.Actor
+) -> tuple[str, str]:
     """(what happened, the table's qualified name)."""
-    if action not in TABLE_ACTIONS:
+    if action not in actions.TABLE_ACTIONS:
         raise InputError(f"action: {action[:40]!r}, expected pause or resume")
     table = await resolve_table(conn, name)
     if table is None:
         raise InputError(f"table {name[:80]!r} not found")
-    if action == "pause":
-        return "paused" if await jobs.pause_table(conn, table) else "was already paused", table
-    return "resumed" if await jobs.resume_table(conn, table) else "was not paused", table
-
-
-async def act_on_jobs(conn: asyncpg.Connection, ids: list[uuid.UUID], action: str) -> int:
-    """A bulk action: each job as one action would; jobs in another state are skipped.
-    Returns how many changed."""
-    changed = 0
-    for job_id in ids:
-        try:
-            await act_on_job(conn, job_id, action, {})
-            changed += 1
-        except InputError:
-            continue
-    return changed
+    return await actions.on_table(conn, table, action, actor), table

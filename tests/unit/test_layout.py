@@ -397,3 +397,40 @@ def test_every_command_is_declared_one_way() -> None:
         "purge: runs archiver.commands_x.cmd_purge, declared in archiver.commands.lifecycle",
         "archiver/cli.py declares a command",
     ]
+
+
+# What an operator does to jobs and tables: the store's functions for it, and the audit.
+OPERATOR_CALLS = frozenset(
+    ("cancel", "retry", "pause_job", "resume_job", "pause_table", "resume_table", "set_limits")
+)
+
+
+def operator_calls(source: str) -> list[str]:
+    """Where code changes a job or a table as an operator would (`jobs.cancel(…)`, …) or
+    writes the audit (`audit.record(…)`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else ""
+            if (name == "jobs" and node.func.attr in OPERATOR_CALLS) or (
+                name == "audit" and node.func.attr == "record"
+            ):
+                found.append(f"line {node.lineno}: {name}.{node.func.attr}")
+    return found
+
+
+def test_operator_actions_happen_in_one_module() -> None:
+    """The CLI and the console act through archiver.operations.actions alone."""
+    for name, path in modules().items():
+        mine = name == "archiver.operations.actions" or _under(name, ("archiver.store",))
+        if mine or not _under(name, ("archiver",)):
+            continue
+        assert operator_calls(path.read_text()) == [], name
+    # the rule sees the shape it replaces: a command calling the store and the audit itself
+    old = (
+        "async def cmd_retry(conn, job_id):\n"
+        "    await jobs.retry(conn, job_id)\n"
+        "    await audit.record(conn, 'retry', f'job {job_id}', 'queued again')\n"
+    )
+    assert operator_calls(old) == ["line 2: jobs.retry", "line 3: audit.record"]
