@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from archiver.model import Mode
 from bench.common import (
     CUTOFF,
     DELETE_SQL,
@@ -28,6 +29,7 @@ from bench.common import (
     env_for,
     psql_seconds,
     run_workers,
+    server_share,
 )
 from bench.core import Bench
 
@@ -63,11 +65,14 @@ def footprint(bench: Bench) -> None:
     rows = 2 * bench.args.rows
     url = bench.dbs.copy(rows)
     floor: list[tuple[float, float]] = []
+    server: list[tuple[float, float]] = []
     duck: list[tuple[float, float, int]] = []
     mine: list[tuple[float, float, int]] = []
     try:
+        statement = server_share(url, Mode.COPY)  # archiver's select list, nothing written
         for _ in range(bench.args.repeat):
             floor.append(charged(psql_seconds, url, FLOOR_SQL.format(cutoff=CUTOFF)))
+            server.append(charged(psql_seconds, url, *statement))
             target = bench.tmp / "footprint-duckdb.parquet"
             cpu, wall = charged(duckdb_seconds, url, str(target), dict(os.environ))
             duck.append((cpu, wall, target.stat().st_size))
@@ -86,6 +91,9 @@ def footprint(bench: Bench) -> None:
               "CPU-s", "", None)  # fmt: skip
     bench.add(f"DuckDB export, whole-machine CPU, {label}", median(duck, 0), median(floor, 0),
               "CPU-s", "(reported: against the floor)", None)  # fmt: skip
+    bench.add(f"archiver's copy statement alone, psql \\copy, whole-machine CPU, {label}",
+              median(server, 0), median(floor, 0), "CPU-s",
+              "(reported: the server's share, against the floor)", None)  # fmt: skip
     cpu, theirs = median(mine, 0), median(duck, 0)
     bench.add(f"backlog copy -> file://, whole-machine CPU, against DuckDB's export, {label}",
               cpu, theirs, "CPU-s", "<= 1.0x", cpu <= theirs)  # fmt: skip

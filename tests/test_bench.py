@@ -30,6 +30,9 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "copy mode -> file://, the job's own time, against",
             "enqueue && worker --burst, copy -> file://, end to end, against",
             "move mode -> Azurite, the job's own time, against",
+            "nightly slice, 2 of 2,000 rows copied, the job's own time, against",
+            "archiver query count(*), sum(total) over the moved rows, the command, against",
+            "restore of a day (1,440 rows) out of the moved rows, the command, against",
         ),
     ),
     "data": (
@@ -53,6 +56,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "worker peak RSS, 6,000 rows",
             "floor: psql \\copy binary, whole-machine CPU, 4,000 rows",
             "DuckDB export, whole-machine CPU",
+            "archiver's copy statement alone, psql \\copy, whole-machine CPU",
             "backlog copy -> file://, whole-machine CPU, against DuckDB's export",
             "backlog copy -> file://, wall end to end, against DuckDB's export",
             "backlog copy: bytes of its files, against DuckDB's zstd file",
