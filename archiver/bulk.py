@@ -122,8 +122,8 @@ class _DeferredModule(types.ModuleType):
     """Stands in for a module until one of its attributes is asked for, then imports it.
 
     adbc_driver_manager.dbapi imports pyarrow.dataset as it is imported, for the
-    isinstance checks of adbc_ingest alone: ~60 ms of every process that opens a bulk
-    connection (the CLI's, the worker's) and 3 MB of a worker's peak. Deferred, it loads
+    isinstance checks of adbc_ingest alone: start-up time and memory for every process
+    that opens a bulk connection (the CLI's, the worker's). Deferred, it loads
     on first use (restore's adbc_ingest). The standard library's LazyLoader does not survive a second
     `import` of the module on Python 3.11 (the import system reads its __spec__)."""
 
@@ -145,8 +145,8 @@ def _absent(name: str) -> Iterator[None]:
     """Module `name` unimportable meanwhile, unless it was imported already.
 
     adbc_driver_manager.dbapi imports polars wherever it is installed, to register a
-    backend for binding polars frames, which archiver never does: 0.34 s of every
-    process that opens a bulk connection in a virtualenv holding polars (its tests',
+    backend for binding polars frames, which archiver never does: an import that
+    every process opening a bulk connection paid in a virtualenv holding polars (its tests',
     and a user's whose archiver shares one with their analysts' tools)."""
     if name in sys.modules:
         yield
@@ -173,15 +173,15 @@ class _Databases:
     """The ADBC database object behind a process's bulk connections: one per driver and
     URL, shared by the connections opened within `reuse_seconds` of its making.
 
-    Making one costs a connection of its own (the driver asks the server's version), and
-    it used to cost ~29 ms of this process's CPU and ~13 ms of the server's more, the
-    driver reading the server's whole pg_type into it: it is made with the driver's own
-    table of PostgreSQL's built-in types (`BUILT_IN_TYPES`; a driver without that mode
+    Making one costs a connection of its own (the driver asks the server's version); by
+    default the driver would also read the server's whole pg_type into it, which costs
+    more than the connection, so it is made with the driver's own table of PostgreSQL's
+    built-in types (`BUILT_IN_TYPES`; a driver without that mode
     reads pg_type). Every column archiver reads through the driver is of a built-in type:
     columns of other types (enums, composites, an extension's) are selected as their
     text (archiver.pgtypes), a domain arrives as its base type, and an array of a domain
-    is selected as its base type's array. A connection opened
-    from a made one costs ~0.2 ms of CPU here. `reuse_seconds` bounds how old its picture
+    is selected as its base type's array. A connection opened from a made one is cheap.
+    `reuse_seconds` bounds how old its picture
     of the server gets (its version after an upgrade, a failover behind the same name).
 
     Connections are opened and closed outside any lock here, in whichever thread (a
@@ -248,8 +248,7 @@ class _Databases:
             return make({})
 
 
-# ~3 ms of this process's CPU to make a database object, against ~29 ms reading the
-# server's types (measured here, 1.13.0).
+# The driver's own table of built-in types, instead of reading the server's pg_type.
 BUILT_IN_TYPES = {"adbc.postgresql.type_resolver_mode": "builtin"}
 _DATABASES = _Databases()
 
@@ -264,7 +263,7 @@ def open_bulk(url: str) -> BulkConnection:
 
     # pyarrow converts each statement's parameters by trying `import
     # dateutil.relativedelta`, and Python does not remember a failed import: without
-    # dateutil every statement searched sys.path again (~0.6 ms, 11 ms of a one-row job).
+    # dateutil every statement searched sys.path again.
     if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
         sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
     try:
@@ -303,8 +302,8 @@ def connect_bulk(url: str) -> Iterator[BulkConnection]:
 class BulkPool:
     """ADBC connections kept between a worker's jobs.
 
-    Opening one costs a server process and three round trips (~6 ms of CPU here, both
-    sides; ~40 ms before the driver's database object was shared: _Databases). A
+    Opening one costs a server process and three round trips (and the driver's
+    database object, shared: _Databases). A
     connection goes back to the pool only after its job ended without an exception, and
     is rolled back first; one idle longer than `idle_seconds` is closed (`prune`, called
     from the worker's loop: servers, poolers and firewalls drop idle sessions), and every

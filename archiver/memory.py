@@ -47,8 +47,8 @@ def settle() -> None:
 
 
 def give_back() -> None:
-    """Hand the heap's free memory back to the system (after a chunk: a few ms), so the
-    next chunk's peak does not land on what this one left (lows between chunks ~90 MB
-    either way; without it, later chunks of a 10M-row job peaked 5-8 MB higher)."""
+    """Hand the heap's free memory back to the system after a chunk, so the next
+    chunk's peak does not land on what this one left (without it, a long job's later
+    chunks peak higher)."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)

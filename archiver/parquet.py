@@ -18,10 +18,9 @@ from archiver.pgtypes.arrow import converter_for, split_special, unscaled_column
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 
 # Of Arrow data; each write call ends a row group, and a row group's batches wait in
-# memory until it is written (~125k reference rows, about DuckDB's default group). With
+# memory until it is written (about DuckDB's default group on the reference table). With
 # only enums dictionary-encoded (pgtypes.dictionary_encoded) 32 MB groups encode as fast
-# as 64 MB ones, into files as small; 64 MB groups with dictionaries on every column
-# took the worker's peak RSS on 1M reference rows to 284 MB, against 185-205 MB now.
+# as 64 MB ones, into files as small, for a lower peak RSS (docs/performance.md).
 ROW_GROUP_BYTES = 32 * 1024 * 1024
 METADATA_PREFIX = "archiver."
 
@@ -172,7 +171,8 @@ def rows_at(
 ) -> Iterator[tuple[pa.Table, pa.Array]]:
     """The rows of `source` at `positions` (int64, ascending), each piece with its
     positions: a file a row group at a time, so a file of a million rows is never all in
-    memory (restoring a day out of one read it whole: 519-583 MB); a table in one piece."""
+    memory (reading it whole to restore a day out of it is not bounded); a table in one
+    piece."""
     if isinstance(source, pa.Table):
         yield source.take(positions), positions
         return

@@ -27,12 +27,11 @@ from archiver.storage.seam import HashingSink, StoredObject, check_stored, file_
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
 # the encoder while the driver fills the next, so they are most of what a chunk holds
-# beyond its row group. With malloc as Arrow's pool (see cli.main), 8 MiB took a copy
-# job's peak RSS 200-204 -> 194-199 MB at 1M reference rows and 221-229 -> 202-207 MB
-# at 3M (three interleaved runs each), at the same CPU (docs/performance.md, "Memory").
+# beyond its row group. With malloc as Arrow's pool (see cli.main), 8 MiB lowers a copy
+# job's peak RSS at the same CPU (docs/performance.md).
 BATCH_BYTES = "adbc.postgresql.batch_size_hint_bytes"
 READ_BATCH_BYTES = 8 * 1024 * 1024
-ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder (~7 MB each on orders)
+ENCODE_QUEUE = 2  # batches read ahead of the Parquet encoder
 
 
 @contextlib.contextmanager

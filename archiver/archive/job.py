@@ -139,8 +139,7 @@ def bound_to_old_rows(job: JobContext, estimated: int) -> JobContext | None:
     """The job with its key range narrowed to the keys of rows older than the cutoff,
     from the smallest to the largest, so that no chunk, and no last look for more, walks
     the keys of newer rows: unbounded, a day's job on a table of years read every key
-    before or after the old ones (8,960,332 tuples for 5,760 rows archived of 10M,
-    measured here). Where at least WALK_MIN rows are `estimated` old, each end is first
+    before or after the old ones. Where at least WALK_MIN rows are `estimated` old, each end is first
     looked for among as many keys from its end of the key's index: where most rows are
     old (a first archive, a backlog), both are found at once. Else, or when an end is
     not found so, the old rows are read once, by the cutoff column's index where there

@@ -19,9 +19,8 @@ from archiver.source.triggers import DeleteTrigger, delete_triggers
 TARGET_CHUNK_BYTES = 160 * 1024 * 1024  # of table data; Arrow is about the same size
 DEFAULT_CHUNK_ROWS = 100_000  # when the table has no statistics yet
 MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1_000, 2_000_000
-# Parquet bytes per byte of PostgreSQL table (heap + TOAST), measured on the tests'
-# reference orders table (1M rows: 197 table bytes, 22 Parquet bytes per row, as
-# parquet.writer_options writes them). A rough guide only.
+# Parquet bytes per byte of PostgreSQL table (heap + TOAST) on the tests' reference orders
+# table, as parquet.writer_options writes them (docs/operations.md). A rough guide only.
 PARQUET_RATIO = 0.12
 
 

@@ -99,7 +99,7 @@ def take_rows(
     """A table's chunk: DELETE ... RETURNING in move mode, a read in copy mode. A copy job
     with a reader reads this chunk and the next side by side, a file each: decoding the
     driver's rows is the job's longest thread, and two of them split it over two cores
-    (measured in docs/performance.md). Where fewer than two chunks' rows
+    (docs/performance.md). Where fewer than two chunks' rows
     are estimated to be left, the two share them evenly."""
     reader = job.reader if pair else None
     rows = progress.chunk_rows

@@ -27,10 +27,9 @@ class Pruner:
         self.queue, self.days, self.pool = queue, settings.retention_days, pool
 
     async def run(self) -> None:
-        """Batches (each holds its rows' locks well under a second: 281 ms at most for
-        1M jobs in the bench), a short pause apart, until fewer than a batch are left;
-        one batch per sweep could not keep up with a queue finishing more than 1,000
-        jobs in 5 minutes."""
+        """Batches (each short enough to hold its rows' locks well under a second), a
+        short pause apart, until fewer than a batch are left; one batch per sweep could
+        not keep up with a busy queue."""
         total = 0
         while True:
             pruned = await self.queue.prune_finished(self.days, BATCH)
@@ -38,7 +37,7 @@ class Pruner:
             if pruned < BATCH:
                 break
             # a pause between batches leaves the database to the claims: back to back,
-            # 957k deletes held a claim up to 3.2 s (the bench's catalog section)
+            # a big prune held claims for seconds (the bench's catalog section)
             await asyncio.sleep(PAUSE)
         if total:
             log.info("pruned %d finished jobs", total)

@@ -66,8 +66,8 @@ _LIST_ELEMENTS = frozenset(
 )
 # Found in Arrow (see pgtypes.arrow.split_special): ±infinity and timestamps past ~294,246 AD
 # come back wrapped around, far below PostgreSQL's minimum; 24:00:00 as 86,400,000,000 µs;
-# numeric NaN as 'nan'. Checking in SQL (a CASE per column and row) cost ~0.65 s per
-# 1M rows of the reference orders table. Array elements keep the SQL predicates above.
+# numeric NaN as 'nan'. Checking in SQL (a CASE per column and row) costs the server
+# more than finding them in Arrow. Array elements keep the SQL predicates above.
 ARROW_CHECKED = frozenset(("date", "timestamp", "timestamptz"))
 # Types Delta Lake has no type for, selected as their text: Delta's string (uuid, json,
 # time; Parquet's UUID and JSON annotations make delta-rs fail to read the file, and
@@ -77,9 +77,9 @@ _NOT_PLAIN_ARRAY = "(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)"
 MAX_DECIMAL_PRECISION = 38  # Delta's decimal (decimal128): wider numeric(p,s) is text
 # numeric(p, s) with p <= 18 travels as its unscaled value in an int8 (`c * 10^s`, exact:
 # no stored value has more than s decimals): the driver hands numeric over as text built
-# from PostgreSQL's base-10000 digits, and that text then had to be cast to a decimal --
-# 0.55 s of client CPU per 1M values of the reference `total` column against 0.18 s as
-# int8 with its NaN check (measured here), on the side that bounds copy mode. Arrow reads the int64 back as
+# from PostgreSQL's base-10000 digits, and that text then had to be cast to a decimal,
+# several times the client CPU of an int8 with its NaN check, on the side that bounds
+# copy mode (docs/performance.md). Arrow reads the int64 back as
 # Decimal128(p, s) exactly (pgtypes.arrow.unscaled_decimal). NaN comes as int8's minimum,
 # which no numeric(18) value reaches.
 SCALED_MAX_PRECISION = 18
@@ -276,10 +276,9 @@ def dictionary_encoded(plans: list[ColumnPlan]) -> list[str]:
     """The columns a file dictionary-encodes: enums. A column of many distinct values
     gains nothing from a dictionary: the writer builds one until it outgrows its page
     limit, then falls back to plain, having paid for the hashing, and it holds a
-    dictionary-encoded column's pages in memory until its row group ends. On 1M
-    reference rows, dictionaries on every column (pyarrow's default) cost 0.53 s of
-    encoding and 28.6 MB of file; on the enum alone, 0.44 s and 25.7 MB (zstd compresses
-    repeated values well enough without one)."""
+    dictionary-encoded column's pages in memory until its row group ends. Dictionaries
+    on every column (pyarrow's default) cost more encoding and bigger files than on the
+    enum alone (docs/performance.md, the footprint)."""
     return [p.name for p in plans if p.dictionary]
 
 

@@ -66,7 +66,7 @@ def in_range_sql(
 ) -> tuple[str, tuple[str, ...]]:
     """SQL over a staged row `s`: whether it is in the restore's range [lower, upper),
     and its parameters; "true" for every row. A bound is cast once (a scalar subquery): a
-    stable cast in a filter runs per row (0.8 s per 1M staged rows)."""
+    stable cast in a filter runs per row."""
     bounds = [(b, op) for b, op in ((lower, ">="), (upper, "<")) if b]
     if not bounds:
         return "true", ()

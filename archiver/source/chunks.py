@@ -3,8 +3,8 @@
 Query text is built once per table from quoted identifiers; values (cutoff, last key,
 chunk size) never enter it. They are bound as parameters to `set_config(..., true)` and
 read back with `current_setting()`, because the ADBC driver streams a parameterless query
-through COPY BINARY in batches, while a parameterized one is ~2.3x slower and returns a
-single unbounded batch (measured here, adbc-driver-postgresql 1.13).
+through COPY BINARY in batches, while a parameterized one is slower and returns a single
+unbounded batch (adbc-driver-postgresql 1.13).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class ChunkQueries:
     def _older_than_cutoff(self, *, estimate: bool = False) -> str:
         """The cutoff predicate. Run, the cutoff is a scalar subquery (an InitPlan,
         computed once): as a plain current_setting() it sits in the scan's Filter and is
-        parsed and cast for every row, ~0.45 s per 1M rows measured here. Only
+        parsed and cast for every row. Only
         EXPLAINed for an estimate, it stays plain, because the planner folds it to the
         cutoff's real selectivity then."""
         value = _setting("archiver.cutoff", self.cutoff_column.base_type, once=not estimate)
@@ -186,8 +186,8 @@ class ChunkQueries:
         the key's index (an index scan that stops at the first old row): where most rows
         are old, the ends are found at once, and at most `walk` newer rows are read on
         the way. A NULL end: none within `walk` keys (or none old), so ask again
-        without. Reading every old row instead cost a copy of 1M old reference rows
-        0.45 s of its ~2.9 s (2026-11-26).
+        without. Reading every old row instead costs a first archive, where most rows
+        are old, a second pass over them.
 
         Without `walk`, the old rows are read once for both ends (materialized), by the
         cutoff column's index where few are old (the cutoff is a parameter the planner
@@ -227,8 +227,8 @@ class ChunkQueries:
           older than the cutoff: false for a NULL cutoff value, NULL when no row is left;
         - only where it is, `nth`: the key `limit` keys on, old rows or not (NULL when
           fewer keys are left), and only where that is NULL, `last`: the last key.
-        Keys as text. Each is read from the key's index (`nth` by an index-only scan,
-        ~0.1 s per 1M keys where the visibility map is set, measured here), once: the
+        Keys as text. Each is read from the key's index (`nth` by an index-only scan
+        where the visibility map is set), once: the
         subqueries are fenced (OFFSET 0) so that the planner does not copy one into two
         InitPlans. A range always has an end: without one, the DELETE's plan may read
         the cutoff column's index, every entry older than the cutoff, this job's deleted
@@ -255,16 +255,15 @@ class ChunkQueries:
         by_key_range: bool = False,
     ) -> str:
         """Move mode: delete the chunk's rows and return them. No ORDER BY on the result:
-        sorting costs ~1 s per 500k rows and the key range is computed from the Arrow
-        batches instead.
+        a sort of every row costs more than the rest of the statement's work on the
+        client, and the key range is computed from the Arrow batches instead.
 
         `skip_locked=True`: the chunk's rows are locked as they are chosen, skipping rows
         others hold. `skip_locked=False` (plain tables whose key Arrow orders, see
         JobContext.waits_for_row_locks): they are chosen without locking them and the
         DELETE waits for a row another transaction holds, which the caller bounds with a
         short lock_timeout. Locking every row first costs a WAL record and a second write
-        of each tuple: 0.35-0.5 s per 1M reference rows, 12-17% of the statement
-        (measured here). A row another transaction changes and commits while the DELETE
+        of each tuple (docs/performance.md). A row another transaction changes and commits while the DELETE
         waits for it is left in the table where PostgreSQL rechecks its newest version
         against the chosen ctids (TidRecheck; PostgreSQL 15.20 here does). Releases whose
         TID scan does not recheck take that newest version instead, so the DELETE repeats
@@ -274,8 +273,8 @@ class ChunkQueries:
         resumes after it: the rows between stay for the next archive.)
 
         A plain table deletes the chosen rows by ctid: a TID scan, where `pk IN (...)`
-        made the planner hash-join a sequential scan of the whole table, for every chunk
-        (6.6 s against 2.6 s for 1M rows, measured here). Locked as they are chosen, the
+        made the planner hash-join a sequential scan of the whole table, for every chunk.
+        Locked as they are chosen, the
         ctids cannot move before COMMIT because the same statement holds the rows (FOR
         UPDATE returns the version it locked); unlocked, see above. A partitioned table
         repeats ctids across partitions, so it keeps the key form.
@@ -287,8 +286,7 @@ class ChunkQueries:
         `by_key_range=True` (with `skip_locked=False`, one-column keys): no rows chosen
         first; the DELETE takes every row older than the cutoff in the key range, whose
         end the caller finds with `chunk_end`. One pass over the rows instead of two (the
-        chunk subquery's and the TID scan's): 2.17-2.51 CPU-s of the backend against
-        2.49-2.74 for 1M reference rows (nine runs each, measured here). The range held `limit` keys when
+        chunk subquery's and the TID scan's; docs/performance.md). The range held `limit` keys when
         its end was found, so about as many rows at most: fewer where old rows are
         sparse in key order, more only by rows inserted into it meanwhile. A row changed
         while the DELETE waits for it is rechecked against this WHERE, the key's bounds
@@ -335,7 +333,7 @@ class ChunkQueries:
         """Copy mode: the chunk after the one `read` returns, from the same settings, so
         two connections on one snapshot read both side by side. It starts after the key
         of the first chunk's last row (an InitPlan: its backend walks the first chunk's
-        keys, ~0.15 s per 500k reference rows, while the other streams them); none when
+        keys while the other streams them); none when
         the first chunk is the last."""
         keys = self.table.quoted_key
         last = self.select_chunk(

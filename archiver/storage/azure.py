@@ -41,7 +41,7 @@ class AzureStorage:
         self.scope: dict[str, Any] = (
             {"encryption_scope": settings.encryption_scope} if settings.encryption_scope else {}
         )
-        # The SDK's default waits 15 s, then 18 s, 24 s... (~80 s when the service is
+        # The SDK's default waits 15 s, then 18 s, 24 s... (over a minute when the service is
         # down). A few short retries instead: an outage fails the attempt and the queue
         # retries the job later, with the rows still in the table.
         options: dict[str, Any] = {

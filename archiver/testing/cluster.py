@@ -3,10 +3,9 @@ test, the soak) and for the whole suite (`python -m archiver.testing.cluster -- 
 `make test` runs): initdb and pg_ctl from the machine's PostgreSQL, as the `postgres`
 user when run as root, its files in memory where the machine has room there.
 
-Why in memory: on this machine's disk (ext4, a virtual disk) a CREATE DATABASE from the
-tests' template and its DROP cost 230-280 ms of CPU, nearly all of it the kernel's, with
-fsync on or off; the same in /dev/shm, 19 ms (20 of each, 2026-11-28). Every test makes
-its database so: ~615 a run."""
+Why in memory: every test makes its database from the tests' template and drops it, and
+on a disk each CREATE DATABASE and DROP costs the kernel an order of magnitude more CPU
+than in /dev/shm, with fsync on or off (docs/development.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ run it: bench/common.py) start: each is still a process
 of its own -- its own pid, environment, working directory, descriptors, exit status and
 signals, killed with SIGKILL as a real one is -- but forked from a Python that has
 imported archiver and its heavy libraries once, instead of a fresh interpreter importing
-them again (0.6-1.2 s of CPU each, ~1,400 processes a run).
+them again (most of a short command's CPU, for each of the suite's processes).
 
 What a fresh `python -m archiver` has that a fork does not, and what is done about it:
 - variables read as an interpreter or a C library starts (PYTHON*, ARROW_*, MALLOC_*,

@@ -200,7 +200,7 @@ class Soak:
         self.ledger.subjects.remove(who)  # no new batch holds its rows; one in flight lands
         for _ in range(600):  # first (else the application's DELETE below may take rows
             if (u := self.ledger.unsure) is None or not u.holds(who):  # the ledger adds
-                break  # after it: the first 30-minute run at ae86d44 reported one lost)
+                break  # after it, and the soak would report a row lost)
             await asyncio.sleep(0.05)
         self.ledger.erasing.add(who)
         self.ledger.forget_subject(who)

@@ -434,3 +434,41 @@ def test_operator_actions_happen_in_one_module() -> None:
         "    await audit.record(conn, 'retry', f'job {job_id}', 'queued again')\n"
     )
     assert operator_calls(old) == ["line 2: jobs.retry", "line 3: audit.record"]
+
+
+# A benchmark's figure in a docstring or comment: "measured", a duration in ms, CPU-s, an
+# approximate time or a range of times ("~2.9 s", "0.35-0.5 s"), a range of MB ("185-205
+# MB"). A setting ("every 0.3 s", "8 MB batches") is not one. Figures live in docs/.
+FIGURE = re.compile(
+    r"\bmeasured\b|\d ?ms\b|CPU-s|~\d+(\.\d+)? s\b|\d-\d+(\.\d+)? s\b|\d+-\d+ MB", re.I
+)
+
+
+def quoted_figures(source: str) -> list[str]:
+    """The comments and docstrings of `source` that quote a benchmark figure."""
+    import io
+    import tokenize
+
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT and FIGURE.search(token.string):
+            found.append(f"line {token.start[0]}: {token.string.strip()}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            figure = FIGURE.search(str(node.value.value))
+            if figure:
+                found.append(f"line {node.lineno}: {figure.group(0)}")
+    return found
+
+
+def test_no_docstring_or_comment_quotes_a_benchmark_figure() -> None:
+    for name, path in modules().items():
+        if _under(name, ("archiver",)):
+            assert quoted_figures(path.read_text()) == [], name
+    old = (
+        "def read():\n"
+        '    """Reading every old row cost 0.45 s of its ~2.9 s (measured here)."""\n'
+        "    # ~3 ms of this process's CPU, against ~29 ms\n"
+    )
+    assert quoted_figures(old) == ["line 3: # ~3 ms of this process's CPU, against ~29 ms",
+                                   "line 2: ~2.9 s"]  # fmt: skip
