@@ -45,6 +45,7 @@ import adbc_driver_manager
 from archiver import failpoints, outcome
 from archiver.bulk import BulkConnection, connect_bulk, fetch_all, run_in
 from archiver.db import query
+from archiver.delta import lock as publisher
 from archiver.errors import ArchiverError, InputError, StorageError, first_line
 from archiver.files import names
 from archiver.model import ArchivedFile, FileState
@@ -342,12 +343,12 @@ def sweep(
 def reap_now(conn: BulkConnection, storage: Storage, table: str) -> int:
     """`reap` if no publisher holds `table` now (else its publish job reaps after it)."""
     here = str(storage.location)
-    if not fetch_all(conn, query("delta_try_lock"), (here, table))[0][0]:
+    if not publisher.try_take(conn, here, table):
         return 0
     try:
         return reap(conn, storage, table)
     finally:
-        fetch_all(conn, query("delta_unlock"), (here, table))
+        publisher.release(conn, here, table)
 
 
 def reap(conn: BulkConnection, storage: Storage, table: str) -> int:

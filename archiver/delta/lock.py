@@ -1,12 +1,16 @@
 """One publisher per Delta table: a session advisory lock per (storage, table), held
 across the publisher's transactions (delta_lock in store/publications.sql); taken with or without
-a limit on the wait, checked before each Delta commit, released at the end."""
+a limit on the wait, checked before each Delta commit, released at the end. The one
+module that takes or releases it: the publisher, a reaping of retired files (which must
+not run while a publication adds files) and a rehydration bringing files back into the
+table take it here, on an ADBC or (`take_on`, `release_on`) an asyncpg session."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import adbc_driver_manager
+import asyncpg
 
 from archiver.bulk import BulkConnection, Row
 from archiver.db import query
@@ -54,3 +58,20 @@ def release(conn: BulkConnection, url: str, table: str) -> None:
     conn.rollback()
     _rows(conn, query("delta_unlock"), (url, table))
     conn.commit()
+
+
+def try_take(conn: BulkConnection, url: str, table: str) -> bool:
+    """Take the lock if it is free now; whether it was taken."""
+    taken = bool(_rows(conn, query("delta_try_lock"), (url, table))[0][0])
+    conn.rollback()  # a session's lock: it outlives the transaction
+    return taken
+
+
+async def take_on(conn: asyncpg.Connection, url: str, table: str) -> None:
+    """`take`, waiting as long as it takes, on an asyncpg session."""
+    await conn.execute(query("delta_lock"), url, table)
+
+
+async def release_on(conn: asyncpg.Connection, url: str, table: str) -> None:
+    """`release` on an asyncpg session, in its transaction if one is open."""
+    await conn.execute(query("delta_unlock"), url, table)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from archiver import db, failpoints, outcome
 from archiver.config import Settings
+from archiver.delta import lock as publisher
 from archiver.errors import InputError
 from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age, expired
@@ -177,9 +178,9 @@ async def _rehydrate_table(
         for t in sorted({f.source_table for f in back}):
             ids = [f.id for f in back if f.source_table == t]
             async with conn.transaction():
-                await conn.execute(db.query("delta_lock"), here, t)
+                await publisher.take_on(conn, here, t)
                 await archive_files.back_online(conn, ids, tier)
-                await conn.execute(db.query("delta_unlock"), here, t)
+                await publisher.release_on(conn, here, t)
     if back:  # they rejoin their Delta tables
         from archiver.operations.publish import make_visible
 

@@ -472,3 +472,25 @@ def test_no_docstring_or_comment_quotes_a_benchmark_figure() -> None:
     )
     assert quoted_figures(old) == ["line 3: # ~3 ms of this process's CPU, against ~29 ms",
                                    "line 2: ~2.9 s"]  # fmt: skip
+
+
+PUBLISHER_LOCK = ("delta_lock", "delta_unlock", "delta_try_lock", "delta_locked")
+
+
+def lock_queries(source: str) -> list[str]:
+    """Where code names one of the publisher lock's queries (`query("delta_lock")`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value in PUBLISHER_LOCK:
+            found.append(f"line {node.lineno}: {node.value}")
+    return found
+
+
+def test_the_publisher_lock_has_one_owner() -> None:
+    """archiver.delta.lock alone takes, checks and releases a Delta table's publisher
+    lock; the publisher, the reaping of retired files and a rehydration call it."""
+    for name, path in modules().items():
+        if _under(name, ("archiver",)) and name != "archiver.delta.lock":
+            assert lock_queries(path.read_text()) == [], name
+    old = 'await conn.execute(db.query("delta_lock"), here, t)\n'
+    assert lock_queries(old) == ["line 1: delta_lock"]
