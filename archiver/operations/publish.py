@@ -17,14 +17,6 @@ from archiver.text import counted
 if TYPE_CHECKING:
     from archiver.delta.publish import Published
 
-CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"
-# Retired files still stored though they could go; those a compaction replaced are kept
-# a day on purpose (for readers that opened the Delta log before), and counted apart.
-RETIRED_LEFT = (
-    "SELECT path, kept_until > now() FROM archive_files WHERE storage_url = $1 "
-    "AND source_table = $2 AND state = 'retired' ORDER BY id"
-)
-
 
 async def publish_table(
     settings: Settings,
@@ -45,7 +37,7 @@ async def publish_table(
         found = [
             t
             for t in await archive_files.catalogued_tables(conn, table)
-            if await conn.fetchval(CATALOGUED, t)
+            if await archive_files.has_files(conn, t)
         ]
     if not found:
         raise InputError(f"publish: no archived files of table {table!r} in the catalog")
@@ -98,9 +90,9 @@ async def make_visible(
                 lock_wait=settings.publish_wait,
             )
             async with db.connection(settings.database_url) as conn:
-                retired = await conn.fetch(RETIRED_LEFT, here, table)
-            left = [r[0] for r in retired if not r[1]]
-            kept = sum(1 for r in retired if r[1])
+                retired = await archive_files.retired_left(conn, here, table)
+            left = [path for path, kept_on_purpose in retired if not kept_on_purpose]
+            kept = sum(1 for _, kept_on_purpose in retired if kept_on_purpose)
         except PublisherBusy as exc:
             unfinished = True
             report(

@@ -164,14 +164,7 @@ async def mark_offline(settings: Settings, paths: list[str]) -> None:
     in the catalog, so their Delta tables leave them out until they are rehydrated."""
     here = str(settings.storage_location())
     async with db.connection(settings.database_url) as conn:
-        ids = [
-            r[0]
-            for r in await conn.fetch(
-                "SELECT id FROM archive_files WHERE storage_url = $1 AND path = ANY ($2::text[])",
-                here,
-                paths,
-            )
-        ]
+        ids = await archive_files.ids_at(conn, here, paths)
         await archive_files.going_offline(conn, ids)
         await archive_files.set_tier(conn, ids, "Archive")
         await jobs.enqueue_publications(conn, here, delta=settings.delta)

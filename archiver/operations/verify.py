@@ -82,14 +82,6 @@ async def verify(
     return len(files), problems
 
 
-# In the Delta log: added by a published publication, not yet removed by one.
-PUBLISHED = """
-SELECT f.path FROM archive_files f JOIN delta_tables d USING (storage_url, source_table)
-WHERE f.storage_url = $1 AND f.source_table = $2 AND f.publication <= d.published
-  AND (f.unpublication IS NULL OR f.unpublication > d.published)
-"""
-
-
 async def delta_problems(settings: Settings, storage: Storage, tables: set[str]) -> list[str]:
     """Each published table's Delta log against the catalog (archiver.delta.check)."""
     from archiver.delta.check import delta_problems as check
@@ -98,9 +90,7 @@ async def delta_problems(settings: Settings, storage: Storage, tables: set[str])
     here = str(storage.location)
     problems: list[str] = []
     async with db.connection(settings.database_url) as conn:
-        published = {
-            t: {r[0] for r in await conn.fetch(PUBLISHED, here, t)} for t in sorted(tables)
-        }
+        published = {t: await archive_files.published_paths(conn, here, t) for t in sorted(tables)}
     options = storage_options(settings, storage.location)
     for table, paths in published.items():
         if paths:

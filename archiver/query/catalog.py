@@ -14,6 +14,7 @@ from typing import Any
 from archiver.bulk import BulkConnection
 from archiver.db import query
 from archiver.query.statement import Reference, admits, as_instant, as_integer, reads
+from archiver.store import reads as stored
 
 
 @dataclass(frozen=True)
@@ -44,59 +45,6 @@ class Snapshot:
     integer_keys: set[tuple[str, str]] = field(default_factory=set)  # (table, column)
 
 
-# Tables whose Delta table holds exactly their committed files at the snapshot: every
-# committed file in a publication already in the log, every retired or offline one
-# taken out by one (the other tables' archive is read from their files: exact, slower).
-DELTA_EXACT = """
-SELECT d.source_table FROM delta_tables d
-WHERE d.storage_url = $1 AND d.published > 0
-  AND d.source_table IN (SELECT jsonb_array_elements_text($2::jsonb)) AND NOT EXISTS (
-    SELECT 1 FROM archive_files f
-    WHERE f.storage_url = d.storage_url AND f.source_table = d.source_table AND (
-        (f.state = 'committed' AND f.delta AND NOT f.offline
-         AND (f.publication IS NULL OR f.publication > d.published))
-        OR ((f.state = 'retired' OR f.offline) AND f.publication <= d.published
-            AND (f.unpublication IS NULL OR f.unpublication > d.published))))
-"""
-
-# The catalog's tables a statement names (schema.table, or a bare name in any schema:
-# its distinct tables read off the index on source_table, a loose index scan), and the
-# source's tables of those names with archive jobs queued but no file yet (their view
-# has _archiver_source too).
-NAMED = """
-WITH RECURSIVE t AS (
-    SELECT min(source_table) AS s FROM archive_files
-    UNION ALL
-    SELECT (SELECT min(source_table) FROM archive_files WHERE source_table > t.s)
-    FROM t WHERE t.s IS NOT NULL
-), named AS (SELECT jsonb_array_elements_text($1::jsonb) AS n)
-SELECT s FROM t JOIN named ON lower(s) = lower(n)
-    OR (position('.' IN n) = 0 AND lower(split_part(s, '.', 2)) = lower(n))
-UNION
-SELECT j.payload->>'table' FROM background_jobs j
-WHERE j.task_name = 'archive' AND j.payload->>'table' IN (
-    SELECT c.relnamespace::regnamespace::text || '.' || c.relname FROM pg_class c
-    JOIN named ON lower(c.relname) = lower(named.n) AND c.relkind IN ('r', 'p')
-    UNION ALL
-    SELECT c.relnamespace::regnamespace::text || '.' || c.relname FROM pg_class c
-    JOIN named ON position('.' IN named.n) > 0
-     AND lower(c.relnamespace::regnamespace::text) = lower(split_part(named.n, '.', 1))
-     AND lower(c.relname) = lower(substr(named.n, position('.' IN named.n) + 1))
-     AND c.relkind IN ('r', 'p'))
-"""
-
-# Every catalogued table, read off the index on source_table (a loose index scan).
-ARCHIVED = """
-WITH RECURSIVE t AS (
-    SELECT min(source_table) AS s FROM archive_files
-    UNION ALL
-    SELECT (SELECT min(source_table) FROM archive_files WHERE source_table > t.s)
-    FROM t WHERE t.s IS NOT NULL
-)
-SELECT s FROM t WHERE s IS NOT NULL ORDER BY s
-"""
-
-
 def read_catalog(
     conn: BulkConnection,
     location: str,
@@ -114,29 +62,11 @@ def read_catalog(
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         cur.execute("SELECT pg_export_snapshot(), pg_current_snapshot()::text")
         exported, current = cur.fetchall()[0]
-        cur.execute(ARCHIVED)
-        archived = [r[0] for r in cur.fetchall() if r[0]]
-        if named is None:
-            tables = archived
-        else:
-            cur.execute(NAMED, (json.dumps(sorted(named)),))
-            tables = sorted({r[0] for r in cur.fetchall() if r[0]})
+        archived = stored.archived_tables(cur)
+        tables = archived if named is None else stored.named_tables(cur, named)
         integer_keys = integer_columns(cur, tables)
-        cur.execute(DELTA_EXACT, (location, json.dumps(tables)))
-        exact = {r[0] for r in cur.fetchall()} - {t for t in tables if bounded(t)}
-        cur.execute(
-            "SELECT f.source_table, f.path, f.offline, f.delta, j.payload->>'mode', "
-            "f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column, "
-            "to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
-            "to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') "
-            "FROM archive_files f LEFT JOIN background_jobs j ON j.id = f.job_id "
-            "WHERE f.source_table IN (SELECT jsonb_array_elements_text($4::jsonb)) "
-            "  AND f.storage_url = $1 AND f.state = 'committed' AND ($2 OR f.offline "
-            "  OR f.source_table NOT IN (SELECT jsonb_array_elements_text($3::jsonb))) "
-            "ORDER BY f.source_table, f.id",
-            (location, live, json.dumps(sorted(exact)), json.dumps(tables)),
-        )
-        rows = cur.fetchall()
+        exact = stored.delta_exact(cur, location, tables) - {t for t in tables if bounded(t)}
+        rows = stored.committed_files(cur, location, live, exact, tables)
     snapshot = Snapshot(str(exported), str(current), {t: [] for t in tables})
     snapshot.delta_exact, snapshot.archived = exact, archived
     snapshot.integer_keys = integer_keys

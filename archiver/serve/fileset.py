@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import re
 import threading
 from typing import Any
@@ -17,40 +16,10 @@ from archiver.bulk import BulkConnection, open_bulk
 from archiver.errors import ConfigError, InputError
 from archiver.ident import as_typed
 from archiver.query import catalog, statement
-from archiver.query.catalog import ARCHIVED, NAMED, File, Snapshot
+from archiver.query.catalog import File, Snapshot
+from archiver.store import reads
 
 KEPT = "archiver_kept"  # the schema of the kept relations
-
-# The files of tables $1 (a JSON array of schema.table, as stored) on storage $2:
-# committed, and with $3 retired ones some snapshot may still see committed
-# (archiver_seen_committed) or kept (a compaction's inputs); a table of this database
-# that has no file yet, as one row of NULLs (attach declares a table before its first
-# file); whether each file's key is an integer column here (its catalogued key range
-# then prunes: text ends sort otherwise).
-FILES = """
-WITH wanted AS (
-    SELECT DISTINCT t FROM jsonb_array_elements_text($1::jsonb) t
-    WHERE EXISTS (SELECT 1 FROM archive_files f WHERE f.source_table = t)
-       OR to_regclass(quote_ident(split_part(t, '.', 1)) || '.'
-                      || quote_ident(substr(t, strpos(t, '.') + 1))) IS NOT NULL
-)
-SELECT w.t, f.path, f.offline, f.delta, j.payload->>'mode',
-       f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column,
-       to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
-       to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
-       f.id, f.state = 'retired',
-       EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(
-                   quote_ident(split_part(w.t, '.', 1)) || '.'
-                   || quote_ident(substr(w.t, strpos(w.t, '.') + 1)))
-               AND a.attname = f.key_columns[1] AND NOT a.attisdropped
-               AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype))
-FROM wanted w
-LEFT JOIN archive_files f ON f.source_table = w.t AND f.storage_url = $2 AND (
-    f.state = 'committed' OR ($3 AND f.state = 'retired'
-        AND (f.kept_until > now() OR archiver_seen_committed(f.retired_xid))))
-LEFT JOIN background_jobs j ON j.id = f.job_id
-ORDER BY w.t, f.id
-"""
 
 
 class FileSet:
@@ -123,13 +92,13 @@ class FileSet:
                 tables = [n for n in names if "." in n]
                 if bare:
                     with conn.cursor() as cur:
-                        if "*" in bare:
-                            cur.execute(ARCHIVED)
-                        else:
-                            cur.execute(NAMED, (json.dumps(bare),))
-                        tables += [str(r[0]) for r in cur.fetchall() if r[0]]
-                files.execute(FILES, (json.dumps(tables), self.storage, retired))
-                rows: list[tuple[Any, ...]] = files.fetchall()
+                        found = (
+                            reads.archived_tables(cur)
+                            if "*" in bare
+                            else reads.named_tables(cur, bare)
+                        )
+                    tables += found
+                rows = reads.served_files(files, tables, self.storage, retired)
                 conn.rollback()
                 return rows
             except Exception:

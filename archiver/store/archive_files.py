@@ -183,3 +183,28 @@ async def compact_counts(pool: asyncpg.Pool) -> None:
     """Fold the catalogued-files count deltas (sql/014_status_counts.sql) into a row per
     table; the pruner calls it after each sweep."""
     await pool.execute(query("compact_file_counts"))
+
+
+async def has_files(conn: asyncpg.Connection, table: str) -> bool:
+    """Whether the catalog holds any file of `table` (schema.table), in any state."""
+    return bool(await conn.fetchval(query("table_has_files"), table))
+
+
+async def retired_left(
+    conn: asyncpg.Connection, storage_url: str, table: str
+) -> list[tuple[str, bool]]:
+    """`table`'s retired files still stored: (path, kept on purpose: a compaction's input
+    kept a day for readers of the Delta log before it)."""
+    rows = await conn.fetch(query("retired_left"), storage_url, table)
+    return [(str(r[0]), bool(r[1])) for r in rows]
+
+
+async def ids_at(conn: asyncpg.Connection, storage_url: str, paths: list[str]) -> list[int]:
+    """The catalog ids of the files at `paths` on `storage_url`."""
+    return [int(r[0]) for r in await conn.fetch(query("file_ids_at"), storage_url, paths)]
+
+
+async def published_paths(conn: asyncpg.Connection, storage_url: str, table: str) -> set[str]:
+    """The paths of `table`'s files its Delta log holds, as the catalog says: added by a
+    published publication, not yet removed by one."""
+    return {str(r[0]) for r in await conn.fetch(query("published_paths"), storage_url, table)}

@@ -266,3 +266,21 @@ WHERE f.state = 'committed' AND f.storage_url = $1
 SELECT source_table FROM archive_files
 WHERE storage_url = $1 AND state = 'committed' AND byte_size < $2::bigint AND cutoff_column <> ''
 GROUP BY source_table HAVING count(*) >= 2
+
+-- name: table_has_files
+SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)
+
+-- name: retired_left
+-- Retired files still stored though they could go; those a compaction replaced are kept
+-- a day on purpose (for readers that opened the Delta log before), and flagged.
+SELECT path, kept_until > now() FROM archive_files WHERE storage_url = $1
+AND source_table = $2 AND state = 'retired' ORDER BY id
+
+-- name: file_ids_at
+SELECT id FROM archive_files WHERE storage_url = $1 AND path = ANY ($2::text[])
+
+-- name: published_paths
+-- In the Delta log: added by a published publication, not yet removed by one.
+SELECT f.path FROM archive_files f JOIN delta_tables d USING (storage_url, source_table)
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.publication <= d.published
+  AND (f.unpublication IS NULL OR f.unpublication > d.published)

@@ -494,3 +494,34 @@ def test_the_publisher_lock_has_one_owner() -> None:
             assert lock_queries(path.read_text()) == [], name
     old = 'await conn.execute(db.query("delta_lock"), here, t)\n'
     assert lock_queries(old) == ["line 1: delta_lock"]
+
+
+STATE_TABLES = (
+    "background_jobs", "archive_files", "archive_ledger", "delta_tables", "archiver_audit",
+    "archiver_paused_tables", "archiver_job_counts", "archiver_maintenance",
+    "archiver_file_counts", "archive_verifications",
+)  # fmt: skip
+STATE_SQL = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+(" + "|".join(STATE_TABLES) + r")\b", re.I)
+
+
+def inline_state_sql(source: str) -> list[str]:
+    """The string constants of `source` that are SQL on a state table."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            hit = STATE_SQL.search(node.value)
+            if hit:
+                found.append(f"line {node.lineno}: {hit.group(0)}")
+    return found
+
+
+def test_sql_on_a_state_table_is_written_in_the_store() -> None:
+    """Every statement on archiver's own tables is named in a store/*.sql file and read
+    or written through its store module (the soak's checker, which reads them with code
+    of its own, apart)."""
+    for name, path in modules().items():
+        if not _under(name, ("archiver",)) or _under(name, ("archiver.store", "archiver.testing")):
+            continue
+        assert inline_state_sql(path.read_text()) == [], name
+    old = 'CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"\n'
+    assert inline_state_sql(old) == ["line 1: FROM archive_files"]
