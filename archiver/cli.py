@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import nullcontext
 from typing import Any, NoReturn
 
@@ -68,6 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands that run until stopped, with pools and sessions of their own; every other
+# command shares one session per database across its steps (db.command_sessions).
+SERVICES = frozenset(("worker", "scheduler", "console", "serve"))
+
+
+async def _in_sessions(run: Awaitable[int]) -> int:
+    async with db.command_sessions():
+        return await run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     memory.settle()
     args = build_parser().parse_args(argv)
@@ -83,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         command: Command = args.func
         sides = outcome.sides(args.command) if args.command in COMMITTING else nullcontext()
         with scratch.directory(args.command), stops_on_signal(args.command, settings), sides:
-            return asyncio.run(command(args, settings))
+            if args.command in SERVICES:
+                return asyncio.run(command(args, settings))
+            return asyncio.run(_in_sessions(command(args, settings)))
     except BrokenPipeError:
         # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools do,
         # status 128 + SIGPIPE (asyncpg and Azure raise their own for a broken socket)

@@ -4,9 +4,12 @@ queries every queue and catalog statement comes from, and migrations."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
@@ -84,14 +87,64 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
 
 
+@dataclass
+class _Held:
+    conn: asyncpg.Connection
+    loop: asyncio.AbstractEventLoop
+    busy: bool = False
+
+
+# A one-shot command's sessions (archiver.cli runs each inside `command_sessions()`): one
+# asyncpg connection per database, which each `connection(url)` of the command reuses
+# in turn, closed when the command ends. A `connection(url)` while that one is in use
+# (nested, or another task's), or from another event loop (a thread's), gets a session
+# of its own, as outside a command.
+_HELD: ContextVar[dict[str, _Held] | None] = ContextVar("archiver_held_sessions", default=None)
+
+
+@asynccontextmanager
+async def command_sessions() -> AsyncIterator[None]:
+    """The block's `connection(url)` calls share one session per database."""
+    held: dict[str, _Held] = {}
+    token = _HELD.set(held)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+        for h in held.values():
+            with contextlib.suppress(Exception):
+                await h.conn.close()
+
+
 @asynccontextmanager
 async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
-    """`async with connection(url) as conn:` -- connect (or DatabaseUnavailable), close after."""
-    conn = await connect(url)
+    """`async with connection(url) as conn:` -- connect (or DatabaseUnavailable), close
+    after; inside `command_sessions()`, the command's session of that database, given
+    back with no transaction left open."""
+    held, loop = _HELD.get(), asyncio.get_running_loop()
+    h = held.get(url) if held is not None else None
+    if held is None or (h is not None and (h.busy or h.loop is not loop)):
+        conn = await connect(url)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+        return
+    if h is None or h.conn.is_closed():
+        h = held[url] = _Held(await connect(url), loop)
+    h.busy = True
     try:
-        yield conn
+        yield h.conn
+    except BaseException:
+        del held[url]  # its state is not known after a failure: not used again
+        with contextlib.suppress(Exception):
+            await h.conn.close()
+        raise
+    else:
+        if h.conn.is_in_transaction():
+            await h.conn.execute("ROLLBACK")
     finally:
-        await conn.close()
+        h.busy = False
 
 
 async def create_pool(
