@@ -525,3 +525,21 @@ def test_sql_on_a_state_table_is_written_in_the_store() -> None:
         assert inline_state_sql(path.read_text()) == [], name
     old = 'CATALOGUED = "SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)"\n'
     assert inline_state_sql(old) == ["line 1: FROM archive_files"]
+
+
+def commit_hashes(text: str) -> list[str]:
+    """Words that look like a commit hash: 7-40 hex digits, letters and digits both."""
+    words = re.findall(r"(?<![.\w])[0-9a-f]{7,40}(?![.\w])", text)
+    return [w for w in words if re.search("[a-f]", w) and re.search("[0-9]", w)]
+
+
+def test_the_docs_say_what_is_not_which_commit() -> None:
+    """History stays in git: README and docs/ name at most a handful of commits (an
+    upstream fix pinned, the bench's baseline)."""
+    root = Path(__file__).resolve().parents[2]
+    named = {
+        str(path.relative_to(root)): commit_hashes(path.read_text())
+        for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    }
+    assert sum(len(h) for h in named.values()) <= 6, {k: v for k, v in named.items() if v}
+    assert commit_hashes("at 82728a7 on 2026-11-24; 1.2345678901234568e+29") == ["82728a7"]
