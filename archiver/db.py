@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -89,17 +90,22 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
 
 @dataclass
 class _Held:
-    conn: asyncpg.Connection
+    conn: asyncpg.Connection | None  # None while its first connect is under way
     loop: asyncio.AbstractEventLoop
     busy: bool = False
+    used: float = 0.0  # time.monotonic() when last given back
 
 
 # A one-shot command's sessions (archiver.cli runs each inside `command_sessions()`): one
 # asyncpg connection per database, which each `connection(url)` of the command reuses
 # in turn, closed when the command ends. A `connection(url)` while that one is in use
 # (nested, or another task's), or from another event loop (a thread's), gets a session
-# of its own, as outside a command.
+# of its own, as outside a command. One left idle longer than HELD_IDLE_SECONDS (a step
+# of bulk work or blob transfers between) is replaced rather than trusted: a network
+# path may have dropped an idle flow without a word, and a statement on it would wait
+# for TCP to give up.
 _HELD: ContextVar[dict[str, _Held] | None] = ContextVar("archiver_held_sessions", default=None)
+HELD_IDLE_SECONDS = 30.0
 
 
 @asynccontextmanager
@@ -112,39 +118,55 @@ async def command_sessions() -> AsyncIterator[None]:
     finally:
         _HELD.reset(token)
         for h in held.values():
-            with contextlib.suppress(Exception):
-                await h.conn.close()
+            if h.conn is not None:
+                with contextlib.suppress(Exception):
+                    await h.conn.close()
+
+
+@asynccontextmanager
+async def _own(url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await connect(url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 @asynccontextmanager
 async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
     """`async with connection(url) as conn:` -- connect (or DatabaseUnavailable), close
     after; inside `command_sessions()`, the command's session of that database, given
-    back with no transaction left open."""
+    back with no transaction open."""
     held, loop = _HELD.get(), asyncio.get_running_loop()
     h = held.get(url) if held is not None else None
     if held is None or (h is not None and (h.busy or h.loop is not loop)):
-        conn = await connect(url)
-        try:
+        async with _own(url) as conn:
             yield conn
-        finally:
-            await conn.close()
         return
-    if h is None or h.conn.is_closed():
-        h = held[url] = _Held(await connect(url), loop)
-    h.busy = True
+    if h is None:
+        h = held[url] = _Held(None, loop)
+    h.busy = True  # before any await: another task asking meanwhile gets its own
     try:
+        stale = h.conn is not None and (
+            h.conn.is_closed() or time.monotonic() - h.used > HELD_IDLE_SECONDS
+        )
+        if stale:
+            with contextlib.suppress(Exception):
+                await h.conn.close()  # type: ignore[union-attr]
+        if h.conn is None or stale:
+            h.conn = await connect(url)
         yield h.conn
-    except BaseException:
-        del held[url]  # its state is not known after a failure: not used again
-        with contextlib.suppress(Exception):
-            await h.conn.close()
-        raise
-    else:
         if h.conn.is_in_transaction():
             await h.conn.execute("ROLLBACK")
+    except BaseException:
+        if held.get(url) is h:  # its state is not known after a failure: not used again
+            del held[url]
+        if h.conn is not None:
+            with contextlib.suppress(Exception):
+                await h.conn.close()
+        raise
     finally:
-        h.busy = False
+        h.busy, h.used = False, time.monotonic()
 
 
 async def create_pool(

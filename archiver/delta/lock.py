@@ -62,9 +62,10 @@ def release(conn: BulkConnection, url: str, table: str) -> None:
 
 def try_take(conn: BulkConnection, url: str, table: str) -> bool:
     """Take the lock if it is free now; whether it was taken."""
-    taken = bool(_rows(conn, query("delta_try_lock"), (url, table))[0][0])
-    conn.rollback()  # a session's lock: it outlives the transaction
-    return taken
+    try:
+        return bool(_rows(conn, query("delta_try_lock"), (url, table))[0][0])
+    finally:
+        conn.rollback()  # a session's lock: it outlives the transaction
 
 
 async def take_on(conn: asyncpg.Connection, url: str, table: str) -> None:

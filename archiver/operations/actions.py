@@ -4,13 +4,13 @@ in the caller's transaction, and what happened in words."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from archiver import terminal
 from archiver.errors import InputError, JobStateError
 from archiver.model import Status
 from archiver.store import audit, jobs
@@ -50,13 +50,14 @@ async def on_jobs(
     conn: asyncpg.Connection, ids: list[uuid.UUID], action: str, actor: Actor, described: str
 ) -> str:
     """One action on many jobs (those a filter `described` matched), audited as one; a
-    job in a state the action does not apply to is skipped. What happened."""
+    job in a state the action does not apply to is skipped. Each job's change commits on
+    its own (`conn` outside a transaction), then the one audit row. What happened."""
     if action not in BULK_ACTIONS:
         raise InputError(f"action: {action[:40]!r}, expected one of {', '.join(BULK_ACTIONS)}")
     changed = 0
-    for job_id in ids:
+    for job_id in ids:  # a transaction each: a bulk action holds no job's row for long
         try:
-            async with conn.transaction():  # a savepoint: a refused retry undoes itself alone
+            async with conn.transaction():
                 await _change(conn, job_id, action, None)
             changed += 1
         except (InputError, JobStateError):
@@ -93,7 +94,7 @@ async def _change(
             "--max-replica-lag LIMIT or --window HH:MM-HH:MM (0 or none removes one)"
         )
     now = await jobs.set_limits(conn, job_id, limits)
-    return f"limits: {terminal.dumps(now) if now else 'none'}"
+    return f"limits: {json.dumps(now, sort_keys=True) if now else 'none'}"
 
 
 async def on_table(conn: asyncpg.Connection, table: str, action: str, actor: Actor) -> str:

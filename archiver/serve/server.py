@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 SCRAM = "SCRAM-SHA-256"
 MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's parameters
 AUTH_SECONDS = 10.0  # for the start-up and the password exchange
+STOP_SECONDS = 10.0  # for the connections to end when serve stops, then their sockets go
 # The settings a server reports at start-up, as PostgreSQL names them there
 STATUS_PARAMETERS = {
     "server_version": "server_version", "server_encoding": "server_encoding",
@@ -93,11 +94,13 @@ class Server:
             max_workers=settings.serve_max_connections, thread_name_prefix="serve"
         )
         self.connections: set[asyncio.Task[None]] = set()
+        self.writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._keys: dict[tuple[int, int], Session] = {}
         self._pids = itertools.count(1)
         self._verifier = scram.Verifier.of(settings.serve_password or "")
 
     async def run(self, stop: asyncio.Event) -> None:
+        loop_time = asyncio.get_running_loop().time
         server = await asyncio.start_server(
             self._connection, self.listen.host, self.listen.port, reuse_address=True
         )
@@ -112,10 +115,18 @@ class Server:
         async with server:
             await stop.wait()
             server.close()
-            while self.connections:  # one accepted meanwhile is cancelled on the next pass
-                for task in list(self.connections):
+            deadline = loop_time() + STOP_SECONDS
+            while self.connections and loop_time() < deadline:
+                for task in list(self.connections):  # one accepted meanwhile: next pass
                     task.cancel()
-                await asyncio.gather(*list(self.connections), return_exceptions=True)
+                await asyncio.wait(list(self.connections), timeout=deadline - loop_time())
+            if self.connections:  # a client that stopped reading, a statement that would not stop
+                log.warning(
+                    "serve: %d connections still closing after %g s: their sockets aborted",
+                    len(self.connections), STOP_SECONDS,
+                )  # fmt: skip
+                for writer in self.writers.values():
+                    writer.transport.abort()
         self.executor.shutdown(wait=False, cancel_futures=True)
         log.info("serve: stopped")
 
@@ -133,6 +144,7 @@ class Server:
             )
             return
         self.connections.add(task)
+        self.writers[task] = writer
         session: Session | None = None
         try:
             reader, writer, user = await asyncio.wait_for(
@@ -183,6 +195,7 @@ class Server:
                 pass
             finally:
                 self.connections.discard(task)
+                self.writers.pop(task, None)
                 writer.close()
 
     async def _start_up(

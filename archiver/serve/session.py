@@ -397,6 +397,7 @@ class Session:
             return await asyncio.wait_for(asyncio.shield(future), self.statement_timeout or None)
         except asyncio.CancelledError:  # serve is stopping: the statement ends too
             self.cancel()
+            future.add_done_callback(_close_result)
             raise
         except TimeoutError:
             self.cancel()
@@ -540,6 +541,13 @@ class Session:
         """Everything the connection holds, released (the client went away)."""
         self._close_portals()
         self._close_cursors()
+
+
+def _close_result(future: asyncio.Future[Result]) -> None:
+    """The result of a statement nobody waits for any more, released when it arrives."""
+    if not future.cancelled() and future.exception() is None:
+        with contextlib.suppress(Exception):
+            future.result().close()
 
 
 _REFUSED_WRITES = ("INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE",

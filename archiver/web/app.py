@@ -316,8 +316,7 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
                     "confirm.html",
                     {"action": action, "filters": filters, "count": len(ids)},
                 )
-            async with conn.transaction():
-                said = await actions.on_jobs(conn, ids, action, actor, filters.describe())
+            said = await actions.on_jobs(conn, ids, action, actor, filters.describe())
         _said(actor, f"bulk {action}", filters.describe(), said)
         return RedirectResponse(_to(request, f"/jobs?{filters.query()}"), status_code=303)
 
