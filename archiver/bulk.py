@@ -79,7 +79,7 @@ def record_batches(cur: BulkCursor) -> Any:
     return reader if reader is not None else cur.fetch_record_batch()
 
 
-def fetch_all(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+def fetch_and_rollback(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
     """Run one read-only query and roll its transaction back: catalog lookups, EXPLAIN."""
     try:
         with conn.cursor() as cur:
@@ -92,7 +92,7 @@ def fetch_all(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> l
 def fetch_records(
     conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()
 ) -> list[dict[str, Any]]:
-    """fetch_all, each row a dict by its columns' names."""
+    """fetch_and_rollback, each row a dict by its columns' names."""
     try:
         with conn.cursor() as cur:
             cur.execute(sql, params or None)
@@ -102,7 +102,7 @@ def fetch_records(
         conn.rollback()
 
 
-def run_in(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+def run_in_transaction(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
     """One statement in the connection's open transaction, left open (the caller
     commits): its rows, if it returns any."""
     with conn.cursor() as cur:
@@ -110,8 +110,8 @@ def run_in(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list
         return cur.fetchall() if cur.description is not None else []
 
 
-def fetch_in(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-    """One query in the connection's open transaction, left open (fetch_all ends it):
+def fetch_in_transaction(conn: BulkConnection, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+    """One query in the connection's open transaction, left open (fetch_and_rollback ends it):
     a transaction-scoped lock taken before a commit."""
     with conn.cursor() as cur:
         cur.execute(sql, params or None)
@@ -331,7 +331,7 @@ class BulkPool:
                 taken = idle.pop() if idle else None
             conn = self._open(url) if taken is None else taken[1]
             try:
-                pid = int(fetch_all(conn, "SELECT pg_backend_pid()")[0][0])
+                pid = int(fetch_and_rollback(conn, "SELECT pg_backend_pid()")[0][0])
             except adbc_driver_manager.Error:
                 self._discard(conn)
                 if taken is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.db import query
 from archiver.errors import LeaseLost
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
@@ -43,7 +43,7 @@ class Catalog(Protocol):
 
     def confirm(self, part: int) -> None: ...
 
-    def forget(self, part: int) -> None: ...
+    def drop_rolled_back(self, part: int) -> None: ...
 
     def checkpoint(self, progress: Progress) -> None:
         """Save the job's progress (LeaseLost if not held)."""
@@ -70,24 +70,26 @@ class PgCatalog:
         return LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
 
     def next_part(self) -> int:
-        return int(fetch_all(self.conn, query("next_part"), (self.job_id,))[0][0])
+        return int(fetch_and_rollback(self.conn, query("next_part"), (self.job_id,))[0][0])
 
     def catalogued_paths(self) -> set[str]:
-        return {str(r[0]) for r in fetch_all(self.conn, query("job_paths"), (self.job_id,))}
+        return {
+            str(r[0]) for r in fetch_and_rollback(self.conn, query("job_paths"), (self.job_id,))
+        }
 
     def file_schemas(self, table: str) -> list[str | None]:
         """The distinct Delta schemas of `table`'s committed files (None: files written
         before Delta publishing, sql/008)."""
-        return [r[0] for r in fetch_all(self.conn, query("table_file_schemas"), (table,))]
+        return [r[0] for r in fetch_and_rollback(self.conn, query("table_file_schemas"), (table,))]
 
     def committed_progress(self, saved: Progress) -> Progress:
-        count, rows, nbytes, last_key = fetch_all(
+        count, rows, nbytes, last_key = fetch_and_rollback(
             self.conn, query("committed_progress"), (self.job_id,)
         )[0]
         return resumed(saved, int(count), int(rows), int(nbytes), last_key)
 
     def pending_files(self) -> list[PendingFile]:
-        rows = fetch_all(self.conn, query("pending_files"), (self.job_id,))
+        rows = fetch_and_rollback(self.conn, query("pending_files"), (self.job_id,))
         return [PendingFile(int(part), str(path), str(xid)) for part, path, xid in rows]
 
     def add_committed(self, f: ArchivedFile, progress: Progress) -> None:
@@ -103,8 +105,8 @@ class PgCatalog:
     def confirm(self, part: int) -> None:
         archive_files.confirm(self.conn, self.job_id, part)
 
-    def forget(self, part: int) -> None:
-        archive_files.forget(self.conn, self.job_id, part)
+    def drop_rolled_back(self, part: int) -> None:
+        archive_files.drop_rolled_back(self.conn, self.job_id, part)
 
     def checkpoint(self, progress: Progress) -> None:
         if not jobs.checkpoint(self.conn, self.job_id, self.worker, progress.to_json()):

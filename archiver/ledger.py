@@ -43,7 +43,7 @@ from typing import Any
 import adbc_driver_manager
 
 from archiver import failpoints, outcome
-from archiver.bulk import BulkConnection, connect_bulk, fetch_all, run_in
+from archiver.bulk import BulkConnection, connect_bulk, fetch_and_rollback, run_in_transaction
 from archiver.db import query
 from archiver.delta import lock as publisher
 from archiver.errors import ArchiverError, InputError, StorageError, first_line
@@ -95,7 +95,7 @@ def guard(conn: BulkConnection, operation: int) -> Callable[[], None]:
 
     def check() -> None:
         try:
-            held = ledger_rows.held(conn, operation)
+            held = ledger_rows.lock_held(conn, operation)
         except adbc_driver_manager.Error as exc:
             raise OperationLost(
                 f"operation {operation}: its database session ended ({first_line(exc)})"
@@ -115,7 +115,9 @@ def end(conn: BulkConnection, operation: int) -> None:
 def lock_files(conn: BulkConnection, ids: list[int]) -> bool:
     """In the operation's transaction: lock the files it will retire. False when some
     were retired meanwhile (another operation took their rows)."""
-    return len(run_in(conn, query("ledger_lock_files"), (json.dumps(ids),))) == len(set(ids))
+    return len(run_in_transaction(conn, query("ledger_lock_files"), (json.dumps(ids),))) == len(
+        set(ids)
+    )
 
 
 def commit_changes(
@@ -131,7 +133,7 @@ def commit_changes(
     archive_files.retire(conn, retired, operation)
     for f in written:
         archive_files.insert(conn, f, FileState.COMMITTED)
-    archive_files.unkeep(conn, operation)
+    archive_files.stop_keeping(conn, operation)
     ledger_rows.done(conn, operation, rows, detail)
 
 
@@ -229,7 +231,10 @@ def abandon(
     mark its row abandoned. Returns how many blobs went. An operation that recorded an
     intent is left to the sweep (its source transaction may have committed) unless
     `source_aborted`; -1 then."""
-    if not source_aborted and fetch_all(conn, query("ledger_intent_of"), (operation,))[0][0]:
+    if (
+        not source_aborted
+        and fetch_and_rollback(conn, query("ledger_intent_of"), (operation,))[0][0]
+    ):
         conn.rollback()
         return -1
     here = str(storage.location)
@@ -237,7 +242,9 @@ def abandon(
     for table in tables:
         for prefix in names.operation_prefixes(table, operation):
             for stored in list(storage.list(storage.object_name(prefix))):
-                if not fetch_all(conn, query("catalogued_path"), (here, stored.name))[0][0]:
+                if not fetch_and_rollback(conn, query("catalogued_path"), (here, stored.name))[0][
+                    0
+                ]:
                     storage.delete(stored.name)
                     deleted += 1
     archive_files.unclaim(conn, operation)
@@ -280,14 +287,14 @@ def record_intent(
         "rows": rows,
         "detail": detail,
     }
-    ledger_rows.intend(catalog, operation, source_xid, intent)
+    ledger_rows.record_intent(catalog, operation, source_xid, intent)
     catalog.commit()
 
 
 def settle(catalog: BulkConnection, operation: int) -> None:
     """Step 3's second half, once the source committed: the recorded intent applied in
     one catalog transaction (files retired, rewrites catalogued, the row done)."""
-    text = fetch_all(catalog, query("ledger_intent_of"), (operation,))[0][0]
+    text = fetch_and_rollback(catalog, query("ledger_intent_of"), (operation,))[0][0]
     intent = json.loads(text)
     written = [ArchivedFile(**f) for f in intent["written"]]
     commit_changes(catalog, operation, intent["retired"], written, intent["rows"], intent["detail"])
@@ -306,7 +313,7 @@ def sweep(
     transaction's fate (pg_xact_status at `source_url`): committed, its intent is
     applied; aborted, it is abandoned; in progress or forgotten, it is left, and said."""
     source_status = _source_status(source_url)
-    for operation, tables, xid, intent in run_in(
+    for operation, tables, xid, intent in run_in_transaction(
         conn, query("ledger_running"), (str(storage.location),)
     ):
         conn.commit()
@@ -359,7 +366,7 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     outside archiver) stays retired, for the next sweep. Returns how many went."""
     here = str(storage.location)
     total = after = 0
-    while batch := fetch_all(conn, query("reapable"), (here, table, after)):
+    while batch := fetch_and_rollback(conn, query("reapable"), (here, table, after)):
         after = int(batch[-1][0])
         try:  # a blob batch per 256 (a compaction's inputs go by the thousand)
             refused = storage.delete_many([str(path) for _, path in batch])

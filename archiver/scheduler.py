@@ -22,7 +22,7 @@ import asyncpg
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from archiver import db
-from archiver.bulk import BulkConnection, fetch_all, on_source
+from archiver.bulk import BulkConnection, fetch_and_rollback, on_source
 from archiver.config import Settings
 from archiver.errors import ArchiverError, ConfigError, error_line
 from archiver.ident import TableName, quote_ident
@@ -194,7 +194,7 @@ def partitioned(conn: BulkConnection, tables: list[str]) -> list[str]:
     quoted = {
         quote_ident(n.schema or "public") + "." + quote_ident(n.name): t for t, n in names.items()
     }
-    found = fetch_all(
+    found = fetch_and_rollback(
         conn,
         "SELECT q FROM jsonb_array_elements_text($1::text::jsonb) q "
         "JOIN pg_class c ON c.oid = to_regclass(q) WHERE c.relkind = 'p'",

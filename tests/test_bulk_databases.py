@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from archiver.bulk import _Databases, fetch_all
+from archiver.bulk import _Databases, fetch_and_rollback
 from tests.support import sql
 
 MOOD = "SELECT 'ok'::mood AS m"
@@ -24,10 +24,10 @@ def test_connections_share_one_database_object_until_it_is_old(database_url: str
         for conn in (shared, made_again):
             # a type not built in: opaque bytes through the driver (its own table of
             # types), its text as archiver selects it
-            assert fetch_all(conn, MOOD) == [(b"ok",)]
-            assert fetch_all(conn, "SELECT 'ok'::mood::text, now()::date = current_date") == [
-                ("ok", True)
-            ]
+            assert fetch_and_rollback(conn, MOOD) == [(b"ok",)]
+            assert fetch_and_rollback(
+                conn, "SELECT 'ok'::mood::text, now()::date = current_date"
+            ) == [("ok", True)]
     finally:
         for conn in (shared, made_again, other):
             conn.close()
@@ -42,7 +42,7 @@ def test_threads_open_and_close_while_it_is_replaced(database_url: str) -> None:
             for i in range(10):
                 conn = databases.connect(None, database_url)
                 try:
-                    assert fetch_all(conn, "SELECT $1::int8 * 2", (n * 100 + i,)) == [
+                    assert fetch_and_rollback(conn, "SELECT $1::int8 * 2", (n * 100 + i,)) == [
                         (2 * (n * 100 + i),)
                     ]
                 finally:

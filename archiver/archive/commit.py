@@ -96,7 +96,7 @@ class _Settles:
             if committed:
                 self.catalog.confirm(pending.part)
             else:
-                self.catalog.forget(pending.part)
+                self.catalog.drop_rolled_back(pending.part)
             self.catalog.commit()
             settled.append(Settled(pending.part, pending.path, committed))
         return settled

@@ -35,7 +35,7 @@ from archiver.archive.pacing import (
 )
 from archiver.archive.plan import BACKLOG, NO_BACKLOG, BacklogRule, plan_archive
 from archiver.archive.snapshot import open_snapshot
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.catalog import PgCatalog
 from archiver.errors import LockBusy
 from archiver.files import names
@@ -157,7 +157,7 @@ def bound_to_old_rows(job: JobContext, estimated: int) -> JobContext | None:
                 cur.execute(statement, params)
                 first, last = cur.fetchall()[0]
         else:
-            first, last = fetch_all(job.source, statement, params)[0]
+            first, last = fetch_and_rollback(job.source, statement, params)[0]
         return first, last
 
     first = last = None

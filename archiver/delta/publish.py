@@ -139,7 +139,7 @@ class Publisher:
         )
         for stored in list(self.storage.list(f"{self.root}/{LOG_DIR}/")):
             self.storage.delete(stored.name)
-        publications.forget(self.conn, self.url, self.table)
+        publications.renumber_all(self.conn, self.url, self.table)
         self.conn.commit()
         log.info("%s: Delta log dropped, to be rebuilt from the catalog", self.table)
 
@@ -258,7 +258,7 @@ class Publisher:
                         self._refuse(id_, f"{path}: {exc}", done)
                     continue
                 if mode != "move":  # a copy whose job was pruned before 008 could tell
-                    archive_files.not_mine(self.conn, id_)
+                    archive_files.mark_not_in_delta(self.conn, id_)
                     self.conn.commit()
                     continue
                 archive_files.set_facts(self.conn, id_, schema, stats)
@@ -292,7 +292,7 @@ class Publisher:
 
     def _refuse(self, file_id: int, why: str, done: Published) -> None:
         """The file stays archived and restorable, outside the Delta table."""
-        archive_files.refuse(self.conn, file_id, why)
+        archive_files.refuse_for_delta(self.conn, file_id, why)
         self.conn.commit()
         done.refused.append(why)
         log.error("%s: a file left out of the Delta table: %s", self.table, why)

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.db import query
 from archiver.files import names
 from archiver.storage.seam import Storage, StoredObject
@@ -72,8 +72,10 @@ def find(
     # between the two reads would look an orphan)
     job_ids, operations = names.split_writers([w for _, w in candidates])
     args = (json.dumps(job_ids), json.dumps(operations))
-    working = {str(r[0]) for r in fetch_all(conn, query("orphans_writers_at_work"), args)}
-    catalogued = {r[0] for r in fetch_all(conn, query("orphans_catalogued"), (here, table))}
+    working = {str(r[0]) for r in fetch_and_rollback(conn, query("orphans_writers_at_work"), args)}
+    catalogued = {
+        r[0] for r in fetch_and_rollback(conn, query("orphans_catalogued"), (here, table))
+    }
     candidates = [c for c in candidates if c[0].name not in catalogued]  # full object names
     for stored, writer in candidates:
         if writer in working:

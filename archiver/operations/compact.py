@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archiver import db, outcome
-from archiver.bulk import BulkConnection, fetch_in, fetch_records, on_source
+from archiver.bulk import BulkConnection, fetch_in_transaction, fetch_records, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, InputError
 from archiver.ident import TableName
@@ -211,7 +211,7 @@ def _merge_group(
 
     def free() -> None:  # in the commit's transaction: no command holds any of them
         for t in tables:
-            if not fetch_in(conn, db.query("table_merge"), (here, t))[0][0]:
+            if not fetch_in_transaction(conn, db.query("table_merge"), (here, t))[0][0]:
                 raise Yielded(f"yielded to a command on {t}; the next compaction goes on")
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -328,7 +328,7 @@ def restore(
             if catalog is None:
                 ledger.commit_changes(conn, *changes)
             else:
-                xid = transaction_id(conn)  # of the open transaction (fetch_all rolls back)
+                xid = transaction_id(conn)  # the open one's: fetch_and_rollback ends it
                 ledger.record_intent(catalog, changes[0], xid, *changes[1:])
                 intent = True
                 failpoints.reach("restore_intent_recorded")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from archiver.bulk import BulkConnection, BulkCursor, fetch_all
+from archiver.bulk import BulkConnection, BulkCursor, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.restore.remap import ArchivedColumns, columns_today, execute
@@ -78,7 +78,7 @@ def parents_first_today(
         return tables, []
     keys = []
     for table in tables:
-        found = fetch_all(
+        found = fetch_and_rollback(
             conn, "SELECT to_regclass($1)::oid::bigint", (TableName.stored(table).quoted,)
         )
         if found and found[0][0] is not None:

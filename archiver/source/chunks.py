@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import KeyRange, Mode
@@ -368,7 +368,7 @@ class ChunkQueries:
             rows, _ = estimate_rows(conn, self.table)
             params.append(str(min(100.0, 100.0 * SPLIT_SAMPLE_ROWS / max(rows, 1))))
             sample = " TABLESAMPLE SYSTEM ($3::text::float8)"
-        found = fetch_all(
+        found = fetch_and_rollback(
             conn,
             f"SELECT (percentile_disc($1::text::float8[]) WITHIN GROUP (ORDER BY {key}))::text[] "
             f"FROM {self.table.quoted}{sample} "

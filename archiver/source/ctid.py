@@ -5,7 +5,7 @@ chunk's values are (source.chunks)."""
 
 from __future__ import annotations
 
-from archiver.bulk import BulkConnection, BulkCursor, fetch_all
+from archiver.bulk import BulkConnection, BulkCursor, fetch_and_rollback
 from archiver.source.chunks import ChunkQueries
 
 FROM, TO = "archiver.ctid_from", "archiver.ctid_to"
@@ -13,7 +13,7 @@ FROM, TO = "archiver.ctid_from", "archiver.ctid_to"
 
 def table_pages(conn: BulkConnection, queries: ChunkQueries) -> int:
     """The table's heap pages now (not the planner's relpages, which lag behind)."""
-    rows = fetch_all(
+    rows = fetch_and_rollback(
         conn,
         "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
         (queries.table.quoted,),

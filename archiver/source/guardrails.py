@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from archiver.bulk import BulkConnection, BulkCursor, fetch_all
+from archiver.bulk import BulkConnection, BulkCursor, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.source.tables import TableInfo
 
@@ -33,13 +33,13 @@ def transaction_id(conn: BulkConnection) -> str:
 def transaction_status(conn: BulkConnection, xid: str) -> str | None:
     """pg_xact_status of transaction `xid`: committed, aborted, in progress; None when it
     is too old for the server to remember."""
-    rows = fetch_all(conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
+    rows = fetch_and_rollback(conn, "SELECT pg_xact_status($1::text::xid8)", (xid,))
     return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 def lock_holders(conn: BulkConnection, table: TableInfo) -> str:
     """Who holds a lock on `table` that a chunk's DELETE or SELECT would wait for."""
-    rows = fetch_all(conn, _LOCK_HOLDERS, (table.oid,))
+    rows = fetch_and_rollback(conn, _LOCK_HOLDERS, (table.oid,))
     return "; ".join(f"pid {p} ({mode}, {app}: {query})" for p, mode, app, query in rows)
 
 
@@ -57,7 +57,7 @@ def replica_lag(conn: BulkConnection) -> tuple[int, float]:
     """(bytes the furthest replica or replication slot is behind, its replay lag in
     seconds) on the source. Without pg_read_all_stats (pg_monitor has it) the replicas'
     positions read NULL and no lag would ever show: refused instead."""
-    behind, seconds, allowed = fetch_all(conn, _REPLICA_LAG)[0]
+    behind, seconds, allowed = fetch_and_rollback(conn, _REPLICA_LAG)[0]
     if not allowed:
         raise InputError(
             "--max-replica-lag: this role cannot read replicas' positions in "
@@ -78,7 +78,11 @@ def emit_cdc_marker(cur: BulkCursor, content: str) -> None:
 
 def wal_position(conn: BulkConnection) -> int:
     """The source cluster's WAL insert position, in bytes."""
-    return int(fetch_all(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")[0][0])
+    return int(
+        fetch_and_rollback(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")[0][
+            0
+        ]
+    )
 
 
 _DEAD_TUPLES = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = $1::bigint::oid"
@@ -86,7 +90,7 @@ _DEAD_TUPLES = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = $1::big
 
 def dead_tuples(conn: BulkConnection, table: TableInfo) -> int:
     """Dead row versions in `table`, as the statistics say now (they lag by a second)."""
-    rows = fetch_all(conn, _DEAD_TUPLES, (table.oid,))
+    rows = fetch_and_rollback(conn, _DEAD_TUPLES, (table.oid,))
     return int(rows[0][0] or 0) if rows else 0
 
 

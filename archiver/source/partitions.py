@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import ArchiveRequest, Mode
@@ -108,7 +108,7 @@ class WholePartition:
 
     def attached(self, conn: BulkConnection) -> str | None:
         """The partition's bound while it is still attached to the parent, else None."""
-        rows = fetch_all(conn, _ATTACHED, (self.quoted, self.parent.oid))
+        rows = fetch_and_rollback(conn, _ATTACHED, (self.quoted, self.parent.oid))
         return str(rows[0][0]) if rows else None
 
     def statements(self) -> list[str]:
@@ -154,7 +154,7 @@ def partitions(
     cannot apply (not range-partitioned on the cutoff column alone)."""
     if not table.partitioned:
         return None
-    fits = fetch_all(conn, _RANGE_KEY, (table.oid, cutoff_column.name))
+    fits = fetch_and_rollback(conn, _RANGE_KEY, (table.oid, cutoff_column.name))
     if not fits or not fits[0][0]:
         return None
 
@@ -163,10 +163,12 @@ def partitions(
         kind = cutoff_column.base_type
         value = literal[1:-1].replace("''", "'")
         query = f"SELECT $1::text::{kind} {op} $2::text::{kind}"
-        return bool(fetch_all(conn, query, (value, cutoff))[0][0])
+        return bool(fetch_and_rollback(conn, query, (value, cutoff))[0][0])
 
     found = []
-    for schema, name, oid, kind, bound, size, rows in fetch_all(conn, _PARTITIONS, (table.oid,)):
+    for schema, name, oid, kind, bound, size, rows in fetch_and_rollback(
+        conn, _PARTITIONS, (table.oid,)
+    ):
         match = _BOUNDS.match(str(bound))
         if match is None:  # DEFAULT: rows of any age
             whole, older = False, True
@@ -205,7 +207,9 @@ def whole_partitions(
                 f"on {queries.cutoff_column.name!r} alone; --partitions rows moves its rows"
             )
         return PartitionAction.ROWS, [], []
-    if not fetch_all(conn, _OWNER, (queries.table.oid,))[0][0]:  # DETACH, DROP: the owner's
+    if not fetch_and_rollback(conn, _OWNER, (queries.table.oid,))[0][
+        0
+    ]:  # DETACH, DROP: the owner's
         if wanted != "auto":
             raise InputError(
                 f"--partitions {wanted}: only the owner of {queries.table.qualified} may "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.ident import quote_ident
 
@@ -51,7 +51,7 @@ class Reference:
 
 def referencing(conn: BulkConnection, table_oid: int) -> list[Reference]:
     """Every foreign key that references the table (or one of its partitions)."""
-    rows = fetch_all(conn, _REFERENCING, (table_oid,))
+    rows = fetch_and_rollback(conn, _REFERENCING, (table_oid,))
     return [Reference(str(t), str(c), ON_DELETE.get(str(d), str(d))) for t, c, d in rows]
 
 
@@ -126,7 +126,7 @@ def foreign_keys_to(conn: BulkConnection, table: str, table_oid: int) -> list[Fo
     """Every foreign key referencing `table`; one declared on each partition of a
     partitioned child counts once, for the partitioned table."""
     found: dict[tuple[str, tuple[str, ...], tuple[str, ...]], ForeignKey] = {}
-    for name, action, oid, child, columns, referenced, schemas, ops, indexed in fetch_all(
+    for name, action, oid, child, columns, referenced, schemas, ops, indexed in fetch_and_rollback(
         conn, _FOREIGN_KEYS, (table_oid,)
     ):
         key = ForeignKey(

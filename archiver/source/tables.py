@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident, sql_name
 
@@ -193,11 +193,11 @@ def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, b
     (search_path when unqualified). A bare name that several schemas on the search_path
     hold means the first one's, and a warning names the others; a name not found is one
     line naming the tables it could have meant (another case, another schema)."""
-    found = fetch_all(conn, FIND_TABLE, (table.schema or "", table.name))
+    found = fetch_and_rollback(conn, FIND_TABLE, (table.schema or "", table.name))
     if not found:
         near = [
             TableName(str(s), str(n)).sql
-            for s, n in fetch_all(conn, _NEAR_TABLES, (table.schema or "", table.name))
+            for s, n in fetch_and_rollback(conn, _NEAR_TABLES, (table.schema or "", table.name))
         ]
         hint = ""
         if near:
@@ -221,9 +221,9 @@ def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, b
 def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:
     """Look a table up by name and read its columns and key."""
     schema, name, oid, partitioned = find_table(conn, table)
-    rows = fetch_all(conn, _COLUMNS, (oid,))
+    rows = fetch_and_rollback(conn, _COLUMNS, (oid,))
     columns = {int(r[3]): Column(r[0], r[1], r[2], *r[4:]) for r in rows}
-    index = fetch_all(conn, _KEY_INDEX, (oid,))
+    index = fetch_and_rollback(conn, _KEY_INDEX, (oid,))
     key = tuple(columns[int(n)] for n in index[0][0]) if index else ()
     if not key and partitioned:
         by_name = {c.name: c for c in columns.values()}
@@ -250,7 +250,7 @@ def _partitions_key(conn: BulkConnection, oid: int, table: str) -> list[str]:
     column; rows in different partitions differ in those, so it is unique across the
     table, as PostgreSQL requires of a key declared on the parent. [] when no partition
     has a key; partitions' keys that do not qualify are refused naming why."""
-    keys = {tuple(r[0]) if r[0] else () for r in fetch_all(conn, _LEAF_KEYS, (oid,))}
+    keys = {tuple(r[0]) if r[0] else () for r in fetch_and_rollback(conn, _LEAF_KEYS, (oid,))}
     if keys <= {()}:  # no partitions, or none with a key: no key at all
         return []
     if len(keys) > 1 or () in keys:
@@ -260,7 +260,7 @@ def _partitions_key(conn: BulkConnection, oid: int, table: str) -> list[str]:
             "(the same columns) or to the table"
         )
     key = list(keys.pop())
-    partitioning = [r[0] for r in fetch_all(conn, _PARTITION_COLUMNS, (oid,))]
+    partitioning = [r[0] for r in fetch_and_rollback(conn, _PARTITION_COLUMNS, (oid,))]
     if None in partitioning or not set(partitioning) <= set(key):
         raise InputError(
             f"table {table} has no key of its own and its partitions' key ({', '.join(key)}) "
@@ -293,13 +293,13 @@ def cutoff_indexed(conn: BulkConnection, table: TableInfo, column: Column) -> bo
     """Whether an index leads with the cutoff column (on the table, or on one of its leaf
     partitions): without one, finding the rows older than the cutoff reads the whole
     table, whatever archiver does."""
-    return bool(fetch_all(conn, _CUTOFF_INDEXED, (table.quoted, column.name))[0][0])
+    return bool(fetch_and_rollback(conn, _CUTOFF_INDEXED, (table.quoted, column.name))[0][0])
 
 
 def estimate_rows(conn: BulkConnection, table: TableInfo) -> tuple[int, int]:
     """(estimated rows, estimated bytes per row) from the planner's statistics; of a
     partitioned table, from its leaf partitions (the parent itself holds no rows)."""
-    rows = fetch_all(
+    rows = fetch_and_rollback(
         conn,
         "SELECT sum(c.reltuples) FILTER (WHERE c.reltuples > 0)::bigint, "
         "(sum(pg_table_size(c.oid)) FILTER (WHERE c.reltuples > 0)"

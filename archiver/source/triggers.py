@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from archiver.bulk import BulkConnection, fetch_all
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.source.tables import TableInfo
 
 
@@ -51,6 +51,6 @@ def delete_triggers(conn: BulkConnection, tables: Iterable[TableInfo]) -> list[D
     _DELETE_TRIGGERS), under the connection's `session_replication_role`: archiver never
     sets it, but a role's or a database's default can."""
     oids = ",".join(str(t.oid) for t in tables)
-    rows = fetch_all(conn, _DELETE_TRIGGERS, (oids,))
+    rows = fetch_and_rollback(conn, _DELETE_TRIGGERS, (oids,))
     found = [DeleteTrigger(str(t), str(n), str(w), str(f), bool(d)) for t, n, w, f, d in rows]
     return sorted(found, key=lambda t: (t.table, t.name))  # by code point, whatever the collation

@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from archiver.bulk import BulkConnection, Row, run_in
+from archiver.bulk import BulkConnection, Row, run_in_transaction
 from archiver.db import query
 from archiver.ident import TableName
 from archiver.model import ArchivedFile, CatalogFile, FileState
@@ -64,7 +64,7 @@ async def archived_files(
 
 def insert(conn: BulkConnection, f: ArchivedFile, state: FileState, xid: str | None = None) -> None:
     """Record `f` in the connection's open transaction."""
-    run_in(
+    run_in_transaction(
         conn,
         query("insert_file"),
         (
@@ -79,12 +79,12 @@ def insert(conn: BulkConnection, f: ArchivedFile, state: FileState, xid: str | N
 
 def confirm(conn: BulkConnection, job_id: str, part: int) -> None:
     """A pending file's source transaction committed: the file is committed."""
-    run_in(conn, query("confirm_file"), (job_id, part))
+    run_in_transaction(conn, query("confirm_file"), (job_id, part))
 
 
-def forget(conn: BulkConnection, job_id: str, part: int) -> None:
+def drop_rolled_back(conn: BulkConnection, job_id: str, part: int) -> None:
     """A pending file's source transaction rolled back: its row goes."""
-    run_in(conn, query("forget_file"), (job_id, part))
+    run_in_transaction(conn, query("forget_file"), (job_id, part))
 
 
 # -- a ledger operation's files (ADBC, in the operation's transaction) ------------------
@@ -93,48 +93,49 @@ def forget(conn: BulkConnection, job_id: str, part: int) -> None:
 def claim(conn: BulkConnection, ids: Sequence[int], operation: int) -> list[Row]:
     """Files `ids` claimed by `operation` (a restore with its catalog apart): the rows
     of those still committed and unclaimed."""
-    return run_in(conn, query("ledger_claim_files"), (json.dumps(list(ids)), operation))
+    return run_in_transaction(conn, query("ledger_claim_files"), (json.dumps(list(ids)), operation))
 
 
 def unclaim(conn: BulkConnection, operation: int) -> None:
-    run_in(conn, query("ledger_unclaim"), (operation,))
+    run_in_transaction(conn, query("ledger_unclaim"), (operation,))
 
 
 def retire(conn: BulkConnection, ids: Sequence[int], operation: int) -> None:
     """Files `ids` retired by `operation` (a compaction's kept a day for open readers)."""
-    run_in(conn, query("ledger_retire"), (json.dumps(list(ids)), operation))
+    run_in_transaction(conn, query("ledger_retire"), (json.dumps(list(ids)), operation))
 
 
-def unkeep(conn: BulkConnection, operation: int) -> None:
-    run_in(conn, query("ledger_unkeep"), (operation,))
+def stop_keeping(conn: BulkConnection, operation: int) -> None:
+    """`operation`'s retired files no longer kept for readers (it was undone)."""
+    run_in_transaction(conn, query("ledger_unkeep"), (operation,))
 
 
 def delete_retired(conn: BulkConnection, ids: Sequence[int]) -> None:
     """Retired files whose blobs are deleted: their rows go."""
-    run_in(conn, query("reaped"), (json.dumps(list(ids)),))
+    run_in_transaction(conn, query("reaped"), (json.dumps(list(ids)),))
 
 
 # -- a publication's look at its files (ADBC) -----------------------------------------
 
 
-def not_mine(conn: BulkConnection, file_id: int) -> None:
+def mark_not_in_delta(conn: BulkConnection, file_id: int) -> None:
     """A file the publisher found not to be a Delta file of this table."""
-    run_in(conn, query("delta_not_mine"), (file_id,))
+    run_in_transaction(conn, query("delta_not_mine"), (file_id,))
 
 
 def set_facts(conn: BulkConnection, file_id: int, schema: str, stats: str) -> None:
     """The Delta schema and statistics of a file written before they were recorded."""
-    run_in(conn, query("delta_facts"), (file_id, schema, stats))
+    run_in_transaction(conn, query("delta_facts"), (file_id, schema, stats))
 
 
-def refuse(conn: BulkConnection, file_id: int, why: str) -> None:
+def refuse_for_delta(conn: BulkConnection, file_id: int, why: str) -> None:
     """A file its Delta table cannot take (`why`): left out of it, and said."""
-    run_in(conn, query("delta_refuse"), (file_id, why))
+    run_in_transaction(conn, query("delta_refuse"), (file_id, why))
 
 
 def unnumber(conn: BulkConnection, file_id: int) -> None:
     """A file rewritten with Delta's types: out of its publication, to be numbered again."""
-    run_in(conn, query("delta_unnumber"), (file_id,))
+    run_in_transaction(conn, query("delta_unnumber"), (file_id,))
 
 
 # -- tiers, protection, verification (asyncpg) ----------------------------------------

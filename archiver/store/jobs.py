@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from archiver.bulk import BulkConnection, fetch_all, run_in
+from archiver.bulk import BulkConnection, fetch_and_rollback, run_in_transaction
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
@@ -371,7 +371,7 @@ async def list_jobs(
 
 def count_jobs_by_status(conn: BulkConnection) -> dict[str, int]:
     """Jobs per status, on a synchronous ADBC connection (the metrics collector's thread)."""
-    rows = fetch_all(conn, query("jobs_by_status"))
+    rows = fetch_and_rollback(conn, query("jobs_by_status"))
     return {str(status): int(count) for status, count in rows}
 
 
@@ -451,25 +451,27 @@ async def enqueue_compactions(
 def checkpoint(conn: BulkConnection, job_id: str, worker: str, progress: dict[str, Any]) -> bool:
     """Save the job's progress (and renew its lease); False when it is no longer
     `worker`'s."""
-    return bool(run_in(conn, query("checkpoint"), (job_id, worker, json.dumps(progress))))
+    return bool(
+        run_in_transaction(conn, query("checkpoint"), (job_id, worker, json.dumps(progress)))
+    )
 
 
 def still_held(conn: BulkConnection, job_id: str, worker: str) -> bool:
     """Whether `worker` holds the job, its row locked until the transaction ends (a
     rescue cannot slip in before a pending file is recorded)."""
-    return bool(run_in(conn, query("still_held"), (job_id, worker)))
+    return bool(run_in_transaction(conn, query("still_held"), (job_id, worker)))
 
 
 def limits_now(conn: BulkConnection, job_id: str) -> dict[str, Any]:
     """The job's limits as they are now (operators change them while it runs)."""
-    rows = fetch_all(conn, query("job_limits"), (job_id,))
+    rows = fetch_and_rollback(conn, query("job_limits"), (job_id,))
     found: dict[str, Any] = json.loads(rows[0][0]) if rows else {}
     return found
 
 
 def set_throttled(conn: BulkConnection, job_id: str, worker: str, reason: str | None) -> None:
     """Say why the job waits (None: it no longer does), in its own transaction."""
-    run_in(conn, query("set_throttled"), (job_id, worker, reason or ""))
+    run_in_transaction(conn, query("set_throttled"), (job_id, worker, reason or ""))
     conn.commit()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from archiver.bulk import BulkConnection, run_in
+from archiver.bulk import BulkConnection, run_in_transaction
 from archiver.db import query
 
 
@@ -25,7 +25,7 @@ def begin(
 ) -> int:
     """The operation's row, in the open transaction, its lock taken by this session:
     its id."""
-    rows = run_in(
+    rows = run_in_transaction(
         conn,
         query("ledger_begin"),
         (operation, actor, storage_url, json.dumps(tables), json.dumps(request)),
@@ -33,27 +33,29 @@ def begin(
     return int(rows[0][0])
 
 
-def held(conn: BulkConnection, operation: int) -> bool:
+def lock_held(conn: BulkConnection, operation: int) -> bool:
     """Whether this session still holds the operation's lock."""
-    return bool(run_in(conn, query("ledger_held"), (operation,))[0][0])
+    return bool(run_in_transaction(conn, query("ledger_held"), (operation,))[0][0])
 
 
 def unlock(conn: BulkConnection, operation: int) -> None:
-    run_in(conn, query("ledger_unlock"), (operation,))
+    run_in_transaction(conn, query("ledger_unlock"), (operation,))
 
 
-def intend(conn: BulkConnection, operation: int, source_xid: str, intent: dict[str, Any]) -> None:
+def record_intent(
+    conn: BulkConnection, operation: int, source_xid: str, intent: dict[str, Any]
+) -> None:
     """What `settle` will do once the source transaction `source_xid` commits."""
-    run_in(conn, query("ledger_intent"), (operation, source_xid, json.dumps(intent)))
+    run_in_transaction(conn, query("ledger_intent"), (operation, source_xid, json.dumps(intent)))
 
 
 def done(conn: BulkConnection, operation: int, rows: int, detail: dict[str, Any]) -> None:
-    run_in(conn, query("ledger_done"), (operation, rows, json.dumps(detail)))
+    run_in_transaction(conn, query("ledger_done"), (operation, rows, json.dumps(detail)))
 
 
 def abandon(conn: BulkConnection, operation: int) -> None:
     """A dead operation's row, closed by the sweep (what it wrote undone first)."""
-    run_in(conn, query("ledger_abandon"), (operation,))
+    run_in_transaction(conn, query("ledger_abandon"), (operation,))
 
 
 async def prune(pool: asyncpg.Pool, retention_seconds: float, batch: int) -> int:

@@ -124,7 +124,7 @@ class MemoryDatabase:
     def confirm(self, part: int) -> None:
         self._open.append(("confirm", part))
 
-    def forget(self, part: int) -> None:
+    def drop_rolled_back(self, part: int) -> None:
         self._open.append(("forget", part))
 
     def checkpoint(self, progress: Progress) -> None:
