@@ -93,8 +93,8 @@ class Server:
         self.executor = ThreadPoolExecutor(
             max_workers=settings.serve_max_connections, thread_name_prefix="serve"
         )
-        self.connections: set[asyncio.Task[None]] = set()
-        self.writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # each open connection's task, and its socket's writer (aborted if it will not stop)
+        self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._keys: dict[tuple[int, int], Session] = {}
         self._pids = itertools.count(1)
         self._verifier = scram.Verifier.of(settings.serve_password or "")
@@ -125,7 +125,7 @@ class Server:
                     "serve: %d connections still closing after %g s: their sockets aborted",
                     len(self.connections), STOP_SECONDS,
                 )  # fmt: skip
-                for writer in self.writers.values():
+                for writer in self.connections.values():
                     writer.transport.abort()
         self.executor.shutdown(wait=False, cancel_futures=True)
         log.info("serve: stopped")
@@ -143,8 +143,7 @@ class Server:
                 "serve: %s refused: %d connections open", _peer(peer), len(self.connections)
             )
             return
-        self.connections.add(task)
-        self.writers[task] = writer
+        self.connections[task] = writer
         session: Session | None = None
         try:
             reader, writer, user = await asyncio.wait_for(
@@ -194,8 +193,7 @@ class Server:
             except asyncio.CancelledError:
                 pass
             finally:
-                self.connections.discard(task)
-                self.writers.pop(task, None)
+                self.connections.pop(task, None)
                 writer.close()
 
     async def _start_up(
