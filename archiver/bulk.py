@@ -15,6 +15,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, cast
 
 import adbc_driver_manager
@@ -291,7 +292,13 @@ def _close_quietly(conn: BulkConnection) -> None:
 
 @contextmanager
 def connect_bulk(url: str) -> Iterator[BulkConnection]:
-    """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread)."""
+    """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread); inside
+    `command_connections()`, one of the command's, given back rolled back."""
+    pool = _COMMAND.get()
+    if pool is not None:
+        with pool.connection(url) as conn:
+            yield conn
+        return
     conn = open_bulk(url)
     try:
         yield conn
@@ -304,8 +311,9 @@ class BulkPool:
 
     Opening one costs a server process and three round trips (and the driver's
     database object, shared: _Databases). A
-    connection goes back to the pool only after its job ended without an exception, and
-    is rolled back first; one idle longer than `idle_seconds` is closed (`prune`, called
+    connection goes back to the pool only after its job ended without an exception, is
+    rolled back first, and holds no session advisory lock (one that does is closed:
+    a ledger operation's or a publisher's lock never outlives the step that took it); one idle longer than `idle_seconds` is closed (`prune`, called
     from the worker's loop: servers, poolers and firewalls drop idle sessions), and every
     reused one answers a query first (its backend's pid, kept for `backend_pid`), so a
     connection the server dropped costs a reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
@@ -372,7 +380,11 @@ class BulkPool:
             raise
         try:
             conn.rollback()
+            locks = fetch_and_rollback(conn, _ADVISORY_LOCKS)[0][0]
         except adbc_driver_manager.Error:
+            self._discard(conn)
+            return
+        if locks:
             self._discard(conn)
             return
         with self._lock:
@@ -384,6 +396,29 @@ class BulkPool:
         for conns in idle.values():
             for _, conn in conns:
                 self._discard(conn)
+
+
+_ADVISORY_LOCKS = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+)
+
+# A one-shot command's bulk connections (archiver.runtime): `connect_bulk` and `on_source`
+# take one of the command's pool, so its steps share one ADBC session per database (and
+# the driver's database object, _Databases). A step asking while another holds that one
+# (nested, or at once in another thread) gets another, kept for the rest of the command.
+_COMMAND: ContextVar[BulkPool | None] = ContextVar("archiver_command_bulk", default=None)
+
+
+@contextmanager
+def command_connections(idle_seconds: float) -> Iterator[BulkPool]:
+    """The block's bulk connections shared through a pool, closed when it ends."""
+    pool = BulkPool(idle_seconds)
+    token = _COMMAND.set(pool)
+    try:
+        yield pool
+    finally:
+        _COMMAND.reset(token)
+        pool.close()
 
 
 def _run_on(url: str, read: Callable[[BulkConnection], T]) -> T:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import adbc_driver_manager
 import asyncpg
 
-from archiver import bulk, commands, db, failpoints, memory, outcome, scratch
+from archiver import bulk, commands, db, failpoints, memory, outcome, runtime, scratch
 from archiver.commands.args import Subcommands
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
 from archiver.errors import ArchiverError, first_line, redact
@@ -69,12 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The commands that run until stopped, with pools and sessions of their own; every other
-# command shares one session per database across its steps (db.command_sessions).
+# command runs in a runtime made once (archiver.runtime): its storage and one session of
+# each driver per database, shared by its steps.
 SERVICES = frozenset(("worker", "scheduler", "console", "serve"))
 
 
-async def _in_sessions(run: Awaitable[int]) -> int:
-    async with db.command_sessions():
+async def _in_runtime(settings: Settings, run: Awaitable[int]) -> int:
+    async with runtime.command(settings):
         return await run
 
 
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with scratch.directory(args.command), stops_on_signal(args.command, settings), sides:
             if args.command in SERVICES:
                 return asyncio.run(command(args, settings))
-            return asyncio.run(_in_sessions(command(args, settings)))
+            return asyncio.run(_in_runtime(settings, command(args, settings)))
     except BrokenPipeError:
         # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools do,
         # status 128 + SIGPIPE (asyncpg and Azure raise their own for a broken socket)

@@ -96,7 +96,7 @@ class _Held:
     used: float = 0.0  # time.monotonic() when last given back
 
 
-# A one-shot command's sessions (archiver.cli runs each inside `command_sessions()`): one
+# A one-shot command's sessions (archiver.runtime runs each inside `command_sessions()`): one
 # asyncpg connection per database, which each `connection(url)` of the command reuses
 # in turn, closed when the command ends. A `connection(url)` while that one is in use
 # (nested, or another task's), or from another event loop (a thread's), gets a session

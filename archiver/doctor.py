@@ -19,7 +19,7 @@ from pathlib import Path
 
 import asyncpg
 
-from archiver import db
+from archiver import db, runtime
 from archiver.bulk import connect_bulk
 from archiver.config import ConfigFile, Settings
 from archiver.driver_check import driver_round_trip
@@ -95,10 +95,8 @@ async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Chec
 def _storage_features(settings: Settings) -> list[Check]:
     """What the container keeps and protects, and what that means for purge and erase
     (archiver.storage.features): facts, never failures."""
-    from archiver.storage import open_storage
-
     checks = []
-    for what, meaning in open_storage(settings).features():
+    for what, meaning in runtime.storage(settings).features():
         name, _, found = what.partition(": ")
         checks.append(Check(f"storage {name}", True, f"{found}; {meaning}"))
     return checks
@@ -249,10 +247,9 @@ async def _clock_skew(settings: Settings) -> str:
 
 
 def _storage_writable(settings: Settings) -> str:
-    from archiver.storage import open_storage
     from archiver.storage.seam import put_file
 
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     storage.check()
     name = storage.object_name(f".archiver-doctor-{uuid.uuid4().hex[:12]}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db, outcome
+from archiver import db, outcome, runtime
 from archiver.bulk import BulkConnection, fetch_in_transaction, fetch_records, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, InputError
@@ -127,10 +127,8 @@ async def compact_table(
     groups, each committed on its own, until the budget is spent or a command holds the
     table; then (`publish`) its Delta tables published, so readers see the merge when
     this returns."""
-    from archiver.storage import open_storage
-
     name = await resolve(settings, table)
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     done = await on_source(
         settings.database_url,
         lambda conn: _compact(conn, storage, name, options, settings.delta, dry_run, report),

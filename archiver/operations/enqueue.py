@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from archiver import db
+from archiver import db, runtime
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ConfigError, InputError
@@ -76,9 +76,7 @@ async def enqueue_archive(
     """Check the archive on the source and the storage, then queue its jobs (see
     archive_parts), all or none: (the group id or None, the jobs, a warning for the
     operator or None)."""
-    from archiver.storage import open_storage
-
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
 
     def check(conn: BulkConnection) -> tuple[str | None, list[jobs.Part], str | None]:
         group, parts = archive_parts(conn, request, parallel)

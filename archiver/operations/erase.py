@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from archiver import db
+from archiver import db, runtime
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
@@ -82,7 +82,6 @@ async def _erase(
     from archiver.lifecycle.predicate import Predicate
     from archiver.query.engine import engine
     from archiver.restore.target import parents_first_today
-    from archiver.storage import open_storage
 
     name, every = await stored_table_files(settings, table, "erase")
     integer_keys = await on_source(settings.effective_source_url, lambda c: _integers(c, name))
@@ -118,7 +117,7 @@ async def _erase(
             f"`archiver pause --table {as_typed(name)}`), then erase"
         )
     refuse_offline("erase", [f for fs in per_table.values() for f in fs])
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     location = settings.storage_location()
 
     def find() -> tuple[eraser.ErasePlan, eraser.Found]:

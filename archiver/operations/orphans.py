@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 
-from archiver import ledger
+from archiver import ledger, runtime
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError
@@ -32,9 +32,7 @@ async def remove_orphans(
     schema has), deleted unless `dry_run`; `report` is told each table's as it is done.
     What dead operations left is settled first (unless `dry_run`), as the workers' ledger
     sweep would: a killed erasure's rewrites are its own until then, kept as "busy"."""
-    from archiver.storage import open_storage
-
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     wait = grace if grace is not None else dt.timedelta(seconds=settings.orphan_grace)
 
     def run(conn: BulkConnection) -> list[Orphans]:

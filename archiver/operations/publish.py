@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from archiver import db
+from archiver import db, runtime
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError, PublisherBusy, error_line
@@ -31,7 +31,6 @@ async def publish_table(
     seconds to wait for a worker publishing it (None: as long as it takes), else
     PublisherBusy."""
     from archiver.delta.publish import publish_table_on
-    from archiver.storage import open_storage
 
     async with db.connection(settings.database_url) as conn:
         found = [
@@ -43,7 +42,7 @@ async def publish_table(
         raise InputError(f"publish: no archived files of table {table!r} in the catalog")
     if len(found) > 1:
         raise InputError(f"publish: {table!r} is ambiguous ({', '.join(found)}): name the schema")
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     return await on_source(
         settings.database_url,
         lambda conn: publish_table_on(

@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from archiver import runtime
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError
@@ -76,7 +77,6 @@ async def _purge(
     no_wait: bool,
 ) -> Purged:
     from archiver.lifecycle.purge import PurgePlan, purge
-    from archiver.storage import open_storage
 
     name, files = await stored_table_files(settings, table, "purge")
     rooted = [f for f in files if f.cutoff_column]
@@ -87,7 +87,7 @@ async def _purge(
         )
     before = age.before(now)
     split = expired(rooted, before)
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     groups = await chunk_groups(settings, split.going)
     # a chunk goes whole or stays whole: kept when any of its files is protected, as
     # the catalog recorded it or as the storage reports it now

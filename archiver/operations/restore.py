@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import failpoints, outcome
+from archiver import failpoints, outcome, runtime
 from archiver.bulk import BulkConnection, connect_bulk, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, OfflineError
@@ -89,11 +89,10 @@ async def _restore(
 ) -> tuple[Restored, list[CatalogFile]]:
     from archiver import ledger
     from archiver.restore import RestorePlan, restore
-    from archiver.storage import open_storage
 
     moves_back = into is None and not keep_archive
     refuse_offline("restore", files)
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     if moves_back:
         from archiver.lifecycle.retention import protected
 

@@ -16,7 +16,7 @@ import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from archiver import db, failpoints, outcome
+from archiver import db, failpoints, outcome, runtime
 from archiver.config import Settings
 from archiver.delta import lock as publisher
 from archiver.errors import InputError
@@ -77,8 +77,6 @@ async def _held(settings: Settings, table: str, verb: str) -> AsyncIterator[str]
 async def _set_tier(
     settings: Settings, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
 ) -> Tiered:
-    from archiver.storage import open_storage
-
     name, files = await _selected(settings, table, age, "tier")
     offline = [f for f in files if f.offline]
     if offline and tier != ARCHIVE_TIER:
@@ -100,7 +98,7 @@ async def _set_tier(
         if dry_run:
             report(f"{len(todo)} files of {name} would move to {tier}")
             return Tiered(0, len(files) - len(todo), len(offline))
-        storage = open_storage(settings)
+        storage = runtime.storage(settings)
         if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
             await archive_files.going_offline(conn, [f.id for f in todo])
             outcome.committed(
@@ -160,10 +158,8 @@ async def rehydrate(
 async def _rehydrate_table(
     settings: Settings, table: str, tier: str, priority: str, report: Report, no_wait: bool
 ) -> Rehydrated:
-    from archiver.storage import open_storage
-
     name, files = await stored_table_files(settings, table, "rehydrate")
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     # the catalog's offline files, and any a lifecycle rule moved without telling it
     candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files
     states = await asyncio.to_thread(_rehydrate, storage, candidates, tier, priority, name)
@@ -244,10 +240,8 @@ async def _protect(
     legal_hold: bool | None,
     report: Report,
 ) -> int:
-    from archiver.storage import open_storage
-
     name, files = await _selected(settings, table, age, "protect")
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     done: list[int] = []
     try:
         for f in files:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db
+from archiver import db, runtime
 from archiver.config import Settings
 from archiver.errors import InputError, JobStateError, OfflineError
 from archiver.files import names
@@ -32,10 +32,8 @@ async def verify(
     files cannot be read: refused in one line, or with `skip_offline` checked by what
     the service reports of them (size and MD5). Each file found sound is marked so
     (`archiver tier --tier Archive` takes only those)."""
-    from archiver.storage import open_storage
-
     files = await selection.files(settings)
-    storage = open_storage(settings)
+    storage = runtime.storage(settings)
     table = selection.table
     if table and not files and "." not in table:
         raise InputError(f"no archived files of table {table!r}; give schema.table")

@@ -1,6 +1,7 @@
 """The worker's pool of ADBC connections against fake connections (the integration test
 in tests/test_crash.py drops real ones): reuse after a clean job, never after a failed
-one, a dead connection replaced instead of handed out, idle ones closed."""
+one, nor after one that still holds a session advisory lock, a dead connection replaced
+instead of handed out, idle ones closed."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from archiver.bulk import BulkPool
 class FakeConnection:
     def __init__(self, name: str) -> None:
         self.name, self.dead, self.closed, self.rollbacks = name, False, False, 0
+        self.locks, self.last = 0, ""  # session advisory locks it holds; its last statement
 
     def cursor(self) -> FakeConnection:
         return self
@@ -31,9 +33,10 @@ class FakeConnection:
             raise adbc_driver_manager.OperationalError(
                 "server closed the connection", status_code=adbc_driver_manager.AdbcStatusCode.IO
             )
+        self.last = sql
 
     def fetchall(self) -> list[tuple[int]]:
-        return [(1,)]
+        return [(self.locks,)] if "pg_locks" in self.last else [(1,)]
 
     def rollback(self) -> None:
         self.rollbacks += 1
@@ -94,3 +97,14 @@ def test_idle_connections_are_closed() -> None:
     assert opener.opened[0].closed
     with pool.connection("a") as fresh:
         assert fresh is opener.opened[1]
+
+
+def test_a_connection_holding_an_advisory_lock_is_closed_not_reused() -> None:
+    opener = Opener()
+    pool = BulkPool(open_connection=opener)
+    with pool.connection("a"):
+        (first,) = opener.opened
+        first.locks = 1  # a ledger operation's, not released
+    assert first.closed
+    with pool.connection("a") as second:
+        assert second is not first

@@ -181,7 +181,7 @@ def test_bench_and_tests_do_not_import_each_other() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     (  # entry points
         "archiver.__main__", "archiver.cli", "archiver.commands", "archiver.operations", "archiver.doctor", "archiver.grants", "archiver.query",
-        "archiver.interrupt", "archiver.web", "archiver.serve", "archiver.worker",
+        "archiver.interrupt", "archiver.runtime", "archiver.web", "archiver.serve", "archiver.worker",
         "archiver.scheduler", "archiver.maintenance", "archiver.metrics", "archiver.terminal",
         "archiver.kinds",
     ),
