@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from archiver.bulk import BulkConnection, fetch_and_rollback
-from archiver.db import query
+from archiver.bulk import BulkConnection
 from archiver.errors import LeaseLost
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
 from archiver.store import archive_files, jobs
@@ -70,26 +69,22 @@ class PgCatalog:
         return LeaseLost(f"job {self.job_id} is no longer held by {self.worker}")
 
     def next_part(self) -> int:
-        return int(fetch_and_rollback(self.conn, query("next_part"), (self.job_id,))[0][0])
+        return archive_files.next_part(self.conn, self.job_id)
 
     def catalogued_paths(self) -> set[str]:
-        return {
-            str(r[0]) for r in fetch_and_rollback(self.conn, query("job_paths"), (self.job_id,))
-        }
+        return archive_files.job_paths(self.conn, self.job_id)
 
     def file_schemas(self, table: str) -> list[str | None]:
         """The distinct Delta schemas of `table`'s committed files (None: files written
         before Delta publishing, sql/008)."""
-        return [r[0] for r in fetch_and_rollback(self.conn, query("table_file_schemas"), (table,))]
+        return archive_files.file_schemas(self.conn, table)
 
     def committed_progress(self, saved: Progress) -> Progress:
-        count, rows, nbytes, last_key = fetch_and_rollback(
-            self.conn, query("committed_progress"), (self.job_id,)
-        )[0]
+        count, rows, nbytes, last_key = archive_files.committed_totals(self.conn, self.job_id)
         return resumed(saved, int(count), int(rows), int(nbytes), last_key)
 
     def pending_files(self) -> list[PendingFile]:
-        rows = fetch_and_rollback(self.conn, query("pending_files"), (self.job_id,))
+        rows = archive_files.pending(self.conn, self.job_id)
         return [PendingFile(int(part), str(path), str(xid)) for part, path, xid in rows]
 
     def add_committed(self, f: ArchivedFile, progress: Progress) -> None:

@@ -43,8 +43,7 @@ from typing import Any
 import adbc_driver_manager
 
 from archiver import failpoints, outcome
-from archiver.bulk import BulkConnection, connect_bulk, fetch_and_rollback, run_in_transaction
-from archiver.db import query
+from archiver.bulk import BulkConnection, connect_bulk
 from archiver.delta import lock as publisher
 from archiver.errors import ArchiverError, InputError, StorageError, first_line
 from archiver.files import names
@@ -115,9 +114,7 @@ def end(conn: BulkConnection, operation: int) -> None:
 def lock_files(conn: BulkConnection, ids: list[int]) -> bool:
     """In the operation's transaction: lock the files it will retire. False when some
     were retired meanwhile (another operation took their rows)."""
-    return len(run_in_transaction(conn, query("ledger_lock_files"), (json.dumps(ids),))) == len(
-        set(ids)
-    )
+    return archive_files.lock_unretired(conn, ids) == len(set(ids))
 
 
 def commit_changes(
@@ -231,10 +228,7 @@ def abandon(
     mark its row abandoned. Returns how many blobs went. An operation that recorded an
     intent is left to the sweep (its source transaction may have committed) unless
     `source_aborted`; -1 then."""
-    if (
-        not source_aborted
-        and fetch_and_rollback(conn, query("ledger_intent_of"), (operation,))[0][0]
-    ):
+    if not source_aborted and ledger_rows.intent_of(conn, operation) is not None:
         conn.rollback()
         return -1
     here = str(storage.location)
@@ -242,9 +236,7 @@ def abandon(
     for table in tables:
         for prefix in names.operation_prefixes(table, operation):
             for stored in list(storage.list(storage.object_name(prefix))):
-                if not fetch_and_rollback(conn, query("catalogued_path"), (here, stored.name))[0][
-                    0
-                ]:
+                if not archive_files.is_catalogued(conn, here, stored.name):
                     storage.delete(stored.name)
                     deleted += 1
     archive_files.unclaim(conn, operation)
@@ -294,7 +286,9 @@ def record_intent(
 def settle(catalog: BulkConnection, operation: int) -> None:
     """Step 3's second half, once the source committed: the recorded intent applied in
     one catalog transaction (files retired, rewrites catalogued, the row done)."""
-    text = fetch_and_rollback(catalog, query("ledger_intent_of"), (operation,))[0][0]
+    text = ledger_rows.intent_of(catalog, operation)
+    if text is None:
+        raise ArchiverError(f"ledger operation {operation} recorded no intent to settle")
     intent = json.loads(text)
     written = [ArchivedFile(**f) for f in intent["written"]]
     commit_changes(catalog, operation, intent["retired"], written, intent["rows"], intent["detail"])
@@ -313,9 +307,7 @@ def sweep(
     transaction's fate (pg_xact_status at `source_url`): committed, its intent is
     applied; aborted, it is abandoned; in progress or forgotten, it is left, and said."""
     source_status = _source_status(source_url)
-    for operation, tables, xid, intent in run_in_transaction(
-        conn, query("ledger_running"), (str(storage.location),)
-    ):
+    for operation, tables, xid, intent in ledger_rows.take_dead(conn, str(storage.location)):
         conn.commit()
         try:
             if intent is not None:
@@ -366,7 +358,7 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     outside archiver) stays retired, for the next sweep. Returns how many went."""
     here = str(storage.location)
     total = after = 0
-    while batch := fetch_and_rollback(conn, query("reapable"), (here, table, after)):
+    while batch := archive_files.reapable(conn, here, table, after):
         after = int(batch[-1][0])
         try:  # a blob batch per 256 (a compaction's inputs go by the thousand)
             refused = storage.delete_many([str(path) for _, path in batch])

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from archiver.bulk import connect_bulk
 from archiver.errors import ConfigError
 from archiver.model import Job, Status
-from archiver.store import jobs
+from archiver.store import read_models
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class JobsByStatus(Collector):
         up = GaugeMetricFamily("archiver_queue_up", "1 if the queue could be read")
         try:
             with connect_bulk(self.database_url) as conn:
-                counts = jobs.count_jobs_by_status(conn)
+                counts = read_models.count_jobs_by_status(conn)
         except Exception as exc:
             log.warning("metrics: cannot count jobs (%s)", type(exc).__name__)
             up.add_metric([], 0)

@@ -18,7 +18,7 @@ from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
 from archiver.model import ArchiveRequest, KeyRange, Mode, Status, parse_job_id
 from archiver.operations import actions, enqueue, inspect
-from archiver.store import archive_files, jobs
+from archiver.store import archive_files, jobs, read_models
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -202,7 +202,7 @@ async def _wait(settings: Settings, job_id: uuid.UUID) -> None:
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     async with db.connection(settings.database_url) as conn:
-        report = await jobs.ops_report(conn)
+        report = await read_models.ops_report(conn)
     print(terminal.dumps(report) if args.json else terminal.status_report(report))
     return 0
 
@@ -210,7 +210,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     async with db.connection(settings.database_url) as conn:
         table = str(TableName.parse(args.table)) if args.table else None  # as recorded
-        rows = await jobs.list_jobs(conn, args.status, table, args.limit)
+        rows = await read_models.list_jobs(conn, args.status, table, args.limit)
     if args.json:
         print(terminal.dumps(rows))
     else:

@@ -22,11 +22,9 @@ import pyarrow.parquet as pq
 
 from archiver import ledger
 from archiver.bulk import BulkConnection
-from archiver.db import query
 from archiver.delta.facts import NotDeltaType, delta_type, table_fields
 from archiver.files import names
 from archiver.files.rewrite import rewrite
-from archiver.model import CatalogFile
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.storage.seam import Storage
 from archiver.store import archive_files
@@ -97,9 +95,7 @@ def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] |
     """Rewrite committed file `file_id` with Delta's types (a ledger operation,
     'convert'): the columns converted, or None when some type is left that this cannot
     convert (the file stays as it is, for the publisher to leave out and name)."""
-    with conn.cursor() as cur:
-        cur.execute(query("catalog_file"), (file_id,))
-        original = CatalogFile.from_row(cur.fetch_arrow_table().to_pylist()[0])
+    original = archive_files.catalog_file(conn, file_id)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "original.parquet"
         storage.download(original.path, local)

@@ -17,14 +17,13 @@ not make is never deleted: it is counted, for the operator to look at."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from archiver.bulk import BulkConnection, fetch_and_rollback
-from archiver.db import query
+from archiver.bulk import BulkConnection
 from archiver.files import names
 from archiver.storage.seam import Storage, StoredObject
+from archiver.store import archive_files, reads
 
 
 @dataclass
@@ -71,11 +70,8 @@ def find(
     # kept before it was (read the other way, a file catalogued as its job finished
     # between the two reads would look an orphan)
     job_ids, operations = names.split_writers([w for _, w in candidates])
-    args = (json.dumps(job_ids), json.dumps(operations))
-    working = {str(r[0]) for r in fetch_and_rollback(conn, query("orphans_writers_at_work"), args)}
-    catalogued = {
-        r[0] for r in fetch_and_rollback(conn, query("orphans_catalogued"), (here, table))
-    }
+    working = reads.writers_at_work(conn, job_ids, operations)
+    catalogued = archive_files.table_paths(conn, here, table)
     candidates = [c for c in candidates if c[0].name not in catalogued]  # full object names
     for stored, writer in candidates:
         if writer in working:

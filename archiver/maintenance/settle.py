@@ -16,8 +16,8 @@ import asyncpg
 from archiver import ledger
 from archiver.bulk import connect_bulk
 from archiver.config import Settings
-from archiver.db import query
 from archiver.storage.seam import Storage
+from archiver.store import ledger as ledger_rows
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class LedgerSweep:
 
     async def run(self) -> None:
         here = str(self.storage.location)
-        tables = [r[0] for r in await self.pool.fetch(query("sweep_tables"), here)]
+        tables = await ledger_rows.sweep_tables(self.pool, here)
         if tables:  # an ADBC session only when there may be work: most sweeps find none
             await asyncio.to_thread(self._sweep, sorted(tables))
 

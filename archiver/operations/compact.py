@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from archiver import db, outcome, runtime
-from archiver.bulk import BulkConnection, fetch_in_transaction, fetch_records, on_source
+from archiver.bulk import BulkConnection, fetch_in_transaction, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, InputError
 from archiver.ident import TableName
 from archiver.lifecycle.compact import PERIODS, Chunk, Plan, chunks_of, plan
 from archiver.model import CatalogFile
+from archiver.store import archive_files
 from archiver.text import counted
 
 __all__ = ["Compacted", "Options", "Plan", "compact_table", "options_for", "resolve"]
@@ -151,7 +152,7 @@ def _compact(
     report: Report,
 ) -> Compacted:
     here = str(storage.location)
-    rows = fetch_records(conn, db.query("compact_files"), (here, table))
+    rows = archive_files.compactable(conn, here, table)
     files = [CatalogFile.from_row(r) for r in rows]
     logged = {int(r["id"]) for r in rows if r["in_log"]}
     chunks = chunks_of(table, files)

@@ -88,7 +88,7 @@ async def _set_tier(
     todo = [f for f in files if f.tier != tier and (tier == ARCHIVE_TIER or not f.offline)]
     async with db.connection(settings.database_url) as conn:
         if tier == ARCHIVE_TIER and todo:
-            unverified = await conn.fetch(db.query("files_unverified"), [f.id for f in todo])
+            unverified = await archive_files.unverified(conn, [f.id for f in todo])
             if unverified:
                 raise InputError(
                     f"tier: {len(unverified)} of {len(todo)} files were not verified since "

@@ -161,41 +161,14 @@ ORDER BY f.id LIMIT 1000
 DELETE FROM archive_files
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'retired'
 
--- name: console_rows_per_hour
--- Rows archived per hour over the last day (files committed; by their creation index).
-SELECT date_trunc('hour', created_at, 'UTC') AS hour, sum(row_count)::bigint AS rows
-FROM archive_files WHERE created_at > now() - interval '1 day' AND state <> 'pending'
-GROUP BY 1 ORDER BY 1
-
--- name: table_archive
--- One table's archive: files, rows, bytes, cutoff range (as archiver_archive_files).
-SELECT * FROM archiver_archive_files WHERE source_table = $1
-
 -- name: table_file_schemas
 -- The distinct Delta schemas of a table's committed files (NULL: written before 008).
 SELECT DISTINCT delta_schema FROM archive_files WHERE source_table = $1 AND state = 'committed'
-
--- name: table_schemas
--- The Delta schemas a table's files were written with, oldest first.
-SELECT md5(delta_schema) AS version, min(created_at) AS first_at, count(*) AS files
-FROM archive_files WHERE source_table = $1 AND state = 'committed' AND delta_schema IS NOT NULL
-GROUP BY 1 ORDER BY 2
-
--- name: table_tiers
--- One table's files by access tier: offline (Archive tier) and protected among them.
-SELECT COALESCE(tier, 'account default') AS tier, count(*) AS files,
-       count(*) FILTER (WHERE offline) AS offline,
-       count(*) FILTER (WHERE legal_hold OR immutable_until > now()) AS protected
-FROM archive_files WHERE source_table = $1 AND state = 'committed' GROUP BY 1 ORDER BY 1
 
 -- name: record_verification
 INSERT INTO archive_verifications (actor, scope, tables, files, problems, first_problems)
 VALUES ($1, $2, ARRAY(SELECT jsonb_array_elements_text($3::jsonb)), $4::int, $5::int,
         ARRAY(SELECT jsonb_array_elements_text($6::jsonb)))
-
--- name: last_verification
-SELECT at, actor, scope, files, problems, first_problems FROM archive_verifications
-WHERE $1 = ANY (tables) OR tables = '{}' ORDER BY at DESC LIMIT 1
 
 -- name: files_going_offline
 -- archiver tier --tier Archive, before any blob moves: the files leave their Delta

@@ -297,9 +297,6 @@ async def retry(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
         )
 
 
-OPS_VIEWS = ("status_summary", "running_jobs", "failed_jobs", "archive_summary", "paused")
-
-
 async def set_limits(
     conn: asyncpg.Connection, job_id: uuid.UUID, changes: dict[str, Any]
 ) -> dict[str, Any]:
@@ -341,38 +338,6 @@ async def resume_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
     if await conn.fetchval(query("resume_job"), job_id) is None:
         job = await get_job(conn, job_id)
         raise JobStateError(f"job {job_id} is not paused (it is {job.status})")
-
-
-async def ops_report(conn: asyncpg.Connection) -> dict[str, list[dict[str, Any]]]:
-    """Every operator view (sql/003_ops_views.sql), read in one snapshot."""
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        return {name: [dict(r) for r in await conn.fetch(query(name))] for name in OPS_VIEWS}
-
-
-async def list_jobs(
-    conn: asyncpg.Connection,
-    status: str | None,
-    table: str | None,
-    limit: int,
-    *,
-    task: str | None = None,
-    error: str | None = None,
-    created_from: dt.datetime | None = None,
-    created_to: dt.datetime | None = None,
-    after: tuple[dt.datetime, uuid.UUID] | None = None,
-) -> list[dict[str, Any]]:
-    """Jobs newest first (`archiver jobs`, the console's list), `after` a page's last row."""
-    at, job_id = after if after else (None, None)
-    rows = await conn.fetch(
-        query("list_jobs"), status, table, limit, task, error, at, job_id, created_from, created_to
-    )
-    return [dict(r) for r in rows]
-
-
-def count_jobs_by_status(conn: BulkConnection) -> dict[str, int]:
-    """Jobs per status, on a synchronous ADBC connection (the metrics collector's thread)."""
-    rows = fetch_and_rollback(conn, query("jobs_by_status"))
-    return {str(status): int(count) for status, count in rows}
 
 
 async def running_archive(conn: asyncpg.Connection, table: str) -> uuid.UUID | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from archiver.bulk import BulkConnection, run_in_transaction
+from archiver.bulk import BulkConnection, Row, fetch_and_rollback, run_in_transaction
 from archiver.db import query
 
 
@@ -42,6 +42,19 @@ def unlock(conn: BulkConnection, operation: int) -> None:
     run_in_transaction(conn, query("ledger_unlock"), (operation,))
 
 
+def intent_of(conn: BulkConnection, operation: int) -> str | None:
+    """The intent an operation recorded (JSON), if any; read and rolled back."""
+    text = fetch_and_rollback(conn, query("ledger_intent_of"), (operation,))[0][0]
+    return None if text is None else str(text)
+
+
+def take_dead(conn: BulkConnection, storage_url: str) -> list[Row]:
+    """In the open transaction: the running operations on `storage_url` whose lock was
+    free (left by a dead process), each lock now taken by this session -- id, tables
+    (JSON), source transaction, intent."""
+    return run_in_transaction(conn, query("ledger_running"), (storage_url,))
+
+
 def record_intent(
     conn: BulkConnection, operation: int, source_xid: str, intent: dict[str, Any]
 ) -> None:
@@ -56,6 +69,12 @@ def done(conn: BulkConnection, operation: int, rows: int, detail: dict[str, Any]
 def abandon(conn: BulkConnection, operation: int) -> None:
     """A dead operation's row, closed by the sweep (what it wrote undone first)."""
     run_in_transaction(conn, query("ledger_abandon"), (operation,))
+
+
+async def sweep_tables(pool: asyncpg.Pool, storage_url: str) -> list[str]:
+    """Tables on `storage_url` the ledger sweep may have work on: those of operations
+    still running, and those with retired files whose blobs can go."""
+    return [r[0] for r in await pool.fetch(query("sweep_tables"), storage_url)]
 
 
 async def prune(pool: asyncpg.Pool, retention_seconds: float, batch: int) -> int:

@@ -65,12 +65,6 @@ WHERE id = $1::bigint AND status = 'running'
 UPDATE archive_ledger SET status = 'abandoned', finished_at = now()
 WHERE id = $1::bigint AND status = 'running'
 
--- name: table_ledger
--- The last operations that took rows of a table out of the archive (restore, purge,
--- erase): who, when, what was asked (an erasure's predicate as its shape only).
-SELECT id, operation, status, actor, started_at, rows, request::text AS request
-FROM archive_ledger WHERE $1 = ANY (tables) ORDER BY id DESC LIMIT 10
-
 -- name: table_hold
 -- A command that takes files of a table out of the archive, rewrites or moves them
 -- (restore, erase, purge, tier, rehydrate, protect) holds it shared for its duration:

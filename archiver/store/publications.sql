@@ -144,7 +144,3 @@ SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND state
 -- The publisher's lock (delta_lock), if free: whoever deletes retired files holds it,
 -- so none is deleted while a publication that may still add it is under way.
 SELECT pg_try_advisory_lock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
-
--- name: table_delta
-SELECT storage_url, publications, published, delta_version, published_at
-FROM delta_tables WHERE source_table = $1

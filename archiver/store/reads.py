@@ -10,7 +10,15 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.db import query
+
+
+def writers_at_work(conn: BulkConnection, job_ids: list[str], operations: list[int]) -> set[str]:
+    """Of these jobs and ledger operations, those still at work (a job queued or running,
+    an operation running), named as files.names.writer_of names them; rolled back."""
+    args = (json.dumps(job_ids), json.dumps(operations))
+    return {str(r[0]) for r in fetch_and_rollback(conn, query("orphans_writers_at_work"), args)}
 
 
 def archived_tables(cur: Any) -> list[str]:

@@ -16,14 +16,13 @@ import asyncpg
 
 from archiver import kinds
 from archiver.config import ConfigFile
-from archiver.db import query
 from archiver.errors import InputError, JobStateError
 from archiver.ident import TableName, as_typed
 from archiver.limits import limit_changes
 from archiver.model import Status
 from archiver.operations import actions
 from archiver.source.tables import FIND_TABLE
-from archiver.store import archive_files, audit, jobs
+from archiver.store import archive_files, audit, jobs, read_models
 
 STATUSES = tuple(str(s) for s in Status)
 
@@ -131,33 +130,27 @@ def cursor_of(row: Mapping[str, Any]) -> str:
 
 async def job_page(conn: asyncpg.Connection, f: JobFilter) -> list[dict[str, Any]]:
     """A page of jobs, newest first, one more than the page to tell there is a next."""
-    return await jobs.list_jobs(
+    return await read_models.list_jobs(
         conn, f.status, f.table, f.limit + 1, task=f.task, error=f.error,
         created_from=f.created_from, created_to=f.created_to, after=f.after,
     )  # fmt: skip
 
 
 async def overview(conn: asyncpg.Connection, config: ConfigFile | None) -> dict[str, Any]:
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        by_table = [dict(r) for r in await conn.fetch(query("console_jobs_by_table"))]
-        running = [dict(r) for r in await conn.fetch(query("running_jobs"))]
-        failures = [dict(r) for r in await conn.fetch(query("console_failures"))]
-        paused = [dict(r) for r in await conn.fetch(query("paused"))]
-        rows_per_hour = [dict(r) for r in await conn.fetch(query("console_rows_per_hour"))]
-        waits = [dict(r) for r in await conn.fetch(query("console_queue_wait"))]
-    queued = [r for r in by_table if r["status"] == Status.QUEUED]
+    read = await read_models.overview(conn)
+    queued = [r for r in read["by_table"] if r["status"] == Status.QUEUED]
     ages = [r["oldest_queued_age"] for r in queued if r["oldest_queued_age"] is not None]
     return {
-        "by_table": by_table,
+        "by_table": read["by_table"],
         "statuses": STATUSES,
         "queue_depth": sum(r["jobs"] for r in queued),
         "oldest_queued": max(ages) if ages else None,
-        "running": running,
-        "failures": failures,
-        "paused": paused,
+        "running": read["running"],
+        "failures": read["failures"],
+        "paused": read["paused"],
         "policies": next_fires(config),
-        "rows_chart": bars(rows_per_hour, "rows"),
-        "wait_chart": bars(waits, "seconds"),
+        "rows_chart": bars(read["rows_per_hour"], "rows"),
+        "wait_chart": bars(read["waits"], "seconds"),
     }
 
 
@@ -192,13 +185,12 @@ async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
     found = await jobs.get_job(conn, job_id)
     files = await archive_files.job_files(conn, job_id)
     group = found.payload.get("group")
-    members = [dict(r) for r in await conn.fetch(query("job_group"), group)] if group else []
+    members = await read_models.job_group(conn, group) if group else []
     table = found.payload.get("table", "")
     delta, archived = None, False
     if table:
-        rows = await conn.fetch(query("table_delta"), table)  # a job's table: as recorded
-        delta = dict(rows[0]) if rows else None
-        archived = bool(await conn.fetch(query("table_archive"), table))
+        delta = await read_models.delta_table(conn, table)  # a job's table: as recorded
+        archived = await read_models.table_summary(conn, table) is not None
     return {
         "job": found,
         "payload": json.dumps(found.payload, indent=2, sort_keys=True, default=str),
@@ -213,7 +205,7 @@ async def job(conn: asyncpg.Connection, job_id: uuid.UUID) -> dict[str, Any]:
 
 
 async def archive(conn: asyncpg.Connection) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(query("archive_summary"))]
+    return await read_models.archive_summary(conn)
 
 
 async def table(
@@ -222,20 +214,14 @@ async def table(
     qualified = await resolve_table(conn, name)
     if qualified is None:
         return None
-    rows = await conn.fetch(query("table_archive"), qualified)
-    if not rows:
+    summary = await read_models.table_summary(conn, qualified)
+    if summary is None:
         return None
-    delta = await conn.fetch(query("table_delta"), qualified)
-    verified = await conn.fetch(query("last_verification"), qualified)
     return {
         "name": qualified,
         "typed": as_typed(qualified),  # as the CLI takes it
-        "summary": dict(rows[0]),
-        "schemas": [dict(r) for r in await conn.fetch(query("table_schemas"), qualified)],
-        "delta": dict(delta[0]) if delta else None,
-        "verified": dict(verified[0]) if verified else None,
-        "tiers": [dict(r) for r in await conn.fetch(query("table_tiers"), qualified)],
-        "ledger": [dict(r) for r in await conn.fetch(query("table_ledger"), qualified)],
+        "summary": summary,
+        **await read_models.table_details(conn, qualified),
         "policies": [
             p
             for p in next_fires(config)

@@ -515,6 +515,48 @@ def inline_state_sql(source: str) -> list[str]:
     return found
 
 
+STATE_VIEWS = (
+    "archiver_archive_files", "archiver_failed_jobs", "archiver_job_summary",
+    "archiver_paused", "archiver_running_jobs",
+)  # fmt: skip
+STATE_READ = re.compile(
+    r"\b(FROM|JOIN|UPDATE|INTO)\s+(" + "|".join(STATE_TABLES + STATE_VIEWS) + r")\b", re.I
+)
+
+
+def named_state_reads(source: str) -> list[str]:
+    """The `query("name")` look-ups in `source` of a named statement that reads or writes
+    a state table or one of the ops views over them (a lock's statement, or a look-up of
+    PostgreSQL's own catalog, reads neither)."""
+    from archiver.db import query
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            name = str(node.args[0].value)
+            sql = query(name) if called == "query" and isinstance(node.args[0].value, str) else ""
+            if STATE_READ.search(re.sub(r"--[^\n]*", "", sql)):
+                found.append(f"line {node.lineno}: {name}")
+    return sorted(found)
+
+
+def test_state_tables_are_read_through_the_store() -> None:
+    """Outside store/, no module runs a named statement on a state table or an ops view:
+    it calls the owner's typed function (the soak's checker apart, as above)."""
+    wrong = {
+        name: found
+        for name, path in modules().items()
+        if _under(name, ("archiver",)) and not _under(name, ("archiver.store", "archiver.testing"))
+        if (found := named_state_reads(path.read_text()))
+    }
+    assert wrong == {}
+    # the shapes reads had before: the console and the job's catalog running named reads
+    old = 'rows = await conn.fetch(query("table_ledger"), t)\nfetch(c, query("next_part"))\n'
+    assert named_state_reads(old) == ["line 1: table_ledger", "line 2: next_part"]
+
+
 def test_sql_on_a_state_table_is_written_in_the_store() -> None:
     """Every statement on archiver's own tables is named in a store/*.sql file and read
     or written through its store module (the soak's checker, which reads them with code
