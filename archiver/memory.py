@@ -13,7 +13,7 @@ below it, heap memory that stays resident. glibc raises the threshold to the lar
 freed (up to 32 MB), so after the first chunk a job's 8 MB batches and the Parquet
 writer's buffers come from the heap and each chunk peaks wherever fragmentation leaves
 it, higher the more chunks a job has. Fixed at 512 KiB, the peaks stay flat for a little
-system time in page faults (docs/performance.md, "At 30M rows", has the figures). Other
+system time in page faults (docs/performance.md, "Memory", has the figures). Other
 C libraries have neither knob: nothing is done there."""
 
 from __future__ import annotations
