@@ -102,52 +102,65 @@ def environment() -> jinja2.Environment:
 
 
 def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlette:
-    auth = Auth(settings.console_admin_token, settings.console_viewer_token)
-    throttle = LoginThrottle()  # in this process: one console per deployment
-    templates = Jinja2Templates(env=environment())
-    state: dict[str, Any] = {}
+    return Console(settings, config).app()
+
+
+class Console:
+    """One console process: its settings and policies, its tokens and login throttle,
+    its templates and (from the lifespan on) its pool; each route a method."""
+
+    def __init__(self, settings: Settings, config: ConfigFile | None) -> None:
+        self.settings, self.config = settings, config
+        self.auth = Auth(settings.console_admin_token, settings.console_viewer_token)
+        self.throttle = LoginThrottle()  # in this process: one console per deployment
+        self.templates = Jinja2Templates(env=environment())
+        self._pool: asyncpg.Pool | None = None
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, _: Starlette) -> AsyncIterator[None]:
         # lazy: a console started while PostgreSQL is away answers 503 until it is back,
         # rather than exit with a traceback (and, restarted by supervisord, give up)
-        state["pool"] = await db.create_pool(settings.database_url, size=4, lazy=True)
+        self._pool = await db.create_pool(self.settings.database_url, size=4, lazy=True)
         try:
             yield
         finally:
-            await state["pool"].close()
+            await self._pool.close()
 
-    def pool() -> asyncpg.Pool:
-        return state["pool"]
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "the console's lifespan opens its pool"
+        return self._pool
 
-    def who(request: Request) -> Who:
+    def who(self, request: Request) -> Who:
         """The person behind a request: their session, else the proxy's word, else
         nobody (who may read only where the operator opened reading, and only from this
         machine: a request some proxy passed on may come from anywhere)."""
         vouching, vouched = request.scope.get(VOUCHING), request.scope.get(PROXY_USER)
-        session = auth.who(request.cookies.get(SESSION_COOKIE))
+        session = self.auth.who(request.cookies.get(SESSION_COOKIE))
         if session and vouching and session[0] != vouched:
             session = None  # someone else's session in this browser, or nobody named
         if session:
             return Who(session[0], session[1], by_proxy=bool(vouching), session=True)
         if vouched:
             return Who(vouched, VIEWER, by_proxy=True)
-        opened = settings.console_public_read and not request.scope.get(FORWARDED)
+        opened = self.settings.console_public_read and not request.scope.get(FORWARDED)
         return Who(None, VIEWER if opened and is_loopback(_client(request)) else None)
 
-    def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    def render(
+        self, request: Request, name: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
         cookie = request.cookies.get(SESSION_COOKIE)
-        person = who(request)
-        response: Response = templates.TemplateResponse(
+        person = self.who(request)
+        response: Response = self.templates.TemplateResponse(
             request,
             name,
             {
                 **context,
                 "who": person,
                 "can_act": person.can_act,
-                "login_possible": auth.enabled,
-                "names_by_proxy": bool(settings.console_proxy_header),
-                "csrf": auth.csrf(cookie) if cookie and person.session else "",
+                "login_possible": self.auth.enabled,
+                "names_by_proxy": bool(self.settings.console_proxy_header),
+                "csrf": self.auth.csrf(cookie) if cookie and person.session else "",
                 "root": request.scope.get("root_path", ""),
                 "now": dt.datetime.now(dt.UTC),
             },
@@ -155,11 +168,11 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         )
         return response
 
-    def reading(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+    def reading(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
         """A page only a reader sees: anyone else is sent to the login page."""
 
         async def guarded(request: Request) -> Response:
-            if not who(request).can_read:
+            if not self.who(request).can_read:
                 if not request.headers.get("accept", "").startswith("text/html"):
                     return PlainTextResponse("log in to read this console\n", status_code=401)
                 path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -168,79 +181,78 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
 
         return guarded
 
-    async def overview(request: Request) -> Response:
-        async with pool().acquire() as conn:
-            data = await pages.overview(conn, config)
-        return render(request, "overview.html", data)
+    async def overview(self, request: Request) -> Response:
+        async with self.pool.acquire() as conn:
+            data = await pages.overview(conn, self.config)
+        return self.render(request, "overview.html", data)
 
-    async def jobs(request: Request) -> Response:
+    async def jobs(self, request: Request) -> Response:
         filters = pages.JobFilter.parse(request.query_params)
-        async with pool().acquire() as conn:
+        async with self.pool.acquire() as conn:
             rows = await pages.job_page(conn, filters)
         more = len(rows) > filters.limit
         rows = rows[: filters.limit]
         after = pages.cursor_of(rows[-1]) if more and rows else None
-        return render(request, "jobs.html", {"jobs": rows, "filters": filters, "after": after,
-                                             "statuses": pages.STATUSES,
-                                             "tasks": pages.task_names(),
-                                             "bulk_actions": actions.BULK_ACTIONS})  # fmt: skip
+        page = {"jobs": rows, "filters": filters, "after": after, "statuses": pages.STATUSES,
+                "tasks": pages.task_names(), "bulk_actions": actions.BULK_ACTIONS}  # fmt: skip
+        return self.render(request, "jobs.html", page)
 
-    async def job(request: Request) -> Response:
+    async def job(self, request: Request) -> Response:
         job_id = _job_id(request.path_params["job_id"])
-        async with pool().acquire() as conn:
+        async with self.pool.acquire() as conn:
             try:
                 data = await pages.job(conn, job_id)
             except JobStateError:
                 raise HTTPException(404, f"no job {job_id}") from None
-        return render(request, "job.html", data)
+        return self.render(request, "job.html", data)
 
-    async def archive(request: Request) -> Response:
-        async with pool().acquire() as conn:
+    async def archive(self, request: Request) -> Response:
+        async with self.pool.acquire() as conn:
             tables = await pages.archive(conn)
-        return render(request, "archive.html", {"tables": tables})
+        return self.render(request, "archive.html", {"tables": tables})
 
-    async def table(request: Request) -> Response:
+    async def table(self, request: Request) -> Response:
         name = request.path_params["table"]
-        async with pool().acquire() as conn:
-            data = await pages.table(conn, name, config)
+        async with self.pool.acquire() as conn:
+            data = await pages.table(conn, name, self.config)
         if data is None:
             raise HTTPException(404, f"no archive of table {name}")
-        return render(request, "table.html", data)
+        return self.render(request, "table.html", data)
 
-    async def login(request: Request) -> Response:
+    async def login(self, request: Request) -> Response:
         back = _back(request, str(request.query_params.get("next", "")))
         if request.method == "GET":
-            return render(request, "login.html", {"error": "", "next": back})
+            return self.render(request, "login.html", {"error": "", "next": back})
         form = await request.form()
         vouched, client = request.scope.get(PROXY_USER), _client(request)
         name, token = vouched or str(form.get("name", "")).strip(), str(form.get("token", ""))
-        if not auth.enabled:
+        if not self.auth.enabled:
             said = {"error": "no login: this console has no tokens", "next": back}
-            return render(request, "login.html", said, 403)
-        if settings.console_proxy_header and not vouched:  # never a name typed instead
-            header = settings.console_proxy_header
+            return self.render(request, "login.html", said, 403)
+        if self.settings.console_proxy_header and not vouched:  # never a name typed instead
+            header = self.settings.console_proxy_header
             said = {"error": f"log in through the proxy that names you ({header})", "next": back}
-            return render(request, "login.html", said, 403)
-        if wait := throttle.locked_for(client):
+            return self.render(request, "login.html", said, 403)
+        if wait := self.throttle.locked_for(client):
             error = f"too many refused logins from {client}: try again in {wait / 60:.0f} min"
-            response = render(request, "login.html", {"error": error, "next": back}, 429)
+            response = self.render(request, "login.html", {"error": error, "next": back}, 429)
             response.headers["retry-after"] = str(int(wait) + 1)
             return response
-        role = auth.role_of(token)
+        role = self.auth.role_of(token)
         if not valid_name(name) or role is None:
-            locked = throttle.refused(client)
-            then = f" (locked out for {throttle.lockout / 60:.0f} min)" if locked else ""
+            locked = self.throttle.refused(client)
+            then = f" (locked out for {self.throttle.lockout / 60:.0f} min)" if locked else ""
             shown = repr(name) if vouched else f"a typed name of {len(name)} characters"
             log.warning("console: refused login as %s from %s%s", shown, client, then)  # a
             # typed "name" may be a token pasted in the wrong field: never logged
             await asyncio.sleep(LOGIN_PAUSE)  # a guess costs a second
             said = {"error": "name or token refused", "next": back}
-            return render(request, "login.html", said, 403)
+            return self.render(request, "login.html", said, 403)
         log.warning("console: %s logged in as %s from %s", name, role, client)
         response = RedirectResponse(back, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
-            auth.session(name, role),
+            self.auth.session(name, role),
             max_age=SESSION_SECONDS,
             path=_to(request, "/"),
             httponly=True,
@@ -249,11 +261,11 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         )
         return response
 
-    async def logout(request: Request) -> Response:
+    async def logout(self, request: Request) -> Response:
         # a session's logout carries its CSRF token (a cross-site POST would not); an
         # expired or foreign cookie may always leave
         cookie = request.cookies.get(SESSION_COOKIE)
-        if auth.who(cookie) and not auth.csrf_ok(
+        if self.auth.who(cookie) and not self.auth.csrf_ok(
             cookie, str((await request.form()).get("csrf", ""))
         ):
             raise HTTPException(403, "missing or wrong CSRF token")
@@ -261,57 +273,45 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         response.delete_cookie(SESSION_COOKIE, path=_to(request, "/"))
         return response
 
-    async def _acting(request: Request) -> tuple[Who, FormData]:
-        """The operator behind a POST, with its form: 403 without an admin session or
-        without its CSRF token."""
+    async def _acting(self, request: Request) -> tuple[actions.Actor, FormData]:
+        """The operator behind a POST (who, from where), with its form: 403 without an
+        admin session or without its CSRF token."""
         form = await request.form()
-        person = who(request)
+        person = self.who(request)
         if not person.can_act:
             raise HTTPException(403, "read-only: log in with the admin token to act")
-        if not auth.csrf_ok(request.cookies.get(SESSION_COOKIE), str(form.get("csrf", ""))):
+        if not self.auth.csrf_ok(request.cookies.get(SESSION_COOKIE), str(form.get("csrf", ""))):
             raise HTTPException(403, "missing or wrong CSRF token")
-        return person, form
+        return actions.Actor(str(person.name), _client(request)), form
 
-    def _actor(person: Who, request: Request) -> actions.Actor:
-        return actions.Actor(str(person.name), _client(request))
-
-    def _said(actor: actions.Actor, action: str, target: str, said: str) -> None:
-        """One log line per action (its archiver_audit row is operations.actions'),
-        naming who and from where."""
-        log.warning("console: %s %s: %s by %s from %s", action, target, said, actor.who,
-                    actor.address)  # fmt: skip
-
-    async def job_action(request: Request) -> Response:
-        person, form = await _acting(request)
-        actor = _actor(person, request)
+    async def job_action(self, request: Request) -> Response:
+        actor, form = await self._acting(request)
         job_id = _job_id(request.path_params["job_id"])
         action = request.path_params["action"]
-        async with pool().acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn, conn.transaction():
             said = await pages.act_on_job(conn, job_id, action, form, actor)
         _said(actor, action, f"job {job_id}", said)
         return RedirectResponse(_to(request, f"/jobs/{job_id}"), status_code=303)
 
-    async def table_action(request: Request) -> Response:
-        person, _ = await _acting(request)
-        actor = _actor(person, request)
+    async def table_action(self, request: Request) -> Response:
+        actor, _ = await self._acting(request)
         name, action = request.path_params["table"], request.path_params["action"]
-        async with pool().acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn, conn.transaction():
             said, table = await pages.act_on_table(conn, name, action, actor)
         _said(actor, action, f"table {table}", said)
         back = _back(request, str((await request.form()).get("next", "")))
         return RedirectResponse(back, 303)
 
-    async def bulk(request: Request) -> Response:
-        person, form = await _acting(request)
-        actor = _actor(person, request)
+    async def bulk(self, request: Request) -> Response:
+        actor, form = await self._acting(request)
         action = str(form.get("action", ""))
         if action not in actions.BULK_ACTIONS:
             raise BadRequest(f"action: expected one of {', '.join(actions.BULK_ACTIONS)}")
         filters = pages.JobFilter.parse(form, limit=BULK_LIMIT)
-        async with pool().acquire() as conn:
+        async with self.pool.acquire() as conn:
             ids = [r["id"] for r in await pages.job_page(conn, filters)][:BULK_LIMIT]
             if form.get("confirm") != "yes":
-                return render(
+                return self.render(
                     request,
                     "confirm.html",
                     {"action": action, "filters": filters, "count": len(ids)},
@@ -320,23 +320,23 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         _said(actor, f"bulk {action}", filters.describe(), said)
         return RedirectResponse(_to(request, f"/jobs?{filters.query()}"), status_code=303)
 
-    async def health(_: Request) -> Response:
-        async with pool().acquire() as conn:
+    async def health(self, _: Request) -> Response:
+        async with self.pool.acquire() as conn:
             await conn.fetchval("SELECT 1")
         return PlainTextResponse("ok")
 
-    async def http_error(request: Request, exc: Exception) -> Response:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         detail = str(exc.detail).splitlines()[0] if exc.detail else "error"
         if request.headers.get("accept", "").startswith("text/html"):
-            return render(request, "error.html", {"status": exc.status_code, "detail": detail},
+            return self.render(request, "error.html", {"status": exc.status_code, "detail": detail},
                           exc.status_code)  # fmt: skip
         return PlainTextResponse(detail + "\n", status_code=exc.status_code)
 
-    async def input_error(request: Request, exc: Exception) -> Response:
-        return await http_error(request, BadRequest(str(exc)))
+    async def input_error(self, request: Request, exc: Exception) -> Response:
+        return await self.http_error(request, BadRequest(str(exc)))
 
-    async def unavailable(request: Request, exc: Exception) -> Response:
+    async def unavailable(self, request: Request, exc: Exception) -> Response:
         """The database away (restarting, unreachable): 503, not a traceback and a 500;
         an HTML page reloads itself every few seconds, so it is back when the database is
         (the pool reconnects by itself)."""
@@ -345,38 +345,45 @@ def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlett
         headers = {"Retry-After": str(RETRY_AFTER)}
         if request.headers.get("accept", "").startswith("text/html"):
             page = {"status": 503, "detail": detail, "retry": RETRY_AFTER}
-            response = render(request, "error.html", page, 503)
+            response = self.render(request, "error.html", page, 503)
             response.headers.update(headers)
             return response
         return PlainTextResponse(detail + "\n", status_code=503, headers=headers)
 
-    app = Starlette(
-        routes=[
-            Route("/", reading(overview)),
-            Route("/jobs", reading(jobs)),
-            Route("/jobs/bulk", bulk, methods=["POST"]),
-            Route("/jobs/{job_id}", reading(job)),
-            Route("/jobs/{job_id}/{action}", job_action, methods=["POST"]),
-            Route("/archive", reading(archive)),
-            Route("/archive/{table:path}", reading(table)),  # a name may hold a slash
-            Route("/tables/{table:path}/{action}", table_action, methods=["POST"]),
-            Route("/login", login, methods=["GET", "POST"]),
-            Route("/logout", logout, methods=["POST"]),
-            Route("/healthz", health),
-            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-        ],
-        exception_handlers={
-            HTTPException: http_error,
-            InputError: input_error,
-            **dict.fromkeys(UNAVAILABLE, unavailable),
-        },
-        lifespan=lifespan,
-    )
-    app.add_middleware(SecurityHeaders)
-    app.add_middleware(
-        Proxied, proxies=settings.console_proxy_addresses, header=settings.console_proxy_header
-    )  # added last, so it runs first
-    return app
+    def app(self) -> Starlette:
+        app = Starlette(
+            routes=[
+                Route("/", self.reading(self.overview)),
+                Route("/jobs", self.reading(self.jobs)),
+                Route("/jobs/bulk", self.bulk, methods=["POST"]),
+                Route("/jobs/{job_id}", self.reading(self.job)),
+                Route("/jobs/{job_id}/{action}", self.job_action, methods=["POST"]),
+                Route("/archive", self.reading(self.archive)),
+                Route("/archive/{table:path}", self.reading(self.table)),  # may hold a slash
+                Route("/tables/{table:path}/{action}", self.table_action, methods=["POST"]),
+                Route("/login", self.login, methods=["GET", "POST"]),
+                Route("/logout", self.logout, methods=["POST"]),
+                Route("/healthz", self.health),
+                Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+            ],
+            exception_handlers={
+                HTTPException: self.http_error,
+                InputError: self.input_error,
+                **dict.fromkeys(UNAVAILABLE, self.unavailable),
+            },
+            lifespan=self.lifespan,
+        )
+        app.add_middleware(SecurityHeaders)
+        proxies, header = self.settings.console_proxy_addresses, self.settings.console_proxy_header
+        app.add_middleware(Proxied, proxies=proxies, header=header)  # last: it runs first
+        return app
+
+
+def _said(actor: actions.Actor, action: str, target: str, said: str) -> None:
+    """One log line per action (its archiver_audit row is operations.actions'), naming
+    who and from where."""
+    log.warning("console: %s %s: %s by %s from %s", action, target, said, actor.who,
+                actor.address)  # fmt: skip
 
 
 def _job_id(raw: str) -> uuid.UUID:
