@@ -7,9 +7,12 @@ never holds up claiming (nor another duty).
     prune         finished jobs (and finished housekeeping in the ledger) past retention
     settle        what dead archive operations left: settled or undone, retired files
                   out of their Delta log deleted (archiver.ledger's crash recovery)
-    publications  a publish job for each table with files not yet in its Delta log
+    publish       a publish job for each table with files not yet in its Delta log
     orphans       the storage's orphan sweep queued, once a grace period
-    compaction    a compaction job for each table with small files, once a period
+    compact       a compaction job for each table with small files, once a period
+
+Each is named as its job kind is across the layers (operations/compact.py runs the job,
+lifecycle/compact.py plans it; operations/publish.py and delta/publish.py publish).
 
 `Maintenance.once()` runs each before the first claim (a burst worker rescues, prunes,
 settles and publishes before it exits); `start()` keeps each on its own timer."""
@@ -27,10 +30,10 @@ import asyncpg
 from archiver import db
 from archiver.config import ConfigFile, Settings
 from archiver.errors import error_line
-from archiver.maintenance.compaction import CompactionSweep
+from archiver.maintenance.compact import CompactionSweep
 from archiver.maintenance.orphans import OrphanSweep
 from archiver.maintenance.prune import Pruner
-from archiver.maintenance.publications import PublicationSweep
+from archiver.maintenance.publish import PublicationSweep
 from archiver.maintenance.rescue import Rescuer
 from archiver.maintenance.settle import LedgerSweep
 from archiver.storage.seam import Storage
