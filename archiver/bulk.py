@@ -307,18 +307,21 @@ def connect_bulk(url: str) -> Iterator[BulkConnection]:
 
 
 class BulkPool:
-    """ADBC connections kept between a worker's jobs.
+    """ADBC connections kept between a worker's jobs, or a command's steps.
 
     Opening one costs a server process and three round trips (and the driver's
-    database object, shared: _Databases). A
-    connection goes back to the pool only after its job ended without an exception, is
-    rolled back first, and holds no session advisory lock (one that does is closed:
-    a ledger operation's or a publisher's lock never outlives the step that took it); one idle longer than `idle_seconds` is closed (`prune`, called
-    from the worker's loop: servers, poolers and firewalls drop idle sessions), and every
-    reused one answers a query first (its backend's pid, kept for `backend_pid`), so a
-    connection the server dropped costs a reconnect, never an attempt. Nothing the archiver does on a bulk connection outlives
-    its transaction (SET LOCAL, set_config(..., true), temporary tables ON COMMIT DROP)
-    except the two settings `open_bulk` makes."""
+    database object, shared: _Databases). A connection goes back to the pool only after
+    its user ended without an exception, is rolled back first, and holds no session
+    advisory lock (one that does is closed: a ledger operation's or a publisher's lock
+    never outlives the step that took it); one idle longer than `idle_seconds` is closed
+    (`prune`, called from the worker's loop and on every take: servers, poolers and
+    firewalls drop idle sessions), and every reused one answers a query first (its
+    backend's pid, kept for `backend_pid`), so a connection the server dropped costs a
+    reconnect, never an attempt. What else a user changes on a session it puts back
+    itself: SET LOCAL and set_config(..., true) end with the transaction, temporary
+    tables are dropped or rolled back with it, a job's session lock_timeout
+    (source.binding) and VACUUM's autocommit (source.guardrails) are restored in a
+    `finally`; the two settings `open_bulk` makes stay."""
 
     def __init__(
         self,
@@ -330,6 +333,7 @@ class BulkPool:
         self._idle: dict[str, list[tuple[float, BulkConnection]]] = {}
         self._pids: dict[BulkConnection, int] = {}  # of every connection it holds
         self._lock = threading.Lock()
+        self._closed = False  # a connection given back after close() is closed too
 
     def _take(self, url: str) -> BulkConnection:
         self.prune()
@@ -384,15 +388,15 @@ class BulkPool:
         except adbc_driver_manager.Error:
             self._discard(conn)
             return
-        if locks:
-            self._discard(conn)
-            return
         with self._lock:
-            self._idle.setdefault(url, []).append((time.monotonic(), conn))
+            if not locks and not self._closed:
+                self._idle.setdefault(url, []).append((time.monotonic(), conn))
+                return
+        self._discard(conn)
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, {}
+            idle, self._idle, self._closed = self._idle, {}, True
         for conns in idle.values():
             for _, conn in conns:
                 self._discard(conn)
@@ -427,5 +431,6 @@ def _run_on(url: str, read: Callable[[BulkConnection], T]) -> T:
 
 
 async def on_source(url: str, read: Callable[[BulkConnection], T]) -> T:
-    """`read(conn)` on a new bulk connection to the database at `url`, in a thread."""
+    """`read(conn)` on a bulk connection to the database at `url` (a new one, or the
+    running command's: `connect_bulk`), in a thread."""
     return await asyncio.to_thread(_run_on, url, read)

@@ -18,7 +18,8 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from archiver import bulk, db
+from archiver import db
+from archiver.bulk import command_connections
 from archiver.config import Settings
 from archiver.storage import open_storage
 from archiver.storage.seam import Storage
@@ -27,7 +28,6 @@ from archiver.storage.seam import Storage
 @dataclass
 class Runtime:
     settings: Settings
-    bulk: bulk.BulkPool
     _storage: Storage | None = field(default=None, repr=False)
 
     def storage(self) -> Storage:
@@ -43,8 +43,8 @@ _CURRENT: ContextVar[Runtime | None] = ContextVar("archiver_runtime", default=No
 async def command(settings: Settings) -> AsyncIterator[Runtime]:
     """The command's runtime, its sessions closed when the block ends."""
     async with db.command_sessions():
-        with bulk.command_connections(db.HELD_IDLE_SECONDS) as pool:
-            runtime = Runtime(settings, pool)
+        with command_connections(db.HELD_IDLE_SECONDS):
+            runtime = Runtime(settings)
             token = _CURRENT.set(runtime)
             try:
                 yield runtime

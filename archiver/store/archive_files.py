@@ -62,68 +62,6 @@ async def archived_files(
 # -- a job's files (its thread, ADBC: in the chunk's transaction) ------------------------
 
 
-# -- a job's own files, read by its thread (the Catalog seam), each read rolled back -----
-
-
-def next_part(conn: BulkConnection, job_id: str) -> int:
-    return int(fetch_and_rollback(conn, query("next_part"), (job_id,))[0][0])
-
-
-def job_paths(conn: BulkConnection, job_id: str) -> set[str]:
-    return {str(r[0]) for r in fetch_and_rollback(conn, query("job_paths"), (job_id,))}
-
-
-def file_schemas(conn: BulkConnection, table: str) -> list[str | None]:
-    """The distinct Delta schemas of `table`'s committed files."""
-    return [r[0] for r in fetch_and_rollback(conn, query("table_file_schemas"), (table,))]
-
-
-def committed_totals(conn: BulkConnection, job_id: str) -> Row:
-    """The job's committed files: their count, rows, bytes and last key."""
-    return fetch_and_rollback(conn, query("committed_progress"), (job_id,))[0]
-
-
-def pending(conn: BulkConnection, job_id: str) -> list[Row]:
-    """The job's pending files: part, path, source transaction."""
-    return fetch_and_rollback(conn, query("pending_files"), (job_id,))
-
-
-def catalog_file(conn: BulkConnection, file_id: int) -> CatalogFile:
-    """One catalogued file, in the connection's open transaction."""
-    with conn.cursor() as cur:
-        cur.execute(query("catalog_file"), (file_id,))
-        return CatalogFile.from_row(cur.fetch_arrow_table().to_pylist()[0])
-
-
-def is_catalogued(conn: BulkConnection, storage_url: str, path: str) -> bool:
-    """Whether the catalog holds `path` on `storage_url`, in any state; rolled back."""
-    return bool(fetch_and_rollback(conn, query("catalogued_path"), (storage_url, path))[0][0])
-
-
-def reapable(conn: BulkConnection, storage_url: str, table: str, after: int) -> list[Row]:
-    """The next batch of `table`'s retired files out of its Delta log (id, path), ids
-    above `after`; rolled back."""
-    return fetch_and_rollback(conn, query("reapable"), (storage_url, table, after))
-
-
-def lock_unretired(conn: BulkConnection, ids: Sequence[int]) -> int:
-    """In the open transaction: lock those of the files `ids` not retired; how many."""
-    return len(run_in_transaction(conn, query("ledger_lock_files"), (json.dumps(list(ids)),)))
-
-
-def table_paths(conn: BulkConnection, storage_url: str, table: str) -> set[str]:
-    """Every name the catalog holds of `table`'s files on `storage_url`, in any state."""
-    return {
-        r[0] for r in fetch_and_rollback(conn, query("orphans_catalogued"), (storage_url, table))
-    }
-
-
-def compactable(conn: BulkConnection, storage_url: str, table: str) -> list[dict[str, Any]]:
-    """Every committed file of the finished jobs that archived `table` (compact_files),
-    each with `in_log`; rolled back."""
-    return fetch_records(conn, query("compact_files"), (storage_url, table))
-
-
 def insert(conn: BulkConnection, f: ArchivedFile, state: FileState, xid: str | None = None) -> None:
     """Record `f` in the connection's open transaction."""
     run_in_transaction(
@@ -198,6 +136,69 @@ def refuse_for_delta(conn: BulkConnection, file_id: int, why: str) -> None:
 def unnumber(conn: BulkConnection, file_id: int) -> None:
     """A file rewritten with Delta's types: out of its publication, to be numbered again."""
     run_in_transaction(conn, query("delta_unnumber"), (file_id,))
+
+
+# -- reads on an ADBC connection: a job's own files (the Catalog seam), a ledger
+# -- operation's and the sweeps'; each rolled back unless it says otherwise -----------
+
+
+def next_part(conn: BulkConnection, job_id: str) -> int:
+    return int(fetch_and_rollback(conn, query("next_part"), (job_id,))[0][0])
+
+
+def job_paths(conn: BulkConnection, job_id: str) -> set[str]:
+    return {str(r[0]) for r in fetch_and_rollback(conn, query("job_paths"), (job_id,))}
+
+
+def file_schemas(conn: BulkConnection, table: str) -> list[str | None]:
+    """The distinct Delta schemas of `table`'s committed files."""
+    return [r[0] for r in fetch_and_rollback(conn, query("table_file_schemas"), (table,))]
+
+
+def committed_totals(conn: BulkConnection, job_id: str) -> Row:
+    """The job's committed files: their count, rows, bytes and last key."""
+    return fetch_and_rollback(conn, query("committed_progress"), (job_id,))[0]
+
+
+def pending(conn: BulkConnection, job_id: str) -> list[Row]:
+    """The job's pending files: part, path, source transaction."""
+    return fetch_and_rollback(conn, query("pending_files"), (job_id,))
+
+
+def catalog_file(conn: BulkConnection, file_id: int) -> CatalogFile:
+    """One catalogued file, in the connection's open transaction."""
+    with conn.cursor() as cur:
+        cur.execute(query("catalog_file"), (file_id,))
+        return CatalogFile.from_row(cur.fetch_arrow_table().to_pylist()[0])
+
+
+def is_catalogued(conn: BulkConnection, storage_url: str, path: str) -> bool:
+    """Whether the catalog holds `path` on `storage_url`, in any state; rolled back."""
+    return bool(fetch_and_rollback(conn, query("catalogued_path"), (storage_url, path))[0][0])
+
+
+def reapable(conn: BulkConnection, storage_url: str, table: str, after: int) -> list[Row]:
+    """The next batch of `table`'s retired files out of its Delta log (id, path), ids
+    above `after`; rolled back."""
+    return fetch_and_rollback(conn, query("reapable"), (storage_url, table, after))
+
+
+def lock_unretired(conn: BulkConnection, ids: Sequence[int]) -> int:
+    """In the open transaction: lock those of the files `ids` not retired; how many."""
+    return len(run_in_transaction(conn, query("ledger_lock_files"), (json.dumps(list(ids)),)))
+
+
+def table_paths(conn: BulkConnection, storage_url: str, table: str) -> set[str]:
+    """Every name the catalog holds of `table`'s files on `storage_url`, in any state."""
+    return {
+        r[0] for r in fetch_and_rollback(conn, query("orphans_catalogued"), (storage_url, table))
+    }
+
+
+def compactable(conn: BulkConnection, storage_url: str, table: str) -> list[dict[str, Any]]:
+    """Every committed file of the finished jobs that archived `table` (compact_files),
+    each with `in_log`; rolled back."""
+    return fetch_records(conn, query("compact_files"), (storage_url, table))
 
 
 # -- tiers, protection, verification (asyncpg) ----------------------------------------

@@ -26,18 +26,17 @@ OVERVIEW = {
     "rows_per_hour": "console_rows_per_hour",
     "waits": "console_queue_wait",
 }
-# a table's page, beside its summary
-TABLE_DETAILS = {
-    "schemas": "table_schemas",
-    "tiers": "table_tiers",
-    "ledger": "table_ledger",
-    "delta": "table_delta",
-    "verified": "last_verification",
-}
+# a table's page, beside its summary and its Delta table
+TABLE_DETAILS = {"schemas": "table_schemas", "tiers": "table_tiers", "ledger": "table_ledger"}
 
 
 async def _rows(conn: asyncpg.Connection, name: str, *args: Any) -> Rows:
     return [dict(r) for r in await conn.fetch(query(name), *args)]
+
+
+async def _row(conn: asyncpg.Connection, name: str, *args: Any) -> dict[str, Any] | None:
+    rows = await _rows(conn, name, *args)
+    return rows[0] if rows else None
 
 
 async def _snapshot(conn: asyncpg.Connection, names: dict[str, str]) -> dict[str, Rows]:
@@ -92,20 +91,18 @@ async def archive_summary(conn: asyncpg.Connection) -> Rows:
 async def table_summary(conn: asyncpg.Connection, table: str) -> dict[str, Any] | None:
     """One table's line of archive_summary (schema.table as catalogued), None if it has
     no archive."""
-    rows = await _rows(conn, "table_archive", table)
-    return rows[0] if rows else None
+    return await _row(conn, "table_archive", table)
 
 
 async def delta_table(conn: asyncpg.Connection, table: str) -> dict[str, Any] | None:
     """The Delta table of `table`, as recorded, if any."""
-    rows = await _rows(conn, "table_delta", table)
-    return rows[0] if rows else None
+    return await _row(conn, "table_delta", table)
 
 
 async def table_details(conn: asyncpg.Connection, table: str) -> dict[str, Any]:
     """A table's page beside its summary: its files' schemas and tiers, its ledger, its
     Delta table and its last verification (the last two a row or None)."""
     found: dict[str, Any] = {k: await _rows(conn, q, table) for k, q in TABLE_DETAILS.items()}
-    for single in ("delta", "verified"):
-        found[single] = found[single][0] if found[single] else None
+    found["delta"] = await delta_table(conn, table)
+    found["verified"] = await _row(conn, "last_verification", table)
     return found

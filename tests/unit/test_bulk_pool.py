@@ -108,3 +108,12 @@ def test_a_connection_holding_an_advisory_lock_is_closed_not_reused() -> None:
     assert first.closed
     with pool.connection("a") as second:
         assert second is not first
+
+
+def test_a_connection_given_back_after_the_pool_closed_is_closed() -> None:
+    opener = Opener()
+    pool = BulkPool(open_connection=opener)
+    with pool.connection("a"):
+        (conn,) = opener.opened
+        pool.close()  # a command's end, while a thread still held one
+    assert conn.closed
