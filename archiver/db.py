@@ -96,6 +96,11 @@ class _Held:
     used: float = 0.0  # time.monotonic() when last given back
 
 
+_ADVISORY_LOCKS = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+)
+
+
 # A one-shot command's sessions (archiver.runtime runs each inside `command_sessions()`): one
 # asyncpg connection per database, which each `connection(url)` of the command reuses
 # in turn, closed when the command ends. A `connection(url)` while that one is in use
@@ -136,7 +141,8 @@ async def _own(url: str) -> AsyncIterator[asyncpg.Connection]:
 async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
     """`async with connection(url) as conn:` -- connect (or DatabaseUnavailable), close
     after; inside `command_sessions()`, the command's session of that database, given
-    back with no transaction open."""
+    back with no transaction open (closed instead if it still holds a session advisory
+    lock: a lock never outlives the step that took it)."""
     held, loop = _HELD.get(), asyncio.get_running_loop()
     h = held.get(url) if held is not None else None
     if held is None or (h is not None and (h.busy or h.loop is not loop)):
@@ -158,15 +164,18 @@ async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
         yield h.conn
         if h.conn.is_in_transaction():
             await h.conn.execute("ROLLBACK")
+        kept = bool(await h.conn.fetchval(_ADVISORY_LOCKS))  # a lock: never handed on
     except BaseException:
-        if held.get(url) is h:  # its state is not known after a failure: not used again
-            del held[url]
-        if h.conn is not None:
-            with contextlib.suppress(Exception):
-                await h.conn.close()
+        kept = True  # its state is not known after a failure: not used again
         raise
     finally:
         h.busy, h.used = False, time.monotonic()
+        if kept:
+            if held.get(url) is h:
+                del held[url]
+            if h.conn is not None:
+                with contextlib.suppress(Exception):
+                    await h.conn.close()
 
 
 async def create_pool(

@@ -7,8 +7,8 @@ A step reaches it through `storage(settings)`, `db.connection(url)` and
 `bulk.connect_bulk(url)` / `bulk.on_source(url, ...)`, which give the command's own when a
 command is running and open their own otherwise (the worker, the scheduler, the console
 and serve keep pools of their own; tests call operations directly). What a step may
-leave on a shared session is nothing: an asyncpg session is given back with no
-transaction open, an ADBC one rolled back and holding no advisory lock, or it is closed
+leave on a shared session is nothing: a session is given back with no transaction
+open and holding no session advisory lock, or it is closed
 (docs/architecture.md, "A command's runtime")."""
 
 from __future__ import annotations

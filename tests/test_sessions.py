@@ -133,6 +133,21 @@ def test_the_shared_session_is_given_back_clean_and_replaced_when_in_doubt(
     )
 
 
+def test_a_shared_session_left_holding_an_advisory_lock_is_closed(h: Harness) -> None:
+    async def command() -> tuple[int, int]:
+        async with db.command_sessions():
+            async with db.connection(h.url) as conn:
+                locked = int(await conn.fetchval("SELECT pg_backend_pid()"))
+                await conn.execute("SELECT pg_advisory_lock(4343)")
+            async with db.connection(h.url) as conn:
+                return locked, int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    locked, after = asyncio.run(command())
+    assert after != locked
+    held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4343"
+    wait_until(lambda: h.value(held) == 0, timeout=10, what="the lock's session closed")
+
+
 def test_a_commands_bulk_connection_is_shared_only_when_given_back_clean(h: Harness) -> None:
     """bulk.command_connections in-process: steps in turn share one ADBC connection; a
     nested step gets its own; one given back holding a session advisory lock (a ledger
