@@ -403,8 +403,10 @@ class Soak:
             pid = await asyncio.to_thread(pid_of, self.world.env, f"archiver:worker-{i:02d}")
             with contextlib.suppress(OSError, TypeError):
                 status = Path(f"/proc/{pid}/status").read_text()
-                kb = next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1]
-                sizes.append(int(kb) / 1024)
+                # a worker just SIGKILLed and not yet reaped (a zombie) has no VmRSS line
+                line = next((x for x in status.splitlines() if x.startswith("VmRSS:")), None)
+                if line is not None:
+                    sizes.append(int(line.split()[1]) / 1024)
         return max(sizes, default=0.0)
 
     async def browse(self) -> None:
