@@ -37,6 +37,7 @@ from archiver.testing.soak_world import (
     Figures,
     Ledger,
     World,
+    caught_up,
     drained,
     fetch,
     insert,
@@ -427,6 +428,9 @@ class Soak:
         # the end of the day: every file online to be checked (never killed here: the
         # checks below read every blob, and an Archive-tier one cannot be read)
         await self.op_rehydrate(kill=False)
+        if not await caught_up(self.world):  # a command killed mid-publication: the
+            # workers' publication sweep finishes it (every 30 s)
+            self.figures.problems.append("publications still owed 3 minutes after the end")
         await self.check_rows("the end", final=True)
         found = await asyncio.to_thread(checks.delta_equals_catalog, self.world)
         found += await asyncio.to_thread(checks.erased_nowhere, self.world, self.ledger,

@@ -390,6 +390,29 @@ async def drained(world: World, seconds: float = 300) -> bool:
     return False
 
 
+async def caught_up(world: World, seconds: float = 180) -> bool:
+    """Wait until the workers owe no publication and no deletion of retired files (the
+    tables `delta_pending_tables` names: none) with the queue idle: what a command
+    killed between its Delta commit and the catalog's record of it leaves, the
+    publication sweep (every 30 s) finishes. False after `seconds`."""
+    from archiver.db import query
+
+    deadline = time.monotonic() + seconds
+    storage_url = f"az://{CONTAINER}/archive"
+    while time.monotonic() < deadline:
+        if await drained(world, max(1.0, deadline - time.monotonic())):
+            with contextlib.suppress(*DATABASE_TROUBLE):
+                conn = await asyncpg.connect(world.url, timeout=10)
+                try:
+                    pending = await conn.fetch(query("delta_pending_tables"), storage_url, True)
+                finally:
+                    await conn.close()
+                if not pending:
+                    return True
+        await asyncio.sleep(2)
+    return False
+
+
 async def job_counts(world: World) -> dict[str, int]:
     """Jobs per task and status, as `archive completed`: count."""
     rows = await fetch(
