@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import adbc_driver_manager
 
-from archiver.db import application_name
+from archiver.db import application_name, query
 from archiver.errors import DatabaseUnavailable, first_line, redact
 
 log = logging.getLogger(__name__)
@@ -384,7 +384,7 @@ class BulkPool:
             raise
         try:
             conn.rollback()
-            locks = fetch_and_rollback(conn, _ADVISORY_LOCKS)[0][0]
+            locks = fetch_and_rollback(conn, query("session_advisory_locks"))[0][0]
         except adbc_driver_manager.Error:
             self._discard(conn)
             return
@@ -401,10 +401,6 @@ class BulkPool:
             for _, conn in conns:
                 self._discard(conn)
 
-
-_ADVISORY_LOCKS = (
-    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-)
 
 # A one-shot command's bulk connections (archiver.runtime): `connect_bulk` and `on_source`
 # take one of the command's pool, so its steps share one ADBC session per database (and

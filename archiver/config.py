@@ -535,11 +535,7 @@ class Settings:
         return self.source_url or self.database_url
 
     def storage_location(self) -> StorageLocation:
-        """ARCHIVER_STORAGE_URL parsed and checked with the settings it needs, once per
-        Settings (a command asks in every step)."""
-        known: StorageLocation | None = self.__dict__.get("_storage_location")
-        if known is not None:
-            return known
+        """ARCHIVER_STORAGE_URL parsed and checked with the settings it needs."""
         if not self.storage_url:
             raise ConfigError(
                 "ARCHIVER_STORAGE_URL is not set (az://<container>/<prefix> or file:///<dir>)"
@@ -555,7 +551,6 @@ class Settings:
                 "AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_URL must be set "
                 "for an az:// ARCHIVER_STORAGE_URL"
             )
-        object.__setattr__(self, "_storage_location", location)  # frozen: not a field
         return location
 
     @classmethod

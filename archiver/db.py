@@ -96,11 +96,6 @@ class _Held:
     used: float = 0.0  # time.monotonic() when last given back
 
 
-_ADVISORY_LOCKS = (
-    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-)
-
-
 # A one-shot command's sessions (archiver.runtime runs each inside `command_sessions()`): one
 # asyncpg connection per database, which each `connection(url)` of the command reuses
 # in turn, closed when the command ends. A `connection(url)` while that one is in use
@@ -164,7 +159,7 @@ async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
         yield h.conn
         if h.conn.is_in_transaction():
             await h.conn.execute("ROLLBACK")
-        kept = bool(await h.conn.fetchval(_ADVISORY_LOCKS))  # a lock: never handed on
+        kept = bool(await h.conn.fetchval(query("session_advisory_locks")))  # never handed on
     except BaseException:
         kept = True  # its state is not known after a failure: not used again
         raise

@@ -42,7 +42,7 @@ async def on_job(
     """One of JOB_ACTIONS on a job, audited; what happened. `limits`: a throttle's
     changes (limits.limit_changes; a None value removes one)."""
     said = await _change(conn, job_id, action, limits)
-    await audit.record(conn, action, f"job {job_id}", said, who=actor.who, address=actor.address)
+    await _audit(conn, actor, action, f"job {job_id}", said)
     return said
 
 
@@ -63,9 +63,7 @@ async def on_jobs(
         except (InputError, JobStateError):
             continue
     said = f"{changed} of {len(ids)} jobs"
-    await audit.record(
-        conn, f"bulk {action}", described, said, who=actor.who, address=actor.address
-    )
+    await _audit(conn, actor, f"bulk {action}", described, said)
     return said
 
 
@@ -106,5 +104,11 @@ async def on_table(conn: asyncpg.Connection, table: str, action: str, actor: Act
         said = "paused" if await jobs.pause_table(conn, table) else "was already paused"
     else:
         said = "resumed" if await jobs.resume_table(conn, table) else "was not paused"
-    await audit.record(conn, action, f"table {table}", said, who=actor.who, address=actor.address)
+    await _audit(conn, actor, action, f"table {table}", said)
     return said
+
+
+async def _audit(
+    conn: asyncpg.Connection, actor: Actor, action: str, target: str, said: str
+) -> None:
+    await audit.record(conn, action, target, said, who=actor.who, address=actor.address)

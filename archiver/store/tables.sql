@@ -1,5 +1,11 @@
--- What PostgreSQL's own catalog says of a source table's columns (read only).
+-- What PostgreSQL's own catalog says of a source table's columns, and of a session's
+-- locks (read only).
 -- A line `-- name: X` starts a query; archiver.db.query looks it up by name.
+
+-- name: session_advisory_locks
+-- How many advisory locks this session holds: a shared session given back with one is
+-- closed, not handed on (db.connection, bulk.BulkPool).
+SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 
 -- name: key_collations
 -- Each column of table $1 with its collation, schema-qualified: keys ordered as
