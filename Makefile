@@ -69,7 +69,21 @@ test:
 	$(MAKE) --no-print-directory -j4 --output-sync=target test-ready
 	$(PY) -m archiver.testing.cluster -- $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
-test-ready: install lint docs $(FLAWED_DRIVER) $(CHROMIUM) $(NGINX)
+# For archiver serve's client tests: Debian's pgjdbc, compiled against and run by the
+# machine's Java (a JDK from Debian where there is none).
+JDBC := /usr/share/java/postgresql.jar
+$(JDBC): | $(NGINX)  # one apt-get at a time
+	$$( [ "$$(id -u)" = 0 ] || echo sudo ) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libpostgresql-jdbc-java $$(command -v javac >/dev/null || echo default-jdk-headless) >/dev/null
+
+# archiver serve's Python clients in an environment of their own (SQLAlchemy, pandas:
+# tests/clients/requirements.txt says why apart)
+CLIENTS := dev/clients-venv/.installed
+$(CLIENTS): tests/clients/requirements.txt $(STAMP)
+	$(PYTHON) -m venv dev/clients-venv
+	$(VENV)/bin/uv pip install -q --python dev/clients-venv/bin/python -r tests/clients/requirements.txt
+	touch $@
+
+test-ready: install lint docs $(FLAWED_DRIVER) $(CHROMIUM) $(NGINX) $(JDBC) $(CLIENTS)
 
 # The fast tier alone: no PostgreSQL, no Azurite.
 unit: $(STAMP)

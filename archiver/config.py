@@ -516,6 +516,27 @@ class Settings:
         "DuckDB threads one statement of `archiver serve` may use",
         _number(int, 1),
     )
+    serve_definitions_database: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_DEFINITIONS_DATABASE",
+        "the database on the catalog's server where serve declares the archived tables for PostgreSQL's catalogs (made by serve where missing)",
+        _text,
+        shown="<catalog database>_archive",
+    )
+    serve_definitions_role: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_DEFINITIONS_ROLE",
+        "the login role that owns that database and nothing else; serve answers catalog queries as it (made by serve where missing)",
+        _text,
+        shown="<catalog database>_archive",
+    )
+    serve_definitions_password: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_DEFINITIONS_PASSWORD",
+        "that role's password, where an administrator made the role; unset, serve sets a new random one at each start (a secret: never logged or shown)",
+        _text,
+        shown="—",
+    )
     failpoints: str = _setting(
         "",
         "ARCHIVER_FAILPOINTS",

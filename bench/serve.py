@@ -7,6 +7,10 @@ application reads `archive.orders_all` after `archiver attach`: the reference ta
 - `count(*), sum(total)` over the foreign table (pushed down: it runs inside serve)
   against the same statement through `archiver query`, each a whole client's call (the
   query's process start-up included: it is what a user waits for);
+- serve's CPU per key lookup of pgbench (`\\set id random(…)` then `SELECT * FROM orders
+  WHERE id = :id`, 16 clients, the extended protocol, straight to serve) against
+  DuckDB's own CPU per lookup of the same keys in one process over the same files with
+  serve's settings (target <= 1.5x): serve's process alone, read from /proc;
 - serve's RSS with 20 connections each running a lookup loop for --serve-minutes: the
   highest, and the last minute's against the first (flat: ~1.0x; target <= 1 GB)."""
 
@@ -14,8 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import random
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import asyncpg
@@ -58,6 +67,12 @@ def serve_figures(bench: Bench) -> None:
                   None, "ms", "<= 50 ms", p50 <= 0.050)  # fmt: skip
         bench.add(f"serve: key lookup through archive.orders_all, p99, {label}", p99 * 1000,
                   None, "ms", "<= 200 ms", p99 <= 0.200)  # fmt: skip
+
+        seconds = max(5.0, bench.args.serve_minutes * 6)
+        per_lookup, lookups = _pgbench_cpu(server.pid, port, low, n, seconds)
+        own = _duckdb_cpu(url, env, low, n, lookups)
+        bench.add(f"serve: CPU per key lookup, pgbench, 16 clients, extended protocol, {label}",
+                  per_lookup * 1000, own * 1000, "ms", "<= 1.5x DuckDB's own", per_lookup <= 1.5 * own)  # fmt: skip
 
         aggregate = "SELECT count(*), sum(total) FROM orders"
         mine = min(
@@ -140,6 +155,74 @@ async def _rss_under_load(url: str, pid: int, low: int, high: int, seconds: floa
 
     await asyncio.gather(sample(), *(loop(i) for i in range(20)))
     return samples
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's CPU (every thread's, user and system) so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pgbench_cpu(pid: int, port: int, low: int, high: int, seconds: float) -> tuple[float, int]:
+    """serve's CPU per lookup while pgbench runs random key lookups on 16 connections
+    (the extended protocol) for `seconds`, and how many it ran."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write(f"\\set id random({low}, {high})\nSELECT * FROM orders WHERE id = :id;\n")
+        script.flush()
+        args = ["pgbench", "-n", "-M", "extended", "-c", "16", "-j", "2", "-f", script.name,
+                "-h", "127.0.0.1", "-p", str(port), "-U", "archiver", "archive"]  # fmt: skip
+        env = {**os.environ, "PGPASSWORD": PASSWORD, "PGSSLMODE": "disable"}
+        subprocess.run([*args, "-t", "20"], env=env, check=True, capture_output=True)  # warm
+        before = _cpu_seconds(pid)
+        done = subprocess.run([*args, "-T", str(int(seconds))], env=env, check=True,
+                              capture_output=True, text=True)  # fmt: skip
+        spent = _cpu_seconds(pid) - before
+    found = re.search(r"number of transactions actually processed: (\d+)", done.stdout)
+    failed = re.search(r"number of failed transactions: (\d+)", done.stdout)
+    assert found and int(found.group(1)) > 0, done.stdout
+    assert failed is None or int(failed.group(1)) == 0, done.stdout
+    lookups = int(found.group(1))
+    return spent / lookups, lookups
+
+
+def _duckdb_cpu(url: str, env: dict[str, str], low: int, high: int, count: int) -> float:
+    """DuckDB's own CPU per lookup: one process, the same random keys, each read from
+    the file holding it, with serve's settings (its external file and metadata caches,
+    its threads), warmed as serve is."""
+    files = sql(url, "SELECT path, min_key[1]::bigint, max_key[1]::bigint FROM archive_files "
+                     "WHERE state = 'committed' ORDER BY 2")  # fmt: skip
+    code = f"""
+import bisect, os, random, resource, sys
+import duckdb
+from archiver.config import Settings
+from archiver.query.engine import _azure_secret, load_extension
+settings = Settings.from_env()
+location = settings.storage_location()
+db = duckdb.connect(config={{"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}})
+if location.scheme == "az":
+    load_extension(db, "azure")
+    _azure_secret(db, settings)
+db.execute("SET parquet_metadata_cache = true")
+db.execute("SET validate_external_file_cache = 'NO_VALIDATION'")
+db.execute(f"SET threads = {{settings.serve_threads}}")
+db.execute(f"SET memory_limit = '{{int(settings.serve_memory_limit)}}B'")
+files = {[(str(r[0]), int(r[1]), int(r[2])) for r in files]!r}
+lows = [f[1] for f in files]
+rng = random.Random(7)
+def lookup(key):
+    path = files[bisect.bisect_right(lows, key) - 1][0]
+    rows = db.execute("SELECT * FROM read_parquet($1) WHERE id = $2", [location.reader_uri(path), key]).fetch_arrow_table()
+    assert rows.num_rows <= 1
+for f in files:
+    lookup(f[1])
+before = resource.getrusage(resource.RUSAGE_SELF)
+for _ in range({count}):
+    lookup(rng.randint({low}, {high}))
+after = resource.getrusage(resource.RUSAGE_SELF)
+print((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / {count})
+"""
+    return float(run_process([sys.executable, "-c", code], env, quiet=True).strip())
 
 
 def _rss(pid: int) -> int:

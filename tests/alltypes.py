@@ -26,6 +26,22 @@ CREATE TABLE alltypes (
 )
 """
 
+
+def _columns(ddl: str) -> tuple[str, ...]:
+    body = ddl.split("CREATE TABLE alltypes (")[1].rsplit(")", 1)[0]
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(body):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            items.append(body[start:i])
+            start = i + 1
+    items.append(body[start:])
+    return tuple(item.split()[0] for item in items)
+
+
+# Every column of the table, in order.
+ALLTYPES_COLUMNS = _columns(ALLTYPES_DDL)
+
 # Row g of the bulk: created g minutes after 2020-01-01 UTC; each column NULL in its own
 # seventh of the rows.
 ALLTYPES_FILL = """

@@ -71,9 +71,74 @@ def serving(h: Harness, **extra: str) -> Iterator[Served]:
     assert code == 0 and "serve: stopped" in said and "Traceback" not in said, said[-3000:]
 
 
+def definitions_database(h: Harness) -> str:
+    """The database (and role) serve declares the test's archived tables in (dropped
+    with the test's database: tests.support.fresh_database)."""
+    return f"{h.url.rsplit('/', 1)[1]}_archive"
+
+
 def attach(h: Harness, served: Served, table: str, *args: str) -> None:
     """`archiver attach` of `table` to `served` in the test's database."""
     done = h.with_env(ARCHIVER_SERVE_PASSWORD=served.password).cli(
         "attach", "--table", table, "--port", str(served.port), "--sslmode", "disable", *args
     )
     assert done.returncode == 0, done.stderr
+
+
+# A world shaped like users' own, for the client and session tests: the reference orders
+# (those before BEFORE archived; `untouched` keeps them all), every type of the types
+# tests (`snapshot` keeps them), and a mixed-case schema's table with a space in its
+# name, a composite text key, an identity and a generated column, an enum and a domain
+# of its own and comments (`lines_copy` keeps it).
+ROWS, BEFORE = 6_000, "2024-12-29"
+LINES_DDL = """
+CREATE SCHEMA "Sales";
+CREATE TYPE "Sales".tier AS ENUM ('gold', 'silver', 'bronze');
+CREATE DOMAIN "Sales".sku AS text CHECK (VALUE ~ '^[A-Z]');
+CREATE TABLE "Sales"."Order Lines" (
+    region text,
+    line_no integer GENERATED ALWAYS AS IDENTITY,
+    sku "Sales".sku NOT NULL,
+    tier "Sales".tier,
+    qty integer NOT NULL,
+    amount numeric(10,2) GENERATED ALWAYS AS (qty * 1.5) STORED,
+    "Placed At" timestamptz NOT NULL,
+    PRIMARY KEY (region, line_no)
+);
+COMMENT ON TABLE "Sales"."Order Lines" IS 'one line of an order';
+COMMENT ON COLUMN "Sales"."Order Lines".qty IS 'how many';
+INSERT INTO "Sales"."Order Lines" (region, sku, tier, qty, "Placed At")
+SELECT (ARRAY['north', 'south', 'éast'])[1 + g % 3], 'S' || g,
+       (ARRAY['gold', 'silver', 'bronze', NULL])[1 + g % 4]::"Sales".tier, g % 50,
+       timestamptz '2024-01-01 00:00+00' + make_interval(hours => g)
+FROM generate_series(1, 900) g;
+"""
+
+
+def archive_three_tables(h: Harness) -> Harness:
+    """The three tables archived: orders before BEFORE, alltypes and the lines whole."""
+    from archiver.testing.reference import seed_orders
+    from tests.alltypes import seed_alltypes
+
+    seed_orders(h.url, ROWS)
+    h.sql("CREATE TABLE untouched AS SELECT * FROM orders")
+    seed_alltypes(h.url)
+    h.sql(LINES_DDL)
+    h.sql('CREATE TABLE lines_copy AS SELECT * FROM "Sales"."Order Lines"')
+    h.archive("--table", "orders", "--before", BEFORE, "--chunk-rows", "1000")
+    h.archive("--table", "alltypes", "--before", "2100-01-01", "--chunk-rows", "1000")
+    h.archive(
+        "--table", '"Sales"."Order Lines"', "--column", '"Placed At"', "--before", "2030-01-01"
+    )
+    return h
+
+
+def psql_lines(url: str, *commands: str) -> str:
+    """psql's (aligned) output of `commands` run in one session, which must succeed."""
+    args = ["psql", "-X", "-v", "ON_ERROR_STOP=1", "--pset", "pager=off", url]
+    for command in commands:
+        args += ["-c", command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

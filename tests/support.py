@@ -42,6 +42,9 @@ def fresh_database(prefix: str, template: str | None = None) -> Iterator[str]:
         yield with_database(ADMIN_URL, name)
     finally:
         sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # and the definitions database and role `archiver serve` made for it, if it ran
+        sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}_archive" WITH (FORCE)')
+        sql(ADMIN_URL, f'DROP ROLE IF EXISTS "{name}_archive"')
 
 
 @contextmanager

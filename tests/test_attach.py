@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 
+from archiver.testing.services import free_port
 from tests.harness import Harness
 from tests.serve_support import attach, serving
 from tests.support import archiver_cmd, start_process, start_worker
@@ -193,6 +194,24 @@ def test_attach_refuses_and_drops(h: Harness) -> None:
         assert missing.stderr.strip().splitlines() == [
             "archiver: error: attach: table no_such_table does not exist in this database"
         ]
+        # what it made is read once before attach returns: a wrong TLS mode, password,
+        # port or host is one line naming it, and nothing is left made
+        for args, env, said in (
+            (("--sslmode", "require"), {}, "does not speak TLS, and --sslmode require requires it"),
+            (("--sslmode", "disable"), {"ARCHIVER_SERVE_PASSWORD": "not-the-password"},
+             "refused the password"),
+            (("--sslmode", "disable", "--port", str(free_port())), {}, "nothing listens at"),
+            (("--sslmode", "disable", "--host", "no-such-host.invalid"), {}, "host no-such-host.invalid is unknown"),
+        ):  # fmt: skip
+            refused = h.with_env(**{"ARCHIVER_SERVE_PASSWORD": served.password, **env}).cli(
+                "attach", "--table", "orders", "--port", str(served.port), *args
+            )
+            assert refused.returncode == 1, refused.stdout
+            lines = refused.stderr.strip().splitlines()
+            assert len(lines) == 1 and said in lines[0], (args, lines)
+            assert h.value("SELECT to_regclass('archive.orders')") is None
+            assert h.value("SELECT count(*) FROM pg_foreign_server") == 0
+            assert h.value("SELECT count(*) FROM pg_user_mappings") == 0
         role = f"reporting_{h.container.replace('-', '_')}"
         h.sql(f'CREATE ROLE "{role}"')
         try:

@@ -15,8 +15,8 @@ from typing import Any
 import asyncpg
 import psycopg
 
+from tests.alltypes import ALLTYPES_COLUMNS, difference, seed_alltypes
 from tests.alltypes import ALLTYPES_ROWS as ROWS
-from tests.alltypes import difference, seed_alltypes
 from tests.harness import Harness
 from tests.serve_support import attach, serving
 
@@ -38,8 +38,13 @@ def test_every_type_reads_back_exactly_through_the_foreign_table(h: Harness) -> 
         assert h.value(difference("archive.alltypes_all", "snapshot")) == 0
         # an enum and a domain compared in the remote query (cast to types serve lacks),
         # and IN lists (array literals)
-        for where in ("c_enum = 'ok'", "c_enum IN ('ok', 'sad')", "c_domain IN (5, 6, 7)",
-                      "c_text_arr = ARRAY['a1', NULL, 'NULL', 'b,\"c}']", "c_uuid IS NOT NULL"):  # fmt: skip
+        for where in (
+            "c_enum = 'ok'",
+            "c_enum IN ('ok', 'sad')",
+            "c_domain IN (5, 6, 7)",
+            "c_text_arr = ARRAY['a1', NULL, 'NULL', 'b,\"c}']",
+            "c_uuid IS NOT NULL",
+        ):
             mine = h.value(f"SELECT count(*) FROM archive.alltypes WHERE {where}")
             assert mine == h.value(f"SELECT count(*) FROM snapshot WHERE {where}"), where
             assert mine
@@ -54,9 +59,11 @@ def test_every_type_reads_back_exactly_through_the_foreign_table(h: Harness) -> 
 
         # psycopg, text and binary: the values of the built-in types as Python has them
         # (the edge rows hold values Python has no type for: BC dates, 24:00:00)
-        columns = ("c_int2, c_int4, c_int8, c_num, c_num_big, c_real, c_double, c_bool, c_text, "
-                   "c_varchar, c_char, c_bytea, c_ts, c_uuid, c_jsonb, c_int_arr, c_text_arr, "
-                   "c_date_arr, c_float_arr, c_uuid_arr")  # fmt: skip
+        columns = (
+            "c_int2, c_int4, c_int8, c_num, c_num_big, c_real, c_double, c_bool, c_text, "
+            "c_varchar, c_char, c_bytea, c_ts, c_uuid, c_jsonb, c_int_arr, c_text_arr, "
+            "c_date_arr, c_float_arr, c_uuid_arr"
+        )
         names = [c.strip() for c in columns.split(",")]
         more = "c_date, c_tstz, c_interval, c_time"
         want = {
@@ -78,24 +85,31 @@ def test_every_type_reads_back_exactly_through_the_foreign_table(h: Harness) -> 
                         original[name],
                     )
 
-        # asyncpg asks binary results of every type it knows
-        async def read() -> Any:
-            conn = await asyncpg.connect(
-                served.dsn().replace(" ", "&").join(["postgresql://?", ""])
-            )
+        # asyncpg asks binary results of every type it has a codec for: each column of
+        # the table, announced by its OID (an enum, a composite, a range, a domain as its
+        # base type, inet, money, bit strings, point, multi-dimensional arrays), decoded
+        # from serve's binary forms as from the source's own
+        every = ", ".join(c for c in ALLTYPES_COLUMNS if c not in ("c_json", "c_xml"))
+
+        async def read(url: str, table: str) -> Any:
+            conn = await asyncpg.connect(url)
             try:
                 return await conn.fetch(
-                    f"SELECT id, {columns}, {more} FROM alltypes "
-                    "WHERE id BETWEEN $1::bigint AND $2::bigint ORDER BY id", 1, 99,
-                )  # fmt: skip
+                    f"SELECT {every}, c_json, c_xml FROM {table} "
+                    "WHERE id BETWEEN $1::bigint AND $2::bigint ORDER BY id",
+                    1,
+                    99,
+                )
             finally:
                 await conn.close()
 
-        rows = asyncio.run(read())
-        assert len(rows) == 99
-        for row in rows:
-            original = want[row["id"]]
-            for name in [*names, "c_date", "c_tstz", "c_interval", "c_time"]:
+        rows = asyncio.run(
+            read(served.dsn().replace(" ", "&").join(["postgresql://?", ""]), "alltypes")
+        )
+        originals = asyncio.run(read(h.url, "snapshot"))
+        assert len(rows) == len(originals) == 99
+        for row, original in zip(rows, originals, strict=True):
+            for name in original.keys():  # noqa: SIM118 (a Record iterates its values)
                 assert _same(row[name], original[name]), (
                     row["id"],
                     name,

@@ -125,13 +125,18 @@ def serialized(sql: str, con: Any = None) -> dict[str, Any] | None:
 
 
 def references(
-    sql: str, con: Any = None, tree: dict[str, Any] | None = None
+    sql: str,
+    con: Any = None,
+    tree: dict[str, Any] | None = None,
+    params: list[Any] | None = None,
 ) -> list[Reference] | None:
     """Every place `sql` reads a table, each with the bounds its SELECT's WHERE puts on
     that table's columns where the SELECT is that simple (its FROM of tables and joins);
     a table read anywhere else (a PIVOT, a table function's argument) is read without
     bounds. None when DuckDB cannot serialize the statement (a PIVOT, say): then
-    nothing is known of what it reads. `tree`: its parse, when the caller has it."""
+    nothing is known of what it reads. `tree`: its parse, when the caller has it;
+    `params`: the values its `$n` stand for (an integer or a string bounds as its
+    constant would)."""
     tree = tree if tree is not None else serialized(sql, con)
     if tree is None:
         return None
@@ -139,7 +144,7 @@ def references(
     taken: set[int] = set()  # the BASE_TABLE nodes a simple SELECT read
     for node in _nodes(tree):
         if node.get("type") == "SELECT_NODE":
-            found += _select(node, taken)
+            found += _select(node, taken, params or [])
     for node in _nodes(tree):
         if node.get("type") == "BASE_TABLE" and id(node) not in taken:
             found.append(Reference(_name(node)))
@@ -164,7 +169,7 @@ def _nodes(node: Any) -> Iterator[dict[str, Any]]:
             yield from _nodes(value)
 
 
-def _select(node: dict[str, Any], taken: set[int]) -> list[Reference]:
+def _select(node: dict[str, Any], taken: set[int], params: list[Any]) -> list[Reference]:
     """The tables one SELECT reads directly (its FROM, joins included; subqueries are
     SELECTs of their own), with its WHERE's bounds on each."""
     tables: dict[str, Reference] = {}  # by alias, else by name
@@ -175,7 +180,7 @@ def _select(node: dict[str, Any], taken: set[int]) -> list[Reference]:
         refs.append(ref)
         tables[(base.get("alias") or base["table_name"]).casefold()] = ref
     for conjunct in _conjuncts(node.get("where_clause")):
-        for column, op, value in _bounds(conjunct):
+        for column, op, value in _bounds(conjunct, params):
             owner = _owner(column, tables, refs)
             if owner is not None:
                 owner.columns.setdefault(column[-1].casefold(), Bounds()).narrow(op, value)
@@ -212,8 +217,12 @@ def _owner(
     return None  # unqualified among several tables, or schema.table.column: not taken
 
 
-def _bounds(node: dict[str, Any]) -> list[tuple[list[str], str, Any]]:
+def _bounds(node: dict[str, Any], params: list[Any]) -> list[tuple[list[str], str, Any]]:
     """(column, op, constant) that `node` puts on a column, where it is that simple."""
+
+    def _constant(node: Any) -> Any:
+        return _value(node, params)
+
     kind = node.get("type", "")
     if kind in _COMPARISONS:
         left, right = node.get("left"), node.get("right")
@@ -253,17 +262,23 @@ _TIME_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "
                "TIMESTAMP_NS")  # fmt: skip
 
 
-def _constant(node: Any) -> Any:
+def _value(node: Any, params: list[Any]) -> Any:
     """A constant's value where it is plainly one: an integer literal, a string, a
     string cast to a date or timestamp (`TIMESTAMPTZ '2024-01-01'`), an integer or
-    integer string cast to an integer type; else None (a
-    decimal's serialized value is unscaled, a cast may round: neither is used)."""
+    integer string cast to an integer type, a parameter bound to an integer or a string;
+    else None (a decimal's serialized value is unscaled, a cast may round: neither is
+    used)."""
     if not isinstance(node, dict):
         return None
+    if node.get("type") == "VALUE_PARAMETER":
+        identifier = str(node.get("identifier", ""))
+        index = int(identifier) - 1 if identifier.isdigit() else -1
+        value = params[index] if 0 <= index < len(params) else None
+        return value if isinstance(value, int | str) and not isinstance(value, bool) else None
     if node.get("type") == "OPERATOR_CAST":
         child = node.get("child")
         kind = (node.get("cast_type") or {}).get("id")
-        value = _constant(child)
+        value = _value(child, params)
         if kind in _INTEGER_TYPES and isinstance(value, str) and value.lstrip("-").isdigit():
             return int(value)  # `'42'::bigint`, as postgres_fdw sends a parameter
         if kind in _INTEGER_TYPES and isinstance(value, int):

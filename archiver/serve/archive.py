@@ -22,6 +22,7 @@ process's DuckDB, holding its views; it is detached when the statement's result 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -40,6 +41,7 @@ from archiver.query import statement
 from archiver.query.catalog import File, Snapshot
 from archiver.query.views import archived_copies, file_ranges
 from archiver.serve import companions, dialect
+from archiver.serve.definitions import Definitions, FileColumns
 from archiver.serve.fileset import KEPT, FileSet
 from archiver.serve.types import Column, column_for
 
@@ -47,14 +49,7 @@ FILE_ID = "_archiver_file"  # the column naming a row's file (its catalog id)
 RETRIES = 3
 REFUSED_WORDS = frozenset(("PRAGMA", "SUMMARIZE", "SHOW", "DESCRIBE"))  # DuckDB's own
 BATCH_ROWS = 10_000
-
-
-@dataclass(frozen=True)
-class FileColumns:
-    """A file's columns as DuckDB reads them, and their original PostgreSQL types."""
-
-    kinds: dict[str, str]  # name -> DuckDB type, in file order
-    types: dict[str, str]  # name -> format_type() at archive time
+PARSES = 512  # statements whose parse is kept (oldest first out)
 
 
 @dataclass
@@ -106,6 +101,8 @@ class ServedArchive:
         self._schemas: dict[str, set[str]] = {}  # the schemas made in each
         _no_pandas_lookups()
         self._files: dict[str, FileColumns] = {}
+        self._parses: dict[str, tuple[str, dict[str, Any] | None, set[str]]] = {}
+        self._extended: dict[tuple[str, frozenset[str]], tuple[str, int]] = {}
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         db = duckdb.connect(
@@ -127,32 +124,48 @@ class ServedArchive:
         # no name is looked up among this process's Python objects (DuckDB's replacement
         # scans import pandas and polars to look, on every statement)
         db.execute("SET python_enable_replacements = false")
+        # the names of DuckDB's own settings: a client's SET of one is refused as such
+        self.engine_settings = frozenset(
+            r[0].lower() for r in db.execute("SELECT name FROM duckdb_settings()").fetchall()
+        )
         db.execute("SET lock_configuration = true")  # no statement changes any of it
         self.db = db
+        self.definitions = Definitions(settings, str(location), self.describe)
+        self.definitions.start()
+
+    def describe(self, path: str) -> FileColumns:
+        """A catalogued file's columns (read once per process)."""
+        cur = self.db.cursor()
+        try:
+            return self._described(cur, self.location.reader_uri(path))
+        finally:
+            cur.close()
 
     def close(self) -> None:
         self.fileset.close()
+        self.definitions.close()
         self.db.close()
 
-    def run(self, sql: str, params: list[Any], started: Callable[[Any], None]) -> Result:
+    def run(self, sql: str, params: list[Any], started: Callable[[Any], None],
+            names: tuple[str, ...] | None = None) -> Result:  # fmt: skip
         """Run one SELECT (refused before anything runs otherwise) over the archive at a
         fresh catalog snapshot; again at a newer one when a file went meanwhile.
-        `started` is handed each DuckDB cursor the statement runs on (to interrupt it)."""
-        sql = dialect.in_duckdb(sql)
+        `started` is handed each DuckDB cursor the statement runs on (to interrupt it);
+        `names`, its columns' names as PostgreSQL gives them, replace DuckDB's."""
+        self.definitions.refresh_quietly()
+        sql, tree, referenced = self._parsed(sql)
         parser = self.db.cursor()  # DuckDB's parse, on a connection of the process's own
         try:
-            word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
-            if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
-                raise InputError(f"query: {word} refused: archiver serve only reads the archive")
-            # only one SELECT serializes; anything else is refused in archiver query's words
-            tree = statement.serialized(sql, parser)
-            if tree is None or len(tree.get("statements") or []) != 1:
-                statement.refuse_writes(sql, parser)
-            referenced = companions.columns_named(tree) - {FILE_ID}
             for attempt in range(1, RETRIES + 1):
                 plain, kept = self.fileset.files(sql, params, parser, tree)
                 try:
-                    return self._execute(sql, params, referenced, plain, kept, started, tree)
+                    result = self._execute(sql, params, referenced, plain, kept, started, tree)
+                    if names is not None and len(names) == len(result.columns):
+                        result.columns = [
+                            dataclasses.replace(c, name=n)
+                            for c, n in zip(result.columns, names, strict=True)
+                        ]
+                    return result
                 except _FileGone:
                     if attempt == RETRIES:
                         raise StorageError(
@@ -162,6 +175,34 @@ class ServedArchive:
         finally:
             parser.close()
         raise AssertionError("unreachable")
+
+    def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str]]:
+        """A statement in DuckDB's words, DuckDB's parse of it and the column names it
+        writes, read once per statement text (a client's prepared statement runs again
+        and again with other parameters); refused, before anything runs, unless it is
+        one SELECT."""
+        with self._lock:
+            found = self._parses.get(text)
+        if found is not None:
+            return found
+        sql = dialect.in_duckdb(text)
+        word = sql.lstrip(" \t\r\n(").split(None, 1)[0].upper() if sql.strip() else ""
+        if word in REFUSED_WORDS:  # DuckDB parses these as SELECTs of its own tables
+            raise InputError(f"query: {word} refused: archiver serve only reads the archive")
+        parser = self.db.cursor()
+        try:
+            # only one SELECT serializes; anything else is refused in archiver query's words
+            tree = statement.serialized(sql, parser)
+            if tree is None or len(tree.get("statements") or []) != 1:
+                statement.refuse_writes(sql, parser)
+        finally:
+            parser.close()
+        found = (sql, tree, companions.columns_named(tree) - {FILE_ID})
+        with self._lock:
+            if len(self._parses) >= PARSES:
+                self._parses.pop(next(iter(self._parses)))
+            self._parses[text] = found
+        return found
 
     def _execute(
         self,
@@ -208,9 +249,18 @@ class ServedArchive:
             setup.append(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
             cur.execute(";\n".join(setup))
             plain_sql = dialect.list_literals(sql, list_columns)
-            served = companions.with_companions(
-                cur, plain_sql, companion_columns, tree if plain_sql == sql else None
-            )
+            key = (plain_sql, frozenset(companion_columns))
+            with self._lock:
+                extended = self._extended.get(key)
+            if extended is None:  # once per statement text and set of companions
+                extended = companions.with_companions(
+                    cur, plain_sql, companion_columns, tree if plain_sql == sql else None
+                )
+                with self._lock:
+                    if len(self._extended) >= PARSES:
+                        self._extended.pop(next(iter(self._extended)))
+                    self._extended[key] = extended
+            served, appended = extended
             try:
                 reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
             except duckdb.BinderException:
@@ -218,12 +268,15 @@ class ServedArchive:
                     raise
                 # the companions made it unbindable (a name both sides of a join have)
                 reader = cur.execute(plain_sql, params or None).fetch_record_batch(BATCH_ROWS)
+                appended = 0
             batches = iter(reader)
             first = next(batches, None)
             fields = list(reader.schema)
-            shown, companion_of = companions.paired([f.name for f in fields])
+            shown, companion_of = companions.paired([f.name for f in fields], appended)
+            registry = self.definitions.registry
             columns = [
-                column_for(fields[i].name, fields[i].type, types.get(fields[i].name)) for i in shown
+                column_for(fields[i].name, fields[i].type, types.get(fields[i].name), registry)
+                for i in shown
             ]
             return Result(columns, shown, companion_of, cur, batches, first, name, self._release)
         except BaseException as exc:

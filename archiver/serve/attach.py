@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from archiver.config import Settings
-from archiver.errors import InputError
+from archiver.errors import InputError, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.serve.archive import FILE_ID
 from archiver.serve.fileset import KEPT
@@ -143,7 +143,44 @@ async def attach(
             )
             readable = f"{live}, {everything}" if view else live
             await conn.execute(f"GRANT SELECT ON {readable} TO {quote_ident(role)}")
+        await _read_through(conn, live, host, port, sslmode)
     return Attached(table, schema, len(columns), view, server, grants)
+
+
+async def _read_through(
+    conn: asyncpg.Connection, foreign: str, host: str, port: int, sslmode: str
+) -> None:
+    """One read of the foreign table, before anything attach made is committed: where
+    serve cannot be read as configured, one line naming why, and the transaction (all
+    attach made) rolled back."""
+    try:
+        async with conn.transaction():  # a savepoint: the error's cause read after it
+            await conn.fetchval(f"SELECT count(*) FROM (SELECT 1 FROM {foreign} LIMIT 1) AS one")
+    except asyncpg.PostgresError as exc:
+        said = " ".join(filter(None, (str(exc), getattr(exc, "detail", None) or "")))
+        where = f"{host}:{port}"
+        if "does not support SSL" in said:
+            cause = (
+                f"serve at {where} does not speak TLS, and --sslmode {sslmode} requires "
+                "it: give serve a certificate (ARCHIVER_SERVE_TLS_CERT), or attach with "
+                "--sslmode disable on a private network"
+            )
+        elif "password authentication failed" in said or "SASL" in said:
+            cause = (
+                f"serve at {where} refused the password: ARCHIVER_SERVE_PASSWORD (and "
+                "ARCHIVER_SERVE_USER) must be serve's own"
+            )
+        elif "Connection refused" in said:
+            cause = f"nothing listens at {where}: is archiver serve running there (--host, --port)?"
+        elif "could not translate host name" in said or "Name or service not known" in said:
+            cause = f"host {host} is unknown here (--host)"
+        elif "timeout expired" in said or "timed out" in said:
+            cause = f"{where} did not answer (--host, --port, a firewall?)"
+        elif "requires TLS" in said:
+            cause = f"serve at {where} requires TLS: attach with --sslmode require"
+        else:
+            cause = f"the read through serve at {where} failed: {first_line(exc)}"
+        raise InputError(f"attach: nothing made: {cause}") from None
 
 
 async def detach(conn: asyncpg.Connection, table_text: str, *, schema: str) -> str:
@@ -177,8 +214,14 @@ async def _server(
     conn: asyncpg.Connection, server: str, host: str, port: int, sslmode: str
 ) -> None:
     """The foreign server, created or its options set (host, port, TLS)."""
-    options = {"host": host, "port": str(port), "dbname": "archive", "sslmode": sslmode,
-               "fetch_size": "10000", "application_name": "archiver attach"}  # fmt: skip
+    options = {
+        "host": host,
+        "port": str(port),
+        "dbname": "archive",
+        "sslmode": sslmode,
+        "fetch_size": "10000",
+        "application_name": "archiver attach",
+    }
     exists = await conn.fetchval(
         "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1", server
     )

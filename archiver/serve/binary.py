@@ -11,8 +11,18 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from archiver.serve.text import clock, date_text, interval_text, timestamp_text
-from archiver.serve.types import _ARRAY_ELEMENT, _BY_OID, TYPES, Column
+from archiver.serve import compound
+from archiver.serve.text import (
+    UTC,
+    clock,
+    clock_micros,
+    date_days,
+    date_text,
+    interval_text,
+    timestamp_micros,
+    timestamp_text,
+)
+from archiver.serve.types import _ARRAY_ELEMENT, _BY_OID
 
 _PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970
 _PG_EPOCH_DAYS = 10_957
@@ -26,6 +36,8 @@ class Unsupported(Exception):
 def _numeric_binary(value: Decimal) -> bytes:
     if value.is_nan():
         return struct.pack("!hhHH", 0, 0, 0xC000, 0)
+    if value.is_infinite():  # PostgreSQL 14's NUMERIC_PINF and NUMERIC_NINF
+        return struct.pack("!hhHH", 0, 0, 0xF000 if value < 0 else 0xD000, 0)
     sign, digits, exponent = value.as_tuple()
     assert isinstance(exponent, int)
     dscale = max(0, -exponent)
@@ -51,7 +63,7 @@ def _numeric_binary(value: Decimal) -> bytes:
     return head + struct.pack(f"!{len(groups)}h", *groups)
 
 
-def _scalar_binary(kind: str, text: str) -> bytes:
+def scalar_binary(kind: str, text: str) -> bytes:
     """One value's binary form, from its PostgreSQL text (what text_values gives)."""
     if kind == "boolean":
         return b"\x01" if text == "t" else b"\x00"
@@ -75,45 +87,17 @@ def _scalar_binary(kind: str, text: str) -> bytes:
     if kind == "date":
         if text in ("infinity", "-infinity"):
             return struct.pack("!i", 2**31 - 1 if text == "infinity" else -(2**31))
-        return struct.pack("!i", _days(text) - _PG_EPOCH_DAYS)
+        return struct.pack("!i", date_days(text) - _PG_EPOCH_DAYS)
     if kind in ("timestamp without time zone", "timestamp with time zone"):
         if text in ("infinity", "-infinity"):
             return struct.pack("!q", 2**63 - 1 if text == "infinity" else -(2**63))
-        return struct.pack("!q", _micros(text) - _PG_EPOCH_US)
+        return struct.pack("!q", timestamp_micros(text) - _PG_EPOCH_US)
     if kind == "time without time zone":
-        return struct.pack("!q", _clock_micros(text))
+        return struct.pack("!q", clock_micros(text))
     if kind == "interval":
         months, days, micros = _interval_parts(text)
         return struct.pack("!qii", micros, days, months)
     return text.encode()
-
-
-def _days(text: str) -> int:
-    bc = text.endswith(" BC")
-    year, month, day = (int(p) for p in text.removesuffix(" BC").split("-"))
-    year = 1 - year if bc else year
-    # days since 1970 of a proleptic Gregorian date, any year (H. Hinnant)
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def _clock_micros(text: str) -> int:
-    hours, minutes, seconds = text.split(":")
-    whole, _, frac = seconds.partition(".")
-    return ((int(hours) * 60 + int(minutes)) * 60 + int(whole)) * 1_000_000 + int(
-        (frac + "000000")[:6]
-    )
-
-
-def _micros(text: str) -> int:
-    bc = text.endswith(" BC")
-    body = text.removesuffix(" BC").removesuffix("+00")
-    day, time_part = body.split(" ")
-    return _days(day + (" BC" if bc else "")) * _DAY_US + _clock_micros(time_part)
 
 
 _INTERVAL_UNIT = re.compile(r"(-?\d+) (year|mon|day)s?")
@@ -131,63 +115,21 @@ def _interval_parts(text: str) -> tuple[int, int, int]:
     time_part = text.rsplit(" ", 1)[-1]
     if ":" in time_part:
         negative = time_part.startswith("-")
-        micros = _clock_micros(time_part.lstrip("-"))
+        micros = clock_micros(time_part.lstrip("-"))
         micros = -micros if negative else micros
     return months, days, micros
 
 
-def binary_value(column: Column, text: bytes) -> bytes:
-    """A value's binary form (from its text): what a client that asked for binary reads."""
-    value = text.decode()
-    kind = column.kind
-    if not kind.endswith("[]"):
-        if kind in ("numeric",) and value in ("Infinity", "-Infinity"):
-            raise Unsupported(f"numeric {value} has no binary form before PostgreSQL 14")
-        return _scalar_binary(kind, value)
-    element = TYPES[kind[:-2]]
-    items = parse_array(value)
-    out = [struct.pack("!iii", 1, int(None in items), element.oid)]
-    out.append(struct.pack("!ii", len(items), 1))
-    for item in items:
-        if item is None:
-            out.append(struct.pack("!i", -1))
-        else:
-            data = _scalar_binary(element.name, item)
-            out.append(struct.pack("!i", len(data)) + data)
-    if not items:
-        return struct.pack("!iii", 0, 0, element.oid)
-    return b"".join(out)
-
-
 def parse_array(text: str) -> list[str | None]:
     """The elements of a one-dimensional array's text (array_text's inverse)."""
-    if not text.startswith("{") or text.startswith("{{") or not text.endswith("}"):
+    if not text.startswith("{") or not text.endswith("}"):
         raise Unsupported(f"array {text[:40]!r} is not one-dimensional from 1: text only")
     try:
-        return _elements(text)
-    except IndexError:
+        dims, items = compound.parse_array(text)
+    except (IndexError, ValueError):
         raise Unsupported(f"array {text[:40]!r} is malformed") from None
-
-
-def _elements(text: str) -> list[str | None]:
-    items: list[str | None] = []
-    i, body = 0, text[1:-1]
-    while i < len(body):
-        if body[i] == '"':
-            j, chars = i + 1, []
-            while body[j] != '"':
-                if body[j] == "\\":
-                    j += 1
-                chars.append(body[j])
-                j += 1
-            items.append("".join(chars))
-            i = j + 2
-        else:
-            j = body.find(",", i)
-            j = len(body) if j < 0 else j
-            item = body[i:j]
-            items.append(None if item == "NULL" else item)
-            i = j + 1
+    if len(dims) > 1:
+        raise Unsupported(f"array {text[:40]!r} is not one-dimensional from 1: text only")
     return items
 
 
@@ -229,7 +171,9 @@ def parameter(oid: int, data: bytes | None, binary: bool) -> Any:
         return date_text(days + _PG_EPOCH_DAYS)
     if kind in ("timestamp without time zone", "timestamp with time zone"):
         (micros,) = struct.unpack("!q", data)
-        return timestamp_text(micros + _PG_EPOCH_US, kind.endswith("with time zone"))
+        return timestamp_text(
+            micros + _PG_EPOCH_US, UTC if kind.endswith("with time zone") else None
+        )
     if kind == "numeric":
         return _numeric_from_binary(data)
     if kind == "time without time zone":

@@ -1,7 +1,9 @@
 """PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) are kept in
 a `<column>__pg_text` companion beside their column, NULL in it. A statement that returns
-a column plainly gets its companion too, appended to its select list, and the two are
-paired again in the result (archiver.serve.text.text_values)."""
+a column plainly gets its companion too, appended to its select list (and not shown),
+and the two are paired again in the result (archiver.serve.text.text_values); a
+companion the statement names itself (`SELECT *` names them all, as the catalog
+declares them) is shown, and paired with its column too."""
 
 from __future__ import annotations
 
@@ -32,18 +34,19 @@ def columns_named(tree: dict[str, Any] | None) -> set[str]:
 
 def with_companions(
     cur: Any, sql: str, companions: set[str], tree: dict[str, Any] | None = None
-) -> str:
+) -> tuple[str, int]:
     """`sql`, its top-level select list extended by the companion of each plain column it
     returns (`c__pg_text` beside `c`) where the relations have one (`companions`): its
     PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) then
     replace the column's NULL (text.text_values). A statement of any other shape runs
     as it is (and so does one DuckDB cannot bind so extended: the caller's to retry).
-    `tree`: its parse, when the caller has it."""
+    `tree`: its parse, when the caller has it. Returns the statement and how many
+    columns it appended."""
     if not companions:
-        return sql
+        return sql, 0
     tree = tree if tree is not None else statement.serialized(sql, cur)
     if tree is None:
-        return sql
+        return sql, 0
     tree = copy.deepcopy(tree)
     statements = tree.get("statements") or []
     node = statements[0].get("node", {}) if len(statements) == 1 else {}
@@ -54,7 +57,7 @@ def with_companions(
         or any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or [])
         or any(i.get("type") != "COLUMN_REF" for i in items)
     ):
-        return sql
+        return sql, 0
     added = []
     for item in items:
         names = item["column_names"]
@@ -63,27 +66,23 @@ def with_companions(
             alias = (item.get("alias") or names[-1]) + PG_TEXT_SUFFIX
             added.append(dict(item, column_names=[*names[:-1], companion], alias=alias))
     if not added:
-        return sql
+        return sql, 0
     node["select_list"] = items + added
     try:
         extended = cur.execute("SELECT json_deserialize_sql($1)", [json.dumps(tree)]).fetchone()[0]
     except Exception:
-        return sql
-    return str(extended)
+        return sql, 0
+    return str(extended), len(added)
 
 
-def paired(names: list[str]) -> tuple[list[int], dict[int, int]]:
-    """Of a result's column names: the indexes served, and for each, the index of its
-    companion (`name__pg_text` beside `name`, which is not served)."""
-    index = {n: i for i, n in enumerate(names)}
-    hidden = {
-        i
-        for i, n in enumerate(names)
-        if n.endswith(PG_TEXT_SUFFIX) and n[: -len(PG_TEXT_SUFFIX)] in index
-    }
-    shown = [i for i in range(len(names)) if i not in hidden]
+def paired(names: list[str], appended: int) -> tuple[list[int], dict[int, int]]:
+    """Of a result's column names, the last `appended` of them serve's companions: the
+    indexes served (all but those), and for each, the index of its companion
+    (`name__pg_text`: an appended one first, else one the statement names)."""
+    shown = list(range(len(names) - appended))
+    index: dict[str, int] = {}
+    for i, n in enumerate(names):  # appended last: they win
+        index[n] = i
     return shown, {
-        i: index[names[i] + PG_TEXT_SUFFIX]
-        for i in shown
-        if index.get(names[i] + PG_TEXT_SUFFIX) in hidden
+        i: index[names[i] + PG_TEXT_SUFFIX] for i in shown if names[i] + PG_TEXT_SUFFIX in index
     }

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import threading
 from typing import Any
 
@@ -36,12 +35,9 @@ class FileSet:
         self, sql: str, params: list[Any], parser: Any, tree: dict[str, Any] | None
     ) -> tuple[Snapshot | None, Snapshot | None]:
         """The files `sql` (`params` bound) may read of its plain and of its kept
-        relations (None: it names none), parsed on DuckDB connection `parser` (`tree`:
-        its parse, used where it has no parameters)."""
-        if params:
-            refs = statement.references(_inlined(sql, params), parser)
-        else:
-            refs = None if tree is None else statement.references(sql, tree=tree)
+        relations (None: it names none), from its parse `tree` (DuckDB's; None where it
+        has none: then it may read every archived table)."""
+        refs = None if tree is None else statement.references(sql, tree=tree, params=params)
         plain, kept = _named(refs)
         return self._catalog(plain, kept, refs)
 
@@ -159,28 +155,6 @@ class FileSet:
                 )
             snapshots.append(snapshot)
         return snapshots[0], snapshots[1]
-
-
-def _inlined(sql: str, params: list[Any]) -> str:
-    """`sql` with each `$n` written as its parameter's value, for finding the files a
-    statement can read (it runs with its parameters bound)."""
-    if not params:
-        return sql
-
-    def value(m: re.Match[str]) -> str:
-        n = int(m.group(1))
-        if n > len(params):
-            return m.group(0)
-        param = params[n - 1]
-        if param is None:
-            return "NULL"
-        if isinstance(param, bool) or not isinstance(param, int | str):
-            return m.group(0)
-        if isinstance(param, int):
-            return f"({param})"  # `x -$1` with -5 is `x -(-5)`, never a comment
-        return "'" + param.replace("'", "''") + "'"
-
-    return re.sub(r"\$(\d+)\b", value, sql)
 
 
 def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set[str]]:

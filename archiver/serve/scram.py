@@ -41,6 +41,19 @@ class Verifier:
         server_key = hmac.digest(salted, b"Server Key", "sha256")
         return cls(salt, iterations, hashlib.sha256(client_key).digest(), server_key)
 
+    def postgres_secret(self) -> str:
+        """The verifier as PostgreSQL stores one (pg_authid.rolpassword): `ALTER ROLE …
+        PASSWORD` with it sets the password without the password reaching the server's
+        statement log."""
+
+        def b64(data: bytes) -> str:
+            return base64.b64encode(data).decode()
+
+        return (
+            f"SCRAM-SHA-256${self.iterations}:{b64(self.salt)}$"
+            f"{b64(self.stored_key)}:{b64(self.server_key)}"
+        )
+
 
 def _attributes(message: str) -> dict[str, str]:
     out: dict[str, str] = {}

@@ -21,6 +21,9 @@ from archiver.errors import ConfigError, first_line
 from archiver.serve import scram, wire
 from archiver.serve.archive import ServedArchive
 from archiver.serve.session import Session
+from archiver.serve.statements import REPORTED
+from archiver.serve.upstream import Upstream
+from archiver.serve.wire import SqlError
 from archiver.web.middleware import is_loopback
 from archiver.web.server import parse_bind
 
@@ -30,15 +33,7 @@ SCRAM = "SCRAM-SHA-256"
 MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's parameters
 AUTH_SECONDS = 10.0  # for the start-up and the password exchange
 STOP_SECONDS = 10.0  # for the connections to end when serve stops, then their sockets go
-# The settings a server reports at start-up, as PostgreSQL names them there
-STATUS_PARAMETERS = {
-    "server_version": "server_version", "server_encoding": "server_encoding",
-    "client_encoding": "client_encoding", "datestyle": "DateStyle",
-    "intervalstyle": "IntervalStyle", "timezone": "TimeZone",
-    "integer_datetimes": "integer_datetimes",
-    "standard_conforming_strings": "standard_conforming_strings",
-    "application_name": "application_name",
-}  # fmt: skip
+UPSTREAM_CONNECTIONS = 8  # to the definitions database, shared by the sessions
 
 
 @dataclass(frozen=True)
@@ -86,10 +81,13 @@ def check(settings: Settings, bind: str) -> Listen:
 class Server:
     """The listening socket's connections, each a Session after its start-up."""
 
-    def __init__(self, settings: Settings, listen: Listen, archive: ServedArchive) -> None:
+    def __init__(
+        self, settings: Settings, listen: Listen, archive: ServedArchive, upstream: Upstream
+    ) -> None:
         self.settings = settings
         self.listen = listen
         self.archive = archive
+        self.upstream = upstream
         self.executor = ThreadPoolExecutor(
             max_workers=settings.serve_max_connections, thread_name_prefix="serve"
         )
@@ -123,8 +121,9 @@ class Server:
             if self.connections:  # a client that stopped reading, a statement that would not stop
                 log.warning(
                     "serve: %d connections still closing after %g s: their sockets aborted",
-                    len(self.connections), STOP_SECONDS,
-                )  # fmt: skip
+                    len(self.connections),
+                    STOP_SECONDS,
+                )
                 for writer in self.connections.values():
                     writer.transport.abort()
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -146,19 +145,27 @@ class Server:
         self.connections[task] = writer
         session: Session | None = None
         try:
-            reader, writer, user = await asyncio.wait_for(
+            reader, writer, user, parameters = await asyncio.wait_for(
                 self._start_up(reader, writer), AUTH_SECONDS
             )
             if user is None:
                 return
             session = Session(
                 self.archive,
+                self.upstream,
                 self.executor,
                 writer.write,
                 writer.drain,
                 user=user,
                 statement_timeout=self.settings.serve_statement_timeout,
             )
+            try:
+                await session.start(parameters)
+            except (
+                SqlError
+            ) as exc:  # a setting of the start-up packet refused: as PostgreSQL, fatal
+                writer.write(wire.error(exc.sqlstate, str(exc), "FATAL"))
+                return
             await self._serve(reader, writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the client went away, or never finished its start-up
@@ -198,9 +205,9 @@ class Server:
 
     async def _start_up(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str | None]:
-        """TLS if asked and configured, the start-up packet, the password: the user, or
-        None (refused, told why; or a cancel request, done)."""
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str | None, dict[str, str]]:
+        """TLS if asked and configured, the start-up packet, the password: the user and
+        the packet's parameters, or None (refused, told why; or a cancel request, done)."""
         encrypted = False
         while True:
             code, body = await wire.read_startup(reader)
@@ -220,7 +227,7 @@ class Server:
                     session = self._keys.get((pid, secret))
                     if session is not None:
                         session.cancel()
-                return reader, writer, None
+                return reader, writer, None, {}
             if code != wire.PROTOCOL_3:
                 raise wire.ProtocolError(
                     f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}"
@@ -234,10 +241,10 @@ class Server:
                     "28000", "archiver serve requires TLS: connect with sslmode=require", "FATAL"
                 )
             )
-            return reader, writer, None
+            return reader, writer, None, {}
         if not await self._authenticate(reader, writer, user):
-            return reader, writer, None
-        return reader, writer, user
+            return reader, writer, None, {}
+        return reader, writer, user, params
 
     async def _authenticate(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str
@@ -284,10 +291,9 @@ class Server:
         idle timeout)."""
         pid, secret = next(self._pids), secrets.randbits(31)
         self._keys[(pid, secret)] = session
-        for name, shown in STATUS_PARAMETERS.items():
-            writer.write(wire.parameter_status(shown, session.settings[name]))
-        writer.write(wire.parameter_status("session_authorization", session.user))
-        writer.write(wire.parameter_status("is_superuser", "off"))
+        for name, shown in REPORTED.items():
+            if name in session.settings:
+                writer.write(wire.parameter_status(shown, session.settings[name]))
         writer.write(wire.backend_key(pid, secret))
         writer.write(wire.ready(session.status))
         await writer.drain()
@@ -324,11 +330,17 @@ async def serve(settings: Settings, bind: str) -> None:
     """Run `archiver serve` until SIGTERM or SIGINT."""
     listen = check(settings, bind)
     archive = await asyncio.to_thread(ServedArchive, settings, settings.storage_location())
+    upstream = Upstream(
+        archive.definitions,
+        min(settings.serve_max_connections, UPSTREAM_CONNECTIONS),
+        settings.serve_statement_timeout,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Server(settings, listen, archive).run(stop)
+        await Server(settings, listen, archive, upstream).run(stop)
     finally:
+        upstream.close()
         archive.close()

@@ -1,16 +1,18 @@
 """One client connection after it authenticated: the simple and extended query
 protocols, transactions (read-only, no state but their status and cursors), cursors
-(DECLARE / FETCH / CLOSE, and the extended protocol's portals), SET / SHOW, and the
-answers to everything else. SELECTs run on archiver.serve.archive in the server's
-threads; every error is an ErrorResponse with a SQLSTATE and one line, after which the
-connection stays usable (a protocol error closes it: archiver.serve.server)."""
+(DECLARE / FETCH / CLOSE, and the extended protocol's portals), the session's settings
+(SET / SHOW / RESET, DISCARD), and each statement answered where it belongs: a SELECT of
+the archive by DuckDB (archiver.serve.archive, in the server's threads), one that reads
+only PostgreSQL's catalogs by PostgreSQL (archiver.serve.upstream). Every error is an
+ErrorResponse with a SQLSTATE and one line, after which the connection stays usable (a
+protocol error closes it: archiver.serve.server)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import re
 import struct
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Executor
@@ -20,20 +22,30 @@ from typing import Any
 from archiver.errors import ArchiverError, InputError, StorageError, first_line, redact
 from archiver.serve import binary, statements, text, types, wire
 from archiver.serve.archive import Result, ServedArchive
-from archiver.serve.statements import Statement
+from archiver.serve.columns import Origin
+from archiver.serve.registry import Registry
+from archiver.serve.statements import REPORTED, SETTINGS, Statement
 from archiver.serve.types import Column
+from archiver.serve.upstream import Answer, Upstream
+from archiver.serve.wire import SqlError
 
 log = logging.getLogger(__name__)
 
 _TYPE_NAMES = [*types.TYPES, *types.ALIASES]
-
-
-class SqlError(Exception):
-    """An error the client is told of, with its SQLSTATE."""
-
-    def __init__(self, sqlstate: str, message: str) -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
+_ROWS_KINDS = ("select", "catalog", "fetch", "show")
+# Settings serve keeps for itself: what it writes values in, and what it reports
+_OWN = frozenset(
+    (
+        "client_encoding",
+        "datestyle",
+        "intervalstyle",
+        "timezone",
+        "standard_conforming_strings",
+        "extra_float_digits",
+        "bytea_output",
+    )
+)
+_ENCODINGS = {"utf8": "UTF8", "utf-8": "UTF8", "unicode": "UTF8", "sql_ascii": "SQL_ASCII"}
 
 
 @dataclass
@@ -50,11 +62,15 @@ class Portal:
     taken a batch at a time."""
 
     statement: Statement
-    params: list[Any]
+    params: list[Any]  # as DuckDB is given them
     formats: list[int]  # of the result columns, as Bind asked
+    raw: list[bytes | None] = field(default_factory=list)  # as sent, for PostgreSQL
+    param_formats: list[int] = field(default_factory=list)
+    param_oids: list[int] = field(default_factory=list)
     result: Result | None = None
     columns: list[Column] = field(default_factory=list)
     rows: Iterator[list[bytes | None]] | None = None
+    formatted: bool = False  # the rows are in the formats asked already (PostgreSQL's)
     sent: int = 0
     done: bool = False
     hold: bool = False  # a cursor WITH HOLD: it outlives its transaction
@@ -83,6 +99,7 @@ class Session:
     def __init__(
         self,
         archive: ServedArchive,
+        upstream: Upstream,
         executor: Executor,
         send: Callable[[bytes], None],
         drain: Callable[[], Awaitable[None]],
@@ -91,25 +108,62 @@ class Session:
         statement_timeout: float,
     ) -> None:
         self.archive = archive
+        self.upstream = upstream
         self.executor = executor
         self.send = send
         self.drain = drain  # waits while the client reads what was sent
         self.user = user
-        self.settings = dict(statements.SETTINGS, session_authorization=user)
+        self.settings = dict(
+            SETTINGS,
+            session_authorization=user,
+            server_version=archive.definitions.reported_version(),
+            server_version_num=archive.definitions.version_num,
+            transaction_isolation="repeatable read",
+            default_transaction_isolation="read committed",
+        )
+        self.changed: dict[str, str] = {}  # PostgreSQL's settings the client set, as it spells them
+        self.defaults: tuple[dict[str, str], dict[str, str]] = (dict(self.settings), {})
+        self.local: dict[str, tuple[str | None, str | None]] | None = None  # SET LOCAL's undo
+        self.style = text.Style(text.UTC, money=archive.definitions.money)
         self.statement_timeout = statement_timeout
         self.status = b"I"  # I idle, T in a transaction, E in a failed one
         self.prepared: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Portal] = {}
         self.skipping = False  # after an error in the extended protocol, until Sync
-        self._running: list[Any] = []  # the DuckDB cursors of the statement running now
+        self._running: list[Any] = []  # what the statement running now runs on (to cancel)
+
+    @property
+    def registry(self) -> Registry:
+        return self.archive.definitions.registry
+
+    async def start(self, parameters: dict[str, str]) -> None:
+        """The start-up packet's settings (`options` too: `-c name=value`), each as SET
+        takes it: what a RESET returns to."""
+        wanted = {
+            k.lower(): v
+            for k, v in parameters.items()
+            if k not in ("user", "database", "options", "replication")
+        }
+        for option in _options(parameters.get("options", "")):
+            name, _, value = option.partition("=")
+            wanted[name.replace("-", "_").lower()] = value
+        for name, value in wanted.items():
+            if name in statements.READ_ONLY_SETTINGS:
+                continue
+            quoted = "'" + value.replace("'", "''") + "'"
+            await self._set(
+                Statement("set", f"SET {_ident(name)} TO {quoted}", name=name, value=value),
+                report=False,
+            )
+        self.defaults = (dict(self.settings), dict(self.changed))
 
     # -- the two protocols --------------------------------------------------------
 
     async def simple(self, text: str) -> None:
         """A Query message: each statement in order, up to the first error."""
         for part in statements.split(text):
-            statement = statements.classify(part)
+            statement = self._classify(part)
             try:
                 if statement.kind == "empty":
                     self.send(wire.EMPTY_QUERY)
@@ -117,7 +171,7 @@ class Session:
                 portal = Portal(statement, [], [])
                 try:
                     await self._start(portal)
-                    if portal.result is not None or portal.statement.kind in ("fetch", "show"):
+                    if portal.result is not None or portal.statement.kind in _ROWS_KINDS:
                         self._describe_rows(portal)
                     await self._send_rows(portal, 0)
                 finally:
@@ -159,10 +213,21 @@ class Session:
             self.skipping = True
         return True
 
+    def _classify(self, part: str) -> Statement:
+        return statements.classify(part, self.archive.definitions.catalogs)
+
     def _fail(self, exc: SqlError) -> None:
         if self.status == b"T":
             self.status = b"E"
-        self.send(wire.error(exc.sqlstate, redact(str(exc))))
+        self.send(
+            wire.error(
+                exc.sqlstate,
+                redact(str(exc)),
+                detail=exc.detail,
+                hint=exc.hint,
+                position=exc.position,
+            )
+        )
 
     # -- extended protocol messages ----------------------------------------------
 
@@ -172,10 +237,9 @@ class Session:
         read.end()
         if name and name in self.prepared:
             raise SqlError("42P05", f'prepared statement "{name}" already exists')
-        statement = statements.classify(text)
         if len(statements.split(text)) > 1:
             raise SqlError("42601", "cannot insert multiple commands into a prepared statement")
-        self.prepared[name] = Prepared(statement, oids)
+        self.prepared[name] = Prepared(self._classify(text), oids)
         self.send(wire.PARSE_COMPLETE)
 
     def _bind(self, read: wire.Reader) -> None:
@@ -196,23 +260,28 @@ class Session:
         prepared = self.prepared.get(name)
         if prepared is None:
             raise SqlError("26000", f'prepared statement "{name}" does not exist')
-        oids = self._param_oids(prepared, count)
         params = []
-        for i, data in enumerate(raw):
-            fmt = (
-                param_formats[0]
-                if len(param_formats) == 1
-                else (param_formats[i] if param_formats else 0)
-            )
-            try:
-                params.append(binary.parameter(oids[i], data, fmt == 1))
-            except (binary.Unsupported, ValueError, UnicodeDecodeError, struct.error) as exc:
-                raise SqlError("22P02", f"parameter ${i + 1}: {exc}") from None
+        if prepared.statement.kind != "catalog":  # PostgreSQL reads them as sent
+            oids = self._param_oids(prepared, count)
+            for i, data in enumerate(raw):
+                fmt = (
+                    param_formats[0]
+                    if len(param_formats) == 1
+                    else (param_formats[i] if param_formats else 0)
+                )
+                try:
+                    params.append(binary.parameter(oids[i], data, fmt == 1))
+                except (binary.Unsupported, ValueError, UnicodeDecodeError, struct.error) as exc:
+                    raise SqlError("22P02", f"parameter ${i + 1}: {exc}") from None
         if portal_name in self.portals:
             if portal_name:
                 raise SqlError("42P03", f'portal "{portal_name}" already exists')
             self.portals.pop(portal_name).close()
-        self.portals[portal_name] = Portal(prepared.statement, params, formats)
+        formats_of_params = [param_formats[0]] * count if len(param_formats) == 1 else param_formats
+        oids = (prepared.param_oids + [0] * count)[:count]
+        self.portals[portal_name] = Portal(
+            prepared.statement, params, formats, raw, formats_of_params, oids
+        )
         self.send(wire.BIND_COMPLETE)
 
     def _param_oids(self, prepared: Prepared, count: int) -> list[int]:
@@ -232,19 +301,27 @@ class Session:
             prepared = self.prepared.get(name)
             if prepared is None:
                 raise SqlError("26000", f'prepared statement "{name}" does not exist')
+            statement = prepared.statement
+            if statement.kind == "catalog":
+                oids, fields = await self._upstream(
+                    self.upstream.describe, statement.text, prepared.param_oids, dict(self.changed)
+                )
+                self.send(wire.parameter_description(oids))
+                columns = [_column(f) for f in fields]
+                self.send(
+                    wire.row_description(columns, [0] * len(columns)) if fields else wire.NO_DATA
+                )
+                return
             oids = self._param_oids(prepared, 0)
             self.send(wire.parameter_description(oids))
-            if prepared.statement.kind not in ("select", "fetch", "show"):
+            if statement.kind not in _ROWS_KINDS:
+                self._check(statement)
                 self.send(wire.NO_DATA)
                 return
-            probe = Portal(_described_only(prepared.statement), [None] * len(oids), [])
+            probe = Portal(_described_only(statement), [None] * len(oids), [])
             try:
                 await self._start(probe)
-                self.send(
-                    wire.row_description(
-                        [(c.name, c.oid, c.size) for c in probe.columns], [0] * len(probe.columns)
-                    )
-                )
+                self.send(wire.row_description(probe.columns, [0] * len(probe.columns)))
             finally:
                 probe.close()
             return
@@ -254,7 +331,7 @@ class Session:
         if portal is None:
             raise SqlError("34000", f'portal "{name}" does not exist')
         await self._start(portal)
-        if portal.columns or portal.statement.kind in ("select", "fetch", "show"):
+        if portal.columns or portal.statement.kind in _ROWS_KINDS:
             self._describe_rows(portal)
         else:
             self.send(wire.NO_DATA)
@@ -283,9 +360,20 @@ class Session:
 
     # -- running a statement -----------------------------------------------------
 
+    def _check(self, statement: Statement) -> None:
+        """Refuse what serve never runs, before anything runs."""
+        if statement.kind == "refused":
+            raise SqlError(statement.sqlstate, statement.value)
+        if statement.kind == "mixed":
+            raise SqlError(
+                "0A000",
+                "a statement of archiver serve reads the archive or PostgreSQL's catalogs, "
+                "not both: ask each in a statement of its own",
+            )
+
     async def _start(self, portal: Portal) -> None:
-        """Run the portal's statement once (a SELECT on the archive, or serve's own
-        answer), leaving its rows to be sent."""
+        """Run the portal's statement once (a SELECT on the archive or on the catalogs,
+        or serve's own answer), leaving its rows to be sent."""
         if portal.rows is not None or portal.done:
             return
         statement = portal.statement
@@ -295,85 +383,250 @@ class Session:
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
         kind = statement.kind
-        if kind == "select" and "typeinfo_tree" in statement.text and portal.params:
-            oids = portal.params[0] if isinstance(portal.params[0], list) else []
-            portal.columns = types.INTROSPECTION_COLUMNS
-            portal.rows = iter(types.introspected(oids))
-            return
+        self._check(statement)
         if kind == "select":
-            result = await self._run(statement.text, portal.params)
+            result = await self._run(statement, portal.params)
+            result.columns = self._originated(statement, result.columns)
             portal.result, portal.columns = result, result.columns
             portal.rows = self._rows(result)
+            return
+        if kind == "catalog":
+            answer = await self._upstream(
+                self.upstream.run,
+                statement.text,
+                portal.raw,
+                portal.param_oids,
+                portal.param_formats,
+                portal.formats,
+                dict(self.changed),
+            )
+            self._answered(portal, answer)
             return
         if kind == "fetch":
             cursor = self.cursors.get(statement.name)
             if cursor is None:
                 raise SqlError("34000", f'cursor "{statement.name}" does not exist')
-            portal.columns = cursor.columns
+            portal.columns, portal.formatted = cursor.columns, cursor.formatted
             portal.rows = self._take(cursor, statement.count)
             return
         if kind == "show":
-            key = statement.name
-            rows: list[list[bytes | None]]
-            if key == "all":
-                rows = [[k.encode(), v.encode()] for k, v in sorted(self.settings.items())]
-                portal.columns = [Column("name", 25, -1, "text"), Column("setting", 25, -1, "text")]
-            elif key in self.settings:
-                rows = [[self.settings[key].encode()]]
-                portal.columns = [Column(key, 25, -1, "text")]
-            else:
-                raise SqlError("42704", f'unrecognized configuration parameter "{key}"')
-            portal.rows = iter(rows)
+            await self._show(portal, statement.name)
             return
-        self._session_statement(portal, statement)
-        if kind == "declare":
-            if statement.name in self.cursors:
-                raise SqlError("42P03", f'cursor "{statement.name}" already exists')
-            if self.status == b"I" and not re.search(r"\bWITH\s+HOLD\b", statement.text, re.I):
-                raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
-            result = await self._run(statement.value, portal.params)
-            hold = bool(
-                re.search(
-                    r"\bWITH\s+HOLD\b", statement.text[: statement.text.upper().find(" FOR ")], re.I
-                )
-            )
-            cursor = Portal(Statement("select", statement.value), portal.params, [], hold=hold)
-            cursor.result, cursor.columns, cursor.rows = result, result.columns, self._rows(result)
-            self.cursors[statement.name] = cursor
+        if kind == "set":
+            await self._set(statement)
+        elif kind == "reset":
+            self._reset(statement.name)
+        elif kind == "declare":
+            await self._declare(portal, statement)
+        else:
+            self._session_statement(statement)
         portal.done = True
 
-    def _session_statement(self, portal: Portal, statement: Statement) -> None:
-        kind = statement.kind
-        if kind == "begin":
-            self.status = b"T"
-        elif kind in ("commit", "rollback"):
-            self.status = b"I"
-            self._close_cursors(held_too=False)
-        elif kind == "rollback_to":
-            self.status = b"T" if self.status != b"I" else b"I"
-        elif kind == "set":
-            name = statement.name
-            if name and name not in statements.SETTINGS:
+    def _originated(self, statement: Statement, columns: list[Column]) -> list[Column]:
+        """The columns, each that plainly is a served table's column said to be it (its
+        relation OID and number in the definitions database), as PostgreSQL says it: what
+        pgjdbc's ResultSetMetaData reads nullability and names from."""
+        origins = statement.origins
+        if not origins:
+            return columns
+        definitions = self.archive.definitions
+        if len(origins) == 1 and origins[0] is not None and origins[0][2] is None:
+            schema, name, _ = origins[0]
+            named: list[Origin | None] = [(schema, name, c.name) for c in columns]
+        elif len(origins) == len(columns):
+            named = list(origins)
+        else:
+            return columns
+        out = []
+        for column, origin in zip(columns, named, strict=True):
+            if origin is None or origin[2] is None:
+                out.append(column)
+                continue
+            table, attnum = definitions.origin(origin[0], origin[1], origin[2])
+            out.append(dataclasses.replace(column, table=table, attnum=attnum))
+        return out
+
+    async def _show(self, portal: Portal, name: str) -> None:
+        if name == "all":
+            answer = await self._upstream(
+                self.upstream.run, "SHOW ALL", [], [], [], [], dict(self.changed)
+            )
+            for row in answer.rows:  # serve's own settings as serve keeps them
+                mine = self.settings.get((row[0] or b"").decode().lower())
+                if mine is not None:
+                    row[1] = mine.encode()
+            self._answered(portal, answer)
+            return
+        key = "timezone" if name == "time zone" else name
+        if key in self.settings:
+            value = self.settings[key]
+            portal.columns = [Column(REPORTED.get(key, key), 25, -1, "text")]
+            rows: list[list[bytes | None]] = [[value.encode()]]
+            portal.rows = iter(rows)
+            return
+        column, value = await self._upstream(self.upstream.show, key, dict(self.changed))
+        portal.columns = [Column(column, 25, -1, "text")]
+        portal.rows = iter([[value.encode()]])
+
+    async def _set(self, statement: Statement, report: bool = True) -> None:
+        """SET: checked and spelled by PostgreSQL; serve's own settings applied to what it
+        writes; reported to the client where PostgreSQL reports it."""
+        name = statement.name
+        if (
+            not name
+        ):  # SET TRANSACTION …, SET SESSION CHARACTERISTICS …: one snapshot per statement here
+            return
+        if name in statements.READ_ONLY_SETTINGS:
+            raise SqlError("55P02", f'parameter "{name}" cannot be changed')
+        if name == "client_encoding":
+            encoding = _ENCODINGS.get(statement.value.strip("'\" ").lower())
+            if encoding is None:
+                raise SqlError(
+                    "0A000",
+                    f"archiver serve speaks UTF8 (or SQL_ASCII): client_encoding {statement.value!r} refused",
+                )
+            self._remember(name, encoding, statement.hold, report)
+            return
+        try:
+            value = await self._upstream(
+                self.upstream.setting, statement.text, name, dict(self.changed)
+            )
+        except SqlError as exc:
+            if exc.sqlstate == "42704" and name in self.archive.engine_settings:
                 raise SqlError(
                     "42501",
                     f'SET of "{name}" refused: archiver serve keeps PostgreSQL\'s session '
                     "settings only, and nobody changes its engine's",
-                )
-            if name in statements.READ_ONLY_SETTINGS:
-                raise SqlError("55P02", f'parameter "{name}" cannot be changed')
-            if name:
-                self.settings[name] = statement.value
-        elif kind == "reset":
-            if statement.name == "all":
-                self.settings.update(statements.SETTINGS)
-            elif statement.name in statements.SETTINGS:
-                self.settings[statement.name] = statements.SETTINGS[statement.name]
+                ) from None
+            raise
+        if name in _OWN:
+            self._styled(name, value)
+        self._remember(name, value, statement.hold, report)
+
+    def _styled(self, name: str, value: str) -> None:
+        """One of the settings serve writes values by: refused where it cannot."""
+        if name == "datestyle" and not value.upper().startswith("ISO"):
+            raise SqlError(
+                "0A000",
+                f"archiver serve writes dates in the ISO style only: DateStyle {value!r} refused",
+            )
+        if name == "intervalstyle" and value != "postgres":
+            raise SqlError(
+                "0A000",
+                f"archiver serve writes intervals in the postgres style only: IntervalStyle {value!r} refused",
+            )
+        if name == "standard_conforming_strings" and value != "on":
+            raise SqlError("0A000", "archiver serve reads standard-conforming strings only")
+        if name == "timezone":
+            try:
+                text.Zone(value)
+            except ValueError as exc:
+                raise SqlError("0A000", str(exc)) from None
+
+    def _remember(self, name: str, value: str, local: bool, report: bool) -> None:
+        if local:
+            if self.status == b"I":
+                return  # SET LOCAL outside a transaction: PostgreSQL warns, and it lasts nothing
+            if self.local is None:
+                self.local = {}
+            self.local.setdefault(name, (self.settings.get(name), self.changed.get(name)))
+        if name in self.settings or name in _OWN:
+            self.settings[name] = value
+        if name != "client_encoding":
+            self.changed[name] = value
+        self._restyle()
+        if report and name in REPORTED:
+            self.send(wire.parameter_status(REPORTED[name], value))
+
+    def _reset(self, name: str) -> None:
+        settings, changed = self.defaults
+        names = set(self.settings) | set(self.changed) if name == "all" else {name}
+        for key in names:
+            before = self.settings.get(key)
+            if key in settings:
+                self.settings[key] = settings[key]
+            else:
+                self.settings.pop(key, None)
+            if key in changed:
+                self.changed[key] = changed[key]
+            else:
+                self.changed.pop(key, None)
+            if key in REPORTED and key in self.settings and self.settings[key] != before:
+                self.send(wire.parameter_status(REPORTED[key], self.settings[key]))
+        self._restyle()
+
+    def _restyle(self) -> None:
+        digits = self.changed.get("extra_float_digits", "1")
+        self.style = text.Style(
+            text.Zone(self.settings.get("timezone", "UTC")),
+            int(digits) if digits.lstrip("-").isdigit() else 1,
+            self.changed.get("bytea_output") == "escape",
+            self.archive.definitions.money,
+        )
+
+    def _end_transaction(self) -> None:
+        """COMMIT or ROLLBACK: the cursors that do not outlive it closed, SET LOCAL undone."""
+        self.status = b"I"
+        self._close_cursors(held_too=False)
+        for name, (setting, changed) in (self.local or {}).items():
+            if setting is None:
+                self.settings.pop(name, None)
+            else:
+                self.settings[name] = setting
+            if changed is None:
+                self.changed.pop(name, None)
+            else:
+                self.changed[name] = changed
+            if name in REPORTED and setting is not None:
+                self.send(wire.parameter_status(REPORTED[name], setting))
+        self.local = None
+        self._restyle()
+
+    async def _declare(self, portal: Portal, statement: Statement) -> None:
+        if statement.name in self.cursors:
+            raise SqlError("42P03", f'cursor "{statement.name}" already exists')
+        if self.status == b"I" and not statement.hold:
+            raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
+        query = self._classify(statement.value)
+        self._check(query)
+        if query.kind not in ("select", "catalog"):
+            raise SqlError("42601", "DECLARE CURSOR must be FOR a SELECT")
+        cursor = Portal(
+            query,
+            portal.params,
+            [],
+            portal.raw,
+            portal.param_formats,
+            portal.param_oids,
+            hold=statement.hold,
+        )
+        await self._start(cursor)
+        self.cursors[statement.name] = cursor
+
+    def _answered(self, portal: Portal, answer: Answer) -> None:
+        portal.columns = [_column(f) for f in answer.fields]
+        portal.rows = iter(answer.rows)
+        portal.formatted = True
+
+    def _session_statement(self, statement: Statement) -> None:
+        kind = statement.kind
+        if kind == "begin":
+            self.status = b"T"
+        elif kind in ("commit", "rollback"):
+            self._end_transaction()
+        elif kind == "rollback_to":
+            self.status = b"T" if self.status != b"I" else b"I"
         elif kind == "discard":
-            self._close_cursors()
-            self.prepared.clear()
+            if statement.name == "ALL":
+                if self.status != b"I":
+                    raise SqlError("25001", "DISCARD ALL cannot run inside a transaction block")
+                self._close_cursors()
+                self.prepared.clear()
+                self._reset("all")
         elif kind == "deallocate":
             if statement.name:
-                self.prepared.pop(statement.name, None)
+                if self.prepared.pop(statement.name, None) is None:
+                    raise SqlError("26000", f'prepared statement "{statement.name}" does not exist')
             else:
                 self.prepared.clear()
         elif kind == "close":
@@ -385,13 +638,33 @@ class Session:
             else:
                 self._close_cursors()
 
-    async def _run(self, sql: str, params: list[Any]) -> Result:
+    async def _upstream(self, call: Callable[..., Any], *args: Any) -> Any:
+        """A call of the definitions database's, in a thread, its errors PostgreSQL's."""
+        loop = asyncio.get_running_loop()
+        running: list[Any] = []
+        self._running = running
+        future = loop.run_in_executor(self.executor, lambda: call(*args, started=running.append))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.statement_timeout or None)
+        except TimeoutError:
+            self.cancel()
+            with contextlib.suppress(Exception):
+                await future
+            raise SqlError(
+                "57014",
+                f"canceling statement due to statement timeout ({self.statement_timeout:g} s)",
+            ) from None
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    async def _run(self, statement: Statement, params: list[Any]) -> Result:
         """A SELECT on the archive, in a thread, interrupted at the statement timeout."""
         loop = asyncio.get_running_loop()
         cursors: list[Any] = []
         self._running = cursors
         future = loop.run_in_executor(
-            self.executor, self._blocking_run, sql, params, cursors.append
+            self.executor, self._blocking_run, statement, params, cursors.append
         )
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.statement_timeout or None)
@@ -408,9 +681,11 @@ class Session:
                 f"canceling statement due to statement timeout ({self.statement_timeout:g} s)",
             ) from None
 
-    def _blocking_run(self, sql: str, params: list[Any], started: Callable[[Any], None]) -> Result:
+    def _blocking_run(
+        self, statement: Statement, params: list[Any], started: Callable[[Any], None]
+    ) -> Result:
         try:
-            return self.archive.run(sql, params, started)
+            return self.archive.run(statement.text, params, started, statement.names)
         except InputError as exc:
             raise _sql_error(str(exc)) from None
         except StorageError as exc:
@@ -422,17 +697,26 @@ class Session:
 
     def _rows(self, result: Result) -> Iterator[list[bytes | None]]:
         """The result's rows as each column's PostgreSQL text, a batch at a time."""
+        style, registry = self.style, self.registry
+        zoned = style.zone.name != "UTC"
         for batch in result.batches():
             columns = []
             for column, i in zip(result.columns, result.shown, strict=True):
                 companion = result.companion_of.get(i)
-                columns.append(
-                    text.text_values(
-                        batch.column(i),
-                        column,
-                        None if companion is None else batch.column(companion),
-                    )
+                values = text.text_values(
+                    batch.column(i),
+                    column,
+                    None if companion is None else batch.column(companion),
+                    style,
                 )
+                if zoned and column.zoned:  # a type of its own, archived as its text in UTC
+                    values = [
+                        None
+                        if v is None
+                        else registry.rezone(column.oid, v.decode(), style.zone).encode()
+                        for v in values
+                    ]
+                columns.append(values)
             if not columns:
                 yield from ([] for _ in range(batch.num_rows))
                 continue
@@ -451,7 +735,7 @@ class Session:
 
     def _describe_rows(self, portal: Portal) -> None:
         formats = [portal.format_of(i) for i in range(len(portal.columns))]
-        self.send(wire.row_description([(c.name, c.oid, c.size) for c in portal.columns], formats))
+        self.send(wire.row_description(portal.columns, formats))
 
     async def _send_rows(self, portal: Portal, limit: int) -> None:
         """Up to `limit` rows (0: all), then PortalSuspended or the command's tag."""
@@ -501,19 +785,20 @@ class Session:
         portal.done = True
 
     def _formatted(self, portal: Portal, row: list[bytes | None]) -> list[bytes | None]:
-        if not portal.formats or not any(portal.formats):
+        if portal.formatted or not portal.formats or not any(portal.formats):
             return row
         out = []
         for i, value in enumerate(row):
             if value is None or portal.format_of(i) == 0:
                 out.append(value)
                 continue
+            column = portal.columns[i]
             try:
-                out.append(binary.binary_value(portal.columns[i], value))
-            except (binary.Unsupported, ValueError) as exc:
+                out.append(self.registry.column_binary(column.kind, column.oid, value.decode()))
+            except (binary.Unsupported, ValueError, KeyError, IndexError) as exc:
                 raise SqlError(
                     "0A000",
-                    f"column {portal.columns[i].name!r}: {exc}; ask for it in text format",
+                    f"column {column.name!r}: no binary form of {value[:40]!r} ({exc}); ask for it in text format",
                 ) from None
         return out
 
@@ -543,6 +828,30 @@ class Session:
         self._close_cursors()
 
 
+def _column(f: Any) -> Column:
+    """A column of PostgreSQL's answer, as RowDescription tells it."""
+    return Column(f.name, f.oid, f.size, "", typmod=f.typmod, table=f.table, attnum=f.attnum)
+
+
+def _options(text: str) -> list[str]:
+    """The `-c name=value` (or `--name=value`) settings of a start-up `options`."""
+    words = text.replace("\\ ", "\0").split()
+    out = []
+    for i, word in enumerate(words):
+        word = word.replace("\0", " ")
+        if word == "-c" and i + 1 < len(words):
+            continue
+        if i and words[i - 1] == "-c":
+            out.append(word)
+        elif (word.startswith("--") and "=" in word) or (word.startswith("-c") and "=" in word):
+            out.append(word[2:])
+    return out
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _close_result(future: asyncio.Future[Result]) -> None:
     """The result of a statement nobody waits for any more, released when it arrives."""
     if not future.cancelled() and future.exception() is None:
@@ -550,9 +859,28 @@ def _close_result(future: asyncio.Future[Result]) -> None:
             future.result().close()
 
 
-_REFUSED_WRITES = ("INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE",
-                   "COPY", "GRANT", "REVOKE", "VACUUM", "ANALYZE", "EXPORT", "IMPORT", "COMMENT",
-                   "CHECKPOINT", "CALL", "UPSERT", "REPLACE")  # fmt: skip
+_REFUSED_WRITES = (
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "MERGE",
+    "CREATE",
+    "DROP",
+    "ALTER",
+    "TRUNCATE",
+    "COPY",
+    "GRANT",
+    "REVOKE",
+    "VACUUM",
+    "ANALYZE",
+    "EXPORT",
+    "IMPORT",
+    "COMMENT",
+    "CHECKPOINT",
+    "CALL",
+    "UPSERT",
+    "REPLACE",
+)
 
 
 def _sql_error(message: str) -> SqlError:
@@ -598,4 +926,5 @@ def _described_only(statement: Statement) -> Statement:
     prepared statement): run with no row to read."""
     if statement.kind != "select":
         return statement
-    return Statement("select", f"SELECT * FROM ({statement.text}) AS described LIMIT 0")
+    described = f"SELECT * FROM ({statement.text}) AS described LIMIT 0"
+    return Statement("select", described, names=statement.names)

@@ -1,49 +1,76 @@
-"""The statements a PostgreSQL client sends besides its SELECTs, told apart by their
-first words: transactions, cursors, SET/SHOW/RESET, DISCARD. serve answers them itself
-(archiver.serve.session); anything else must be one SELECT for DuckDB, or is refused
-with PostgreSQL's SQLSTATE for it."""
+"""What a client's statement is, read by PostgreSQL's own parser (libpg_query, through
+pglast): a transaction's or a cursor's statement, SET / SHOW / RESET, DISCARD, which
+serve answers itself (archiver.serve.session); a SELECT of PostgreSQL's catalogs or of
+no table at all, which the definitions database answers (archiver.serve.definitions);
+or a statement over the archive, for DuckDB, which reads one SELECT and refuses
+everything else with PostgreSQL's SQLSTATE for it (archiver.serve.archive). A statement
+PostgreSQL's grammar cannot read (DuckDB's own syntax) goes to DuckDB as written."""
 
 from __future__ import annotations
 
+import functools
+import json
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
-# The PostgreSQL settings a client may SET (libpq, psql, psycopg, asyncpg, postgres_fdw
-# and BI tools send these); serve keeps their values for SHOW and applies none to
-# DuckDB, whose own settings are never a client's to change.
+from pglast import parser
+from pglast.parser import ParseError
+
+from archiver.serve import columns
+from archiver.serve.columns import Origin
+
+# The settings serve itself answers for and reports at start-up (ParameterStatus): the
+# rest of PostgreSQL's session settings are the definitions database's to check and keep.
 SETTINGS = {
     "application_name": "",
-    "bytea_output": "hex",
     "client_encoding": "UTF8",
-    "client_min_messages": "notice",
     "datestyle": "ISO, MDY",
-    "default_transaction_isolation": "read committed",
     "default_transaction_read_only": "on",
-    "extra_float_digits": "1",
-    "idle_in_transaction_session_timeout": "0",
+    "in_hot_standby": "off",
     "integer_datetimes": "on",
     "intervalstyle": "postgres",
-    "jit": "off",
-    "lock_timeout": "0",
-    "max_identifier_length": "63",
-    "search_path": '"$user", public',
+    "is_superuser": "off",
     "server_encoding": "UTF8",
-    "server_version": "15.0",
-    "server_version_num": "150000",
     "standard_conforming_strings": "on",
-    "statement_timeout": "0",
     "timezone": "UTC",
-    "transaction_isolation": "repeatable read",
     "transaction_read_only": "on",
-    "work_mem": "4MB",
 }
+# What PostgreSQL reports to the client whenever it changes (GUC_REPORT), as it names them
+REPORTED = {
+    "application_name": "application_name",
+    "client_encoding": "client_encoding",
+    "datestyle": "DateStyle",
+    "default_transaction_read_only": "default_transaction_read_only",
+    "in_hot_standby": "in_hot_standby",
+    "integer_datetimes": "integer_datetimes",
+    "intervalstyle": "IntervalStyle",
+    "is_superuser": "is_superuser",
+    "server_encoding": "server_encoding",
+    "server_version": "server_version",
+    "session_authorization": "session_authorization",
+    "standard_conforming_strings": "standard_conforming_strings",
+    "timezone": "TimeZone",
+}
+# Settings no client changes: serve's answer is fixed by what it is.
 READ_ONLY_SETTINGS = {
     "server_version",
     "server_version_num",
     "server_encoding",
     "integer_datetimes",
     "max_identifier_length",
+    "in_hot_standby",
+    "is_superuser",
+    "transaction_read_only",
+    "default_transaction_read_only",
+    "session_authorization",
+    "role",
 }
+
+_CURSOR_HOLD = 0x20  # DeclareCursorStmt.options: WITH HOLD
+_CURSOR_SCROLL = 0x02
+_FETCH_ALL = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -51,171 +78,240 @@ class Statement:
     """What a statement is: `kind` says which, the rest what it names."""
 
     kind: str  # begin, commit, rollback, savepoint, release, rollback_to, set, reset,
-    # show, discard, declare, fetch, close, deallocate, empty, select
+    # show, discard, declare, fetch, close, deallocate, empty, refused, select (the
+    # archive's: DuckDB), catalog (PostgreSQL's catalogs: the definitions database)
     text: str = ""
     name: str = ""  # a cursor's or setting's name
-    value: str = ""  # SET's value; DECLARE's query
+    value: str = ""  # SET's value as written; DECLARE's query
     count: int | None = None  # FETCH's row count (None: ALL)
     tag: str = ""  # the CommandComplete tag of a statement that returns no rows
-
-
-_WORD = r"(?:\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)"
-
-
-def _unquote(name: str) -> str:
-    if name.startswith('"'):
-        return name[1:-1].replace('""', '"')
-    return name.lower()
-
-
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"(?:BEGIN|START\s+TRANSACTION)\b.*", re.I | re.S), "begin"),
-    (
-        re.compile(r"(?:COMMIT|END)(?:\s+(?:WORK|TRANSACTION))?(?:\s+AND\s+NO\s+CHAIN)?", re.I),
-        "commit",
-    ),
-    (
-        re.compile(
-            r"ROLLBACK(?:\s+(?:WORK|TRANSACTION))?\s+TO\s+(?:SAVEPOINT\s+)?(" + _WORD + ")", re.I
-        ),
-        "rollback_to",
-    ),
-    (
-        re.compile(r"(?:ROLLBACK|ABORT)(?:\s+(?:WORK|TRANSACTION))?(?:\s+AND\s+NO\s+CHAIN)?", re.I),
-        "rollback",
-    ),
-    (re.compile(r"SAVEPOINT\s+(" + _WORD + ")", re.I), "savepoint"),
-    (re.compile(r"RELEASE\s+(?:SAVEPOINT\s+)?(" + _WORD + ")", re.I), "release"),
-    (
-        re.compile(r"SET\s+(?:SESSION\s+CHARACTERISTICS\s+AS\s+)?TRANSACTION\b.*", re.I | re.S),
-        "set_transaction",
-    ),
-    (re.compile(r"SET\s+(?:(?:SESSION|LOCAL)\s+)?TIME\s+ZONE\s+(.+)", re.I | re.S), "set_timezone"),
-    (
-        re.compile(
-            r"SET\s+(?:(?:SESSION|LOCAL)\s+)?(" + _WORD + r")\s*(?:=|\s+TO\s+)\s*(.+)", re.I | re.S
-        ),
-        "set",
-    ),
-    (re.compile(r"RESET\s+(" + _WORD + ")", re.I), "reset"),
-    (re.compile(r"SHOW\s+(" + _WORD + r"(?:\s+ZONE)?)", re.I), "show"),
-    (re.compile(r"DISCARD\s+(ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)", re.I), "discard"),
-    (re.compile(r"DEALLOCATE\s+(?:PREPARE\s+)?(ALL|" + _WORD + ")", re.I), "deallocate"),
-    (
-        re.compile(
-            r"DECLARE\s+(" + _WORD + r")\s+(?:BINARY\s+)?(?:(?:ASENSITIVE|INSENSITIVE)\s+)?"
-            r"(?:NO\s+SCROLL\s+)?CURSOR\s+(?:(?:WITH|WITHOUT)\s+HOLD\s+)?FOR\s+(.+)",
-            re.I | re.S,
-        ),
-        "declare",
-    ),
-    (
-        re.compile(
-            r"FETCH\s+(?:(FORWARD|NEXT)\s+)?(ALL|\d+)?\s*(?:FROM|IN)?\s*(" + _WORD + ")",
-            re.I,
-        ),
-        "fetch",
-    ),
-    (re.compile(r"CLOSE\s+(ALL|" + _WORD + ")", re.I), "close"),
-]
-
-
-def classify(text: str) -> Statement:
-    """What `text` (one statement, no trailing semicolon) is."""
-    body = text.strip().rstrip(";").strip()
-    if not body:
-        return Statement("empty")
-    for pattern, kind in _PATTERNS:
-        m = pattern.fullmatch(body)
-        if m is None:
-            continue
-        if kind == "begin":
-            return Statement(kind, body, tag="START TRANSACTION" if body[:1] in "sS" else "BEGIN")
-        if kind == "commit":
-            return Statement(kind, body, tag="COMMIT")
-        if kind == "rollback":
-            return Statement(kind, body, tag="ROLLBACK")
-        if kind in ("savepoint", "release", "rollback_to"):
-            tag = {"savepoint": "SAVEPOINT", "release": "RELEASE", "rollback_to": "ROLLBACK"}[kind]
-            return Statement(kind, body, name=_unquote(m.group(1)), tag=tag)
-        if kind == "set_transaction":
-            return Statement("set", body, name="", tag="SET")
-        if kind == "set_timezone":
-            return Statement("set", body, name="timezone", value=_value(m.group(1)), tag="SET")
-        if kind == "set":
-            return Statement(
-                "set", body, name=_unquote(m.group(1)), value=_value(m.group(2)), tag="SET"
-            )
-        if kind == "reset":
-            return Statement("reset", body, name=_unquote(m.group(1)), tag="RESET")
-        if kind == "show":
-            name = re.sub(r"\s+", " ", m.group(1)).lower()
-            return Statement(
-                "show", body, name="timezone" if name == "time zone" else _unquote(name)
-            )
-        if kind == "discard":
-            return Statement(
-                "discard", body, name=m.group(1).upper(), tag=f"DISCARD {m.group(1).upper()}"
-            )
-        if kind == "deallocate":
-            name = m.group(1)
-            return Statement(kind, body, name="" if name.upper() == "ALL" else _unquote(name),
-                             tag="DEALLOCATE ALL" if name.upper() == "ALL" else "DEALLOCATE")  # fmt: skip
-        if kind == "declare":
-            return Statement(
-                kind, body, name=_unquote(m.group(1)), value=m.group(2), tag="DECLARE CURSOR"
-            )
-        if kind == "fetch":
-            count = m.group(2)
-            n = None if count and count.upper() == "ALL" else int(count) if count else 1
-            return Statement(kind, body, name=_unquote(m.group(3)), count=n)
-        if kind == "close":
-            name = m.group(1)
-            return Statement(kind, body, name="" if name.upper() == "ALL" else _unquote(name),
-                             tag="CLOSE CURSOR ALL" if name.upper() == "ALL" else "CLOSE CURSOR")  # fmt: skip
-    return Statement("select", body)
-
-
-def _value(raw: str) -> str:
-    """A SET value as SHOW prints it: quotes taken off, a list kept as written."""
-    text = raw.strip()
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        return text[1:-1].replace("''", "'")
-    return text
+    hold: bool = False  # DECLARE … WITH HOLD
+    sqlstate: str = ""  # a refused statement's
+    names: tuple[str, ...] | None = None  # a SELECT's columns as PostgreSQL names them
+    origins: tuple[Origin | None, ...] | None = None  # the table column each one plainly is
+    tree: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def split(text: str) -> list[str]:
-    """The statements of a simple query, split at semicolons outside quotes, dollar
-    quotes and comments."""
-    out, start, i, n = [], 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in "'\"":
-            j = i + 1
-            while j < n:
-                if text[j] == c:
-                    if j + 1 < n and text[j + 1] == c:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            i = j + 1
-        elif c == "-" and text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-        elif c == "$" and (m := re.match(r"\$[A-Za-z_]*\$", text[i:])):
-            j = text.find(m.group(0), i + len(m.group(0)))
-            i = n if j < 0 else j + len(m.group(0))
-        elif c == ";":
-            out.append(text[start:i])
-            start = i = i + 1
+    """The statements of a simple query, split at the semicolons PostgreSQL's scanner
+    finds (never inside a quote, a dollar quote or a comment); any text splits,
+    parsable or not."""
+    try:
+        tokens = parser.scan(text)
+    except ParseError:  # an unterminated quote or comment: one statement, for the parser to refuse
+        return [text]
+    parts, start = [], 0
+    for token in tokens:
+        if token.name == "ASCII_59":  # ;
+            parts.append(text[start : token.start])
+            start = token.end + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()] or [""]
+
+
+def classify(text: str, catalogs: frozenset[str]) -> Statement:
+    """What `text` (one statement) is; `catalogs` are the relations of pg_catalog, which
+    PostgreSQL finds before any table of the same name."""
+    return _classify(text, catalogs)
+
+
+@functools.lru_cache(maxsize=2048)
+def _classify(text: str, catalogs: frozenset[str]) -> Statement:
+    body = text.strip()
+    if not body.rstrip(";").strip():
+        return Statement("empty")
+    try:
+        parsed = json.loads(parser.parse_sql_json(body))["stmts"]
+    except ParseError:
+        return Statement("select", body)  # DuckDB's own syntax, or nonsense: DuckDB says which
+    if not parsed:
+        return Statement("empty")  # comments alone
+    if len(parsed) != 1:
+        return Statement(
+            "refused",
+            body,
+            sqlstate="42601",
+            value="cannot insert multiple commands into a prepared statement",
+        )
+    ((kind, node),) = parsed[0]["stmt"].items()
+    if kind == "SelectStmt":
+        side = _side(node, catalogs)
+        origins = columns.origins(node) if side == "select" else None
+        return Statement(side, body, names=columns.names(node), origins=origins, tree=node)
+    handler = _UTILITY.get(kind)
+    if handler is None:
+        return Statement("select", body)  # a write or DuckDB's: refused there in its words
+    return handler(body, node)
+
+
+def _side(node: dict[str, Any], catalogs: frozenset[str]) -> str:
+    """ "catalog" where the SELECT reads only PostgreSQL's catalogs (or no table),
+    "select" where it reads the archive alone, "mixed" where it reads both."""
+    archive = catalog = False
+    ctes = set()
+    for child in _walk(node):
+        if "CommonTableExpr" in child:
+            ctes.add(child["CommonTableExpr"].get("ctename"))
+    for child in _walk(node):
+        ref = child.get("RangeVar")
+        if ref is None:
+            continue
+        schema, name = ref.get("schemaname"), ref.get("relname", "")
+        if schema is None and name in ctes:
+            continue
+        if schema in ("pg_catalog", "information_schema") or (schema is None and name in catalogs):
+            catalog = True
         else:
-            i += 1
-    out.append(text[start:])
-    return [s for s in out if s.strip()] or [""]
+            archive = True
+    if archive and catalog:
+        return "mixed"
+    return "select" if archive else "catalog"
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _transaction(body: str, node: dict[str, Any]) -> Statement:
+    kind = node.get("kind", "")
+    chain = bool(node.get("chain"))
+    name = node.get("savepoint_name") or ""
+    if kind in ("TRANS_STMT_BEGIN", "TRANS_STMT_START"):
+        tag = "BEGIN" if kind == "TRANS_STMT_BEGIN" else "START TRANSACTION"
+        return Statement("begin", body, tag=tag)
+    if kind == "TRANS_STMT_COMMIT":
+        return Statement("begin" if chain else "commit", body, tag="COMMIT")
+    if kind == "TRANS_STMT_ROLLBACK":
+        return Statement("begin" if chain else "rollback", body, tag="ROLLBACK")
+    if kind == "TRANS_STMT_SAVEPOINT":
+        return Statement("savepoint", body, name=name, tag="SAVEPOINT")
+    if kind == "TRANS_STMT_RELEASE":
+        return Statement("release", body, name=name, tag="RELEASE")
+    if kind == "TRANS_STMT_ROLLBACK_TO":
+        return Statement("rollback_to", body, name=name, tag="ROLLBACK")
+    return Statement(
+        "refused", body, sqlstate="0A000", value="archiver serve reads only: no two-phase commit"
+    )
+
+
+def _set(body: str, node: dict[str, Any]) -> Statement:
+    kind = node.get("kind", "")
+    name = str(node.get("name") or "").lower()
+    if kind == "VAR_RESET_ALL":
+        return Statement("reset", body, name="all", tag="RESET")
+    if kind == "VAR_RESET":
+        return Statement("reset", body, name=name, tag="RESET")
+    if kind == "VAR_SET_MULTI":  # SET TRANSACTION …, SET SESSION CHARACTERISTICS …
+        return Statement("set", body, name="", tag="SET")
+    if name in ("role", "session_authorization"):
+        return Statement(
+            "refused",
+            body,
+            sqlstate="42501",
+            value=f"SET {name.upper()} refused: archiver serve has one user",
+        )
+    value = "DEFAULT" if kind in ("VAR_SET_DEFAULT", "VAR_SET_CURRENT") else _set_value(node)
+    return Statement(
+        "set", body, name=name, value=value, tag="SET", hold=bool(node.get("is_local"))
+    )
+
+
+def _set_value(node: dict[str, Any]) -> str:
+    """SET's value as written, each argument's text joined by commas (the definitions
+    database says what it becomes: archiver.serve.session)."""
+    out = []
+    for arg in node.get("args") or []:
+        const = arg.get("A_Const") or arg.get("TypeCast", {}).get("arg", {}).get("A_Const") or {}
+        for key in ("sval", "ival", "fval", "boolval"):
+            if key in const:
+                out.append(str(const[key].get(key, 0)))
+                break
+    return ", ".join(out)
+
+
+def _show(body: str, node: dict[str, Any]) -> Statement:
+    return Statement("show", body, name=str(node.get("name", "")).lower(), tag="SHOW")
+
+
+def _discard(body: str, node: dict[str, Any]) -> Statement:
+    target = str(node.get("target", "DISCARD_ALL")).removeprefix("DISCARD_")
+    target = {"TEMP": "TEMP", "SEQUENCES": "SEQUENCES", "PLANS": "PLANS"}.get(target, "ALL")
+    return Statement("discard", body, name=target, tag=f"DISCARD {target}")
+
+
+def _deallocate(body: str, node: dict[str, Any]) -> Statement:
+    name = node.get("name") or ""
+    return Statement("deallocate", body, name=name, tag="DEALLOCATE" if name else "DEALLOCATE ALL")
+
+
+def _declare(body: str, node: dict[str, Any]) -> Statement:
+    options = int(node.get("options") or 0)
+    if options & _CURSOR_SCROLL:
+        return Statement(
+            "refused",
+            body,
+            sqlstate="0A000",
+            value="archiver serve's cursors scan forward only (NO SCROLL)",
+        )
+    query = _declared_query(body)
+    if query is None:
+        return Statement("refused", body, sqlstate="42601", value="DECLARE without FOR <query>")
+    return Statement(
+        "declare",
+        body,
+        name=node.get("portalname", ""),
+        value=query,
+        tag="DECLARE CURSOR",
+        hold=bool(options & _CURSOR_HOLD),
+    )
+
+
+def _declared_query(body: str) -> str | None:
+    """The query of a DECLARE, as the client wrote it: the text after the FOR that ends
+    the cursor's options (found by PostgreSQL's scanner, never inside a quote)."""
+    tokens = parser.scan(body)
+    for i, token in enumerate(tokens):
+        if token.name == "FOR" and i > 0 and tokens[i - 1].name in ("CURSOR", "HOLD"):
+            return body[token.end + 1 :].strip()
+    return None
+
+
+def _fetch(body: str, node: dict[str, Any]) -> Statement:
+    direction = node.get("direction", "FETCH_FORWARD")
+    if direction != "FETCH_FORWARD" or node.get("ismove"):
+        return Statement(
+            "refused",
+            body,
+            sqlstate="0A000",
+            value="archiver serve's cursors fetch forward only (FETCH n, FETCH ALL)",
+        )
+    many = node.get("howMany")
+    count = 0 if many is None else None if many == _FETCH_ALL else int(many)  # FETCH 0: none here
+    return Statement("fetch", body, name=node.get("portalname", ""), count=count)
+
+
+def _close(body: str, node: dict[str, Any]) -> Statement:
+    name = node.get("portalname") or ""
+    return Statement("close", body, name=name, tag="CLOSE CURSOR" if name else "CLOSE CURSOR ALL")
+
+
+_UTILITY = {
+    "TransactionStmt": _transaction,
+    "VariableSetStmt": _set,
+    "VariableShowStmt": _show,
+    "DiscardStmt": _discard,
+    "DeallocateStmt": _deallocate,
+    "DeclareCursorStmt": _declare,
+    "FetchStmt": _fetch,
+    "ClosePortalStmt": _close,
+}
 
 
 def parameter_types(sql: str, names: list[str]) -> dict[int, str]:

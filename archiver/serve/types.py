@@ -1,16 +1,18 @@
-"""Which PostgreSQL type each result column is said to be (its OID in
+"""Which PostgreSQL type each result column is said to be (its OID and typmod in
 RowDescription): its *original* type where the statement returns a table column as
-archived (`archiver.columns` in each file's metadata records it), else the type DuckDB
-computed. A type is said by its OID only where it is built in and its binary form is
-written (archiver.serve.binary); every other type (enums, composites, ranges, domains
-over them, inet, bit strings, money…) is said to be `text`, its value PostgreSQL's own
-text of the original type, as archived: a foreign table that declares the original type
-reads it back exactly."""
+archived (`archiver.columns` in each file's metadata records it) -- the OID the
+definitions database has for it, so a driver that looks it up finds it (an enum, a
+composite, a range, an array of any of them; a domain as its base type, as PostgreSQL
+says it) -- else the type DuckDB computed. Values are PostgreSQL's own text of the
+original type, as archived (a foreign table that declares it reads it back exactly),
+and its binary form where a client asks (archiver.serve.registry); a type whose binary
+form serve does not write is said to be `text`."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -71,6 +73,22 @@ _MODIFIER = re.compile(r"\(\d+(?:,\d+)?\)")
 
 
 @dataclass(frozen=True)
+class Announced:
+    """How a column of an archived type is announced: RowDescription's OID, typmod, size."""
+
+    oid: int
+    typmod: int
+    size: int
+    zoned: bool = False  # its values hold timestamps with time zone
+
+
+class Announces(Protocol):
+    """What tells how a column archived as a type is announced (archiver.serve.registry)."""
+
+    def announce(self, type_sql: str) -> Announced | None: ...
+
+
+@dataclass(frozen=True)
 class Column:
     """One result column as the client is told of it: its name, the OID it is said to
     be, and how its values are written (`kind`: the type name the encoders know, with
@@ -79,8 +97,12 @@ class Column:
     name: str
     oid: int
     size: int
-    kind: str
+    kind: str  # "": by its OID alone (archiver.serve.registry)
     trim_scale: bool = False  # an unconstrained numeric archived as decimal(38,18)
+    typmod: int = -1
+    table: int = 0  # the relation and column it is, where it is one (PostgreSQL's answers)
+    attnum: int = 0
+    zoned: bool = False  # a type of its own whose values hold timestamps with time zone
 
 
 def original(type_sql: str) -> tuple[str, bool] | None:
@@ -94,13 +116,15 @@ def original(type_sql: str) -> tuple[str, bool] | None:
     return base, array
 
 
-def column_for(name: str, arrow: pa.DataType, type_sql: str | None) -> Column:
+def column_for(name: str, arrow: pa.DataType, type_sql: str | None, registry: Announces) -> Column:
     """How result column `name` of Arrow type `arrow` is served: as its original type
     `type_sql` where one is known and the values are of its kind, else as the type the
     values are."""
     derived = _derived(arrow)
     if type_sql is not None:
         found = original(type_sql)
+        announced = registry.announce(type_sql)
+        typmod = announced.typmod if announced is not None else -1
         if found is not None:
             base, array = found
             kind = base + ("[]" if array else "")
@@ -113,8 +137,15 @@ def column_for(name: str, arrow: pa.DataType, type_sql: str | None) -> Column:
                     -1 if array else pg.size,
                     kind,
                     trim_scale=type_sql == "numeric",
+                    typmod=typmod,
                 )
         elif derived == "text":  # a type not built in, archived as its text
+            if announced is not None and type_sql == "money":  # as its exact numeric
+                return Column(name, announced.oid, announced.size, "money")
+            if announced is not None:
+                return Column(
+                    name, announced.oid, announced.size, "", typmod=typmod, zoned=announced.zoned
+                )
             return Column(name, TEXT.oid, -1, "text")
     if derived.endswith("[]"):
         element = TYPES[derived[:-2]]
@@ -200,46 +231,3 @@ ALIASES = {
     "time": "time without time zone",
     "decimal": "numeric",
 }
-
-
-def introspected(oids: list[int | None]) -> list[list[bytes | None]]:
-    """asyncpg's type introspection query answered for the types served by OID, rows as
-    PostgreSQL's catalog would give them (each array, then its element): asyncpg reads
-    arrays of built-in types only after it has looked them up."""
-    rows: list[list[bytes | None]] = []
-
-    def row(
-        oid: int, name: str, elem: int, depth: int, elem_name: str | None
-    ) -> list[bytes | None]:
-        values = [str(oid), "pg_catalog", name, "b", None, str(elem), "," if elem else None,
-                  None, None, None, str(depth), None, elem_name or "-", None]  # fmt: skip
-        return [None if v is None else v.encode() for v in values]
-
-    for oid in oids:
-        element = _ARRAY_ELEMENT.get(oid or 0)
-        if element is not None:
-            rows.append(row(element.oid, TYPNAMES[element.name], 0, 1, None))
-            rows.append(
-                row(
-                    element.array_oid,
-                    "_" + TYPNAMES[element.name],
-                    element.oid,
-                    0,
-                    TYPNAMES[element.name],
-                )
-            )
-        elif oid in _BY_OID:
-            pg = _BY_OID[oid]
-            rows.append(row(pg.oid, TYPNAMES[pg.name], 0, 0, None))
-    return rows
-
-
-INTROSPECTION_COLUMNS = [
-    Column("oid", 26, 4, "oid"), Column("ns", 19, 64, "name"), Column("name", 19, 64, "name"),
-    Column("kind", 18, 1, '"char"'), Column("basetype", 26, 4, "oid"),
-    Column("elemtype", 26, 4, "oid"), Column("elemdelim", 18, 1, '"char"'),
-    Column("range_subtype", 26, 4, "oid"), Column("attrtypoids", 1028, -1, "oid[]"),
-    Column("attrnames", 1009, -1, "text[]"), Column("depth", 23, 4, "integer"),
-    Column("basetype_name", 25, -1, "text"), Column("elemtype_name", 25, -1, "text"),
-    Column("range_subtype_name", 25, -1, "text"),
-]  # fmt: skip

@@ -9,6 +9,7 @@ import asyncio
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 PROTOCOL_3 = 196608  # 3.0
 SSL_REQUEST = 80877103
@@ -20,6 +21,26 @@ MAX_STARTUP = 10_000  # PostgreSQL's own limit on a start-up packet
 class ProtocolError(Exception):
     """A message that breaks the protocol: answered with an error, then the connection
     is closed (SQLSTATE 08P01)."""
+
+
+class SqlError(Exception):
+    """An error the client is told of as PostgreSQL tells it (an ErrorResponse): its
+    SQLSTATE and message, and PostgreSQL's detail, hint and position where it has them;
+    the connection goes on."""
+
+    def __init__(
+        self,
+        sqlstate: str,
+        message: str,
+        detail: str | None = None,
+        hint: str | None = None,
+        position: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint
+        self.position = position
 
 
 @dataclass(frozen=True)
@@ -136,11 +157,13 @@ def ready(status: bytes) -> bytes:
     return _message(b"Z", status)
 
 
-def error(sqlstate: str, text: str, severity: str = "ERROR", detail: str | None = None) -> bytes:
+def error(sqlstate: str, text: str, severity: str = "ERROR", detail: str | None = None,
+          hint: str | None = None, position: str | None = None) -> bytes:  # fmt: skip
     fields = b"S" + _cstr(severity) + b"V" + _cstr(severity) + b"C" + _cstr(sqlstate)
     fields += b"M" + _cstr(text)
-    if detail:
-        fields += b"D" + _cstr(detail)
+    for code, value in ((b"D", detail), (b"H", hint), (b"P", position)):
+        if value:
+            fields += code + _cstr(value)
     return _message(b"E", fields + b"\x00")
 
 
@@ -148,11 +171,31 @@ def command_complete(tag: str) -> bytes:
     return _message(b"C", _cstr(tag))
 
 
-def row_description(columns: Sequence[tuple[str, int, int]], formats: Sequence[int]) -> bytes:
-    """(name, type OID, typlen) of each column, and the format each is sent in."""
+class Described(Protocol):
+    """A result column as RowDescription tells it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def table(self) -> int: ...
+    @property
+    def attnum(self) -> int: ...
+    @property
+    def oid(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def typmod(self) -> int: ...
+
+
+def row_description(columns: Sequence[Described], formats: Sequence[int]) -> bytes:
+    """Each column (its name, relation and column number, type OID, typlen, typmod) and
+    the format each is sent in."""
     body = [struct.pack("!h", len(columns))]
-    for (name, oid, size), fmt in zip(columns, formats, strict=True):
-        body.append(_cstr(name) + struct.pack("!ihihih", 0, 0, oid, size, -1, fmt))
+    for c, fmt in zip(columns, formats, strict=True):
+        body.append(
+            _cstr(c.name) + struct.pack("!IhIhih", c.table, c.attnum, c.oid, c.size, c.typmod, fmt)
+        )
     return _message(b"T", b"".join(body))
 
 

@@ -58,3 +58,18 @@ def served_files(cur: Any, tables: list[str], storage: str, retired: bool) -> li
     column, min cutoff, max cutoff, id, retired, integer key)."""
     cur.execute(query("served_files"), (json.dumps(tables), storage, retired))
     return list(cur.fetchall())
+
+
+def served_signature(cur: Any, storage: str) -> tuple[Any, ...]:
+    """What changes whenever a file on `storage` is committed or leaves: serve declares
+    its tables again then."""
+    cur.execute(query("served_signature"), (storage,))
+    return tuple(cur.fetchall()[0])
+
+
+def served_definitions(cur: Any, storage: str) -> list[tuple[Any, ...]]:
+    """(table, path, key columns, id) of the newest committed file of each distinct
+    schema of each table on `storage`, each table's newest first."""
+    cur.execute(query("served_definitions"), (storage,))
+    rows = cur.fetchall()
+    return sorted(rows, key=lambda r: (str(r[0]), -int(r[3])))

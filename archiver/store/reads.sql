@@ -93,3 +93,17 @@ LEFT JOIN archive_files f ON f.source_table = w.t AND f.storage_url = $2 AND (
         AND (f.kept_until > now() OR archiver_seen_committed(f.retired_xid))))
 LEFT JOIN background_jobs j ON j.id = f.job_id
 ORDER BY w.t, f.id
+
+-- name: served_signature
+-- Whether the committed files on storage $1 changed since serve last declared them.
+SELECT coalesce(max(id), 0), count(*) FROM archive_files WHERE storage_url = $1 AND state = 'committed'
+
+-- name: served_definitions
+-- What serve declares of each table it serves from storage $1: the newest committed file
+-- of each distinct Delta schema (a file that records none: each its own), newest first,
+-- with the table's key columns; the files of copy jobs left out, as serve reads none.
+SELECT DISTINCT ON (f.source_table, coalesce(f.delta_schema, f.path))
+       f.source_table, f.path, f.key_columns, f.id
+FROM archive_files f LEFT JOIN background_jobs j ON j.id = f.job_id
+WHERE f.storage_url = $1 AND f.state = 'committed' AND coalesce(j.payload->>'mode', '') <> 'copy'
+ORDER BY f.source_table, coalesce(f.delta_schema, f.path), f.id DESC

@@ -21,7 +21,7 @@ from pathlib import Path
 import asyncpg
 
 from archiver.testing.cluster import PrivateCluster, which_pg_bin
-from archiver.testing.services import Azurite, free_port, with_database
+from archiver.testing.services import Azurite, free_port, wait_for_port, with_database
 from archiver.testing.supervised import Supervisord, supervisor_defaults, wait_running
 
 CONTAINER = "soak"
@@ -155,6 +155,7 @@ class World:
         self.azurite = Azurite(workdir / "azurite")
         self.log_dir = workdir / "log"
         self.supervisord: Supervisord | None = None
+        self.attached = False
         self.url = ""
         self.env: dict[str, str] = {}
 
@@ -210,17 +211,23 @@ class World:
         if migrated.returncode != 0:
             raise RuntimeError(f"archiver migrate: {migrated.stderr}")
         asyncio.run(self._schema())
+
+    def start(self) -> None:
+        """supervisord with the scheduler, the workers, the console and serve, all
+        RUNNING; the first time, the tables attached through serve (attach reads through
+        it before it returns)."""
+        self.supervisord = Supervisord(self.env)
+        self.supervisord.start()
+        wait_running(self.env, self.programs)
+        if self.attached:
+            return
         port = self.env["ARCHIVER_SERVE_BIND"].rsplit(":", 1)[1]
+        wait_for_port(int(port), timeout=60)
         for table in ("orders", "order_lines", "audit"):  # their _all views: soak.ask_views
             done = self.cli("attach", "--table", table, "--port", port, "--sslmode", "disable")
             if done.returncode != 0:
                 raise RuntimeError(f"archiver attach: {done.stderr}")
-
-    def start(self) -> None:
-        """supervisord with the scheduler, the workers and the console, all RUNNING."""
-        self.supervisord = Supervisord(self.env)
-        self.supervisord.start()
-        wait_running(self.env, self.programs)
+        self.attached = True
 
     @property
     def programs(self) -> list[str]:

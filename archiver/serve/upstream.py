@@ -1,0 +1,268 @@
+"""The statements that read only PostgreSQL's catalogs (or no table), answered by
+PostgreSQL itself: the definitions database (archiver.serve.definitions), as its reader,
+each statement in a read-only transaction of its own carrying the session's settings,
+its parameters, types and result formats passed through as the client sent them and its
+answer passed back as the server gave it: PostgreSQL's own answer, whatever the client
+asks, the cluster's shared relations narrowed to serve's own (archiver.serve.narrowing)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import pq
+from psycopg.pq import DiagnosticField, ExecStatus
+from psycopg.pq.abc import PGconn, PGresult
+
+from archiver.serve.definitions import Definitions
+from archiver.serve.narrowing import narrowed
+from archiver.serve.wire import SqlError
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column of RowDescription, as PostgreSQL describes it."""
+
+    name: str
+    table: int
+    attnum: int
+    oid: int
+    size: int
+    typmod: int
+
+
+@dataclass
+class Answer:
+    fields: list[Field]
+    rows: list[list[bytes | None]]
+    tag: str
+    formats: list[int]  # of each field, as sent
+
+
+class Upstream:
+    """Connections to the definitions database as its reader, shared by the sessions:
+    each statement borrows one for its transaction."""
+
+    def __init__(self, definitions: Definitions, size: int, statement_timeout: float) -> None:
+        self.definitions = definitions
+        self.size = size
+        self.statement_timeout = statement_timeout
+        self._idle: list[PGconn] = []
+        self._open = 0
+        self._ready = threading.Condition()
+        self.version = (
+            f"PostgreSQL {definitions.server_version.split()[0]} (archiver serve: the archive "
+            "read by DuckDB, its catalogs by the definitions database)"
+        )
+
+    def close(self) -> None:
+        with self._ready:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.finish()
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[PGconn]:
+        with self._ready:
+            while not self._idle and self._open >= self.size:
+                self._ready.wait()
+            conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                self._open += 1
+        try:
+            if conn is None:
+                conn = pq.PGconn.connect(self.definitions.place.conninfo().encode())
+                if conn.status != pq.ConnStatus.OK:
+                    said: str | bytes = conn.get_error_message()
+                    message = (
+                        said.decode(errors="replace") if isinstance(said, bytes) else said
+                    ).strip()
+                    conn.finish()
+                    conn = None
+                    raise SqlError(
+                        "08006", f"serve: the definitions database cannot be reached: {message}"
+                    )
+            yield conn
+        finally:
+            with self._ready:
+                if (
+                    conn is not None
+                    and conn.status == pq.ConnStatus.OK
+                    and conn.transaction_status == pq.TransactionStatus.IDLE
+                ):
+                    self._idle.append(conn)
+                else:
+                    self._open -= 1
+                    if conn is not None:
+                        conn.finish()
+                self._ready.notify()
+
+    @contextmanager
+    def _transaction(
+        self, settings: dict[str, str], started: Callable[[Any], None]
+    ) -> Iterator[PGconn]:
+        """A read-only transaction (one snapshot) carrying the session's settings."""
+        with self._borrowed() as conn:
+            started(_Cancel(conn))
+            setup = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"]
+            timeout = f"{int(self.statement_timeout * 1000)}" if self.statement_timeout else "0"
+            for name, value in {**settings, "statement_timeout": timeout}.items():
+                setup.append(
+                    f"SELECT pg_catalog.set_config({_literal(conn, name)}, {_literal(conn, value)}, true)"
+                )
+            _check(conn.exec_("; ".join(setup).encode()))
+            try:
+                yield conn
+            finally:
+                if conn.status == pq.ConnStatus.OK:
+                    conn.exec_(b"ROLLBACK")
+
+    def run(
+        self,
+        text: str,
+        params: Sequence[bytes | None],
+        param_oids: Sequence[int],
+        param_formats: Sequence[int],
+        result_formats: Sequence[int],
+        settings: dict[str, str],
+        started: Callable[[Any], None],
+    ) -> Answer:
+        """The answer to one statement (`text`, the client's), its parameters as sent."""
+        self.definitions.refresh()
+        sent = narrowed(text, self.version).encode()
+        with self._transaction(settings, started) as conn, _positioned(sent != text.encode()):
+            wanted = set(result_formats) or {0}
+            results = {}
+            for fmt in sorted(wanted):  # mixed formats: the statement twice, in one snapshot
+                results[fmt] = _check(
+                    conn.exec_params(
+                        sent,
+                        list(params),
+                        list(param_oids) or None,
+                        list(param_formats) or None,
+                        fmt,
+                    )
+                )
+            first = results[min(wanted)]
+            fields = _fields(first)
+            formats = _formats(result_formats, len(fields))
+            rows = [
+                [results[formats[c]].get_value(r, c) for c in range(len(fields))]
+                for r in range(first.ntuples)
+            ]
+            tag = (first.command_status or b"").decode()
+            return Answer(fields, rows, tag, formats)
+
+    def describe(
+        self,
+        text: str,
+        param_oids: Sequence[int],
+        settings: dict[str, str],
+        started: Callable[[Any], None],
+    ) -> tuple[list[int], list[Field]]:
+        """A statement's parameters' types and its result's columns, as PostgreSQL
+        infers them."""
+        self.definitions.refresh()
+        with self._transaction(settings, started) as conn:
+            _check(
+                conn.prepare(b"", narrowed(text, self.version).encode(), list(param_oids) or None)
+            )
+            found = _check(conn.describe_prepared(b""))
+            params = [found.param_type(i) for i in range(found.nparams)]
+            fields = _fields(found)
+            return params, fields
+
+    def setting(
+        self, statement: str, name: str, settings: dict[str, str], started: Callable[[Any], None]
+    ) -> str:
+        """What `statement` (a SET of `name`) sets it to, as PostgreSQL spells the
+        value; PostgreSQL's error where it refuses it. Nothing is kept."""
+        with self._transaction(settings, started) as conn:
+            _check(conn.exec_(statement.encode()))
+            res = _check(
+                conn.exec_params(
+                    b"SELECT pg_catalog.current_setting($1)", [name.encode()], None, None, 0
+                )
+            )
+            value = res.get_value(0, 0)
+            return "" if value is None else value.decode()
+
+    def show(
+        self, name: str, settings: dict[str, str], started: Callable[[Any], None]
+    ) -> tuple[str, str]:
+        """SHOW `name`: (the column's name, the value), as PostgreSQL answers it."""
+        answer = self.run(f"SHOW {_ident(name)}", [], [], [], [], settings, started)
+        value = answer.rows[0][0] if answer.rows else None
+        return answer.fields[0].name, "" if value is None else value.decode()
+
+
+@contextmanager
+def _positioned(rewritten: bool) -> Iterator[None]:
+    """An error's position is in the client's text only where serve sent that text."""
+    try:
+        yield
+    except SqlError as exc:
+        if rewritten:
+            exc.position = None
+        raise
+
+
+class _Cancel:
+    """A running statement's cancel: PostgreSQL's cancel request for its connection."""
+
+    def __init__(self, conn: PGconn) -> None:
+        self._cancel = conn.get_cancel()
+
+    def interrupt(self) -> None:
+        self._cancel.cancel()
+
+
+def _fields(res: PGresult) -> list[Field]:
+    """A result's columns, as its RowDescription said them."""
+    return [
+        Field((res.fname(i) or b"").decode(), res.ftable(i), res.ftablecol(i), res.ftype(i),
+              res.fsize(i), res.fmod(i))
+        for i in range(res.nfields)
+    ]  # fmt: skip
+
+
+def _formats(asked: Sequence[int], count: int) -> list[int]:
+    if not asked:
+        return [0] * count
+    if len(asked) == 1:
+        return [asked[0]] * count
+    return list(asked[:count]) + [0] * (count - len(asked))
+
+
+def _literal(conn: PGconn, value: str) -> str:
+    return bytes(pq.Escaping(conn).escape_literal(value.encode())).decode()
+
+
+def _ident(name: str) -> str:
+    return (
+        '"' + name.replace('"', '""') + '"'
+        if not name.replace("_", "").replace(".", "").isalnum()
+        else name
+    )
+
+
+def _check(res: PGresult | None) -> PGresult:
+    if res is None:
+        raise SqlError("08006", "serve: the definitions database went away")
+    if res.status in (ExecStatus.FATAL_ERROR, ExecStatus.NONFATAL_ERROR, ExecStatus.BAD_RESPONSE):
+
+        def field(code: DiagnosticField) -> str | None:
+            value = res.error_field(code)
+            return None if value is None else value.decode(errors="replace")
+
+        raise SqlError(
+            field(DiagnosticField.SQLSTATE) or "XX000",
+            field(DiagnosticField.MESSAGE_PRIMARY) or "error",
+            field(DiagnosticField.MESSAGE_DETAIL),
+            field(DiagnosticField.MESSAGE_HINT),
+            field(DiagnosticField.STATEMENT_POSITION),
+        )
+    return res
