@@ -57,7 +57,7 @@ def _end_sessions(urls: list[str], name: str) -> int:
     return ended
 
 
-SERVICES = frozenset(("worker", "scheduler", "console"))
+SERVICES = frozenset(("worker", "scheduler", "console", "serve"))
 
 
 def stops_on_signal(command: str, settings: Settings) -> contextlib.AbstractContextManager[None]:

@@ -212,7 +212,7 @@ lows = [f[1] for f in files]
 rng = random.Random(7)
 def lookup(key):
     path = files[bisect.bisect_right(lows, key) - 1][0]
-    rows = db.execute("SELECT * FROM read_parquet($1) WHERE id = $2", [location.reader_uri(path), key]).fetch_arrow_table()
+    rows = db.execute("SELECT * FROM read_parquet($1) WHERE id = $2", [location.reader_uri(path), key]).to_arrow_table()
     assert rows.num_rows <= 1
 for f in files:
     lookup(f[1])

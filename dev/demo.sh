@@ -102,7 +102,7 @@ asyncio.run(main())
 PY
 echo "== psql straight to archiver serve: the archive's tables in PostgreSQL's catalogs"
 PGPASSWORD=$ARCHIVER_SERVE_PASSWORD psql -X "host=127.0.0.1 port=$serve_port user=archiver dbname=archive sslmode=disable" \
-  -c '\dt' -c 'SELECT status, count(*) FROM orders GROUP BY 1 ORDER BY 1'
+  -c '\dt' -c '\d orders' -c 'SELECT status, count(*) FROM orders GROUP BY 1 ORDER BY 1'
 echo "== supervisorctl stop all"; ctl stop all
 ctl shutdown
 echo "== archiver status"; archiver status

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from archiver.bulk import _Databases, fetch_and_rollback
-from tests.support import sql
+from tests.support import sql, wait_until
 
 MOOD = "SELECT 'ok'::mood AS m"
 
@@ -56,9 +56,17 @@ def test_threads_open_and_close_while_it_is_replaced(database_url: str) -> None:
     for t in threads:
         t.join()
     assert failures == []
-    left = sql(
-        database_url,
-        "SELECT count(*) AS n FROM pg_stat_activity"
-        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    # every connection, and every making's own, closed: its backend leaves the server's
+    # list a moment after the client's goodbye (it exits on its own time)
+    wait_until(
+        lambda: (
+            sql(
+                database_url,
+                "SELECT count(*) AS n FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )[0]["n"]
+            == 0
+        ),
+        timeout=10,
+        what="every backend gone",
     )
-    assert left[0]["n"] == 0  # every connection, and every making's own, closed

@@ -103,6 +103,18 @@ def test_clients_read_the_archive_and_writes_are_refused(h: Harness) -> None:
                     conn.execute(statement)
                 assert refused.value.sqlstate == state, (statement, refused.value)
 
+        # a statement DuckDB cannot parse to JSON (its PIVOT) reads the tables as views
+        with psycopg.connect(served.dsn(), autocommit=True) as conn:
+            pivot = conn.execute(
+                "PIVOT (SELECT status FROM orders) ON status IN ('paid', 'new') USING count(*)"
+            ).fetchall()
+        want = h.sql(
+            "SELECT count(*) FILTER (WHERE status = 'paid'), count(*) FILTER (WHERE status = 'new') "
+            "FROM untouched WHERE created_at < $1::text::timestamptz",
+            BEFORE,
+        )[0]
+        assert pivot == [tuple(want)], pivot
+
         # psycopg: parameters (extended protocol), a transaction, a server-side cursor
         with psycopg.connect(served.dsn()) as conn:
             got = conn.execute(

@@ -31,6 +31,7 @@ from tests.support import ADMIN_URL, sql
 
 PASSWORD = "definitions-reader-password-0123"
 TIMEOUT = 2.0
+TIMED_OUT = ("error", "57014")
 PSQL = (
     "\\dt",
     "\\dt+",
@@ -205,6 +206,12 @@ def test_catalog_answers_are_postgresqls_and_show_nothing_else(h: Harness) -> No
                 ours = _answer(mine, query)
                 _no_leak(ours, forbidden, name, query)
                 first = _answer(direct, narrowed(query, version))
+                for _ in range(2):  # a statement near the timeout, on a busy machine
+                    if (ours == TIMED_OUT) == (first == TIMED_OUT):
+                        break
+                    ours = _answer(mine, query)
+                    _no_leak(ours, forbidden, name, query)
+                    first = _answer(direct, narrowed(query, version))
                 again = _answer(direct, narrowed(query, version))
                 if first != again or VOLATILE.search(query):  # compare what does not move
                     ours, first = ours[:2], first[:2]

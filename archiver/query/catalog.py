@@ -6,6 +6,7 @@ is offline -- and the snapshot exported, for the live rows to be read at it."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,6 +117,7 @@ def bounded(table: str, refs: list[Reference]) -> bool:
     return bool(mine) and all(r.columns for r in mine)
 
 
+@functools.lru_cache(maxsize=65536)  # each catalogued end parsed once per process
 def _instant(text: str | None) -> dt.datetime | None:
     """A catalogued end (UTC text), None where it bounds nothing: none, or a year past
     Python's 9999 (PostgreSQL's go to 294276)."""
@@ -125,6 +127,7 @@ def _instant(text: str | None) -> dt.datetime | None:
         return None
 
 
+@functools.lru_cache(maxsize=65536)
 def _integer(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None

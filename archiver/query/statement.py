@@ -309,6 +309,29 @@ def admits(refs: list[Reference], column: str, low: Any, high: Any, as_value: An
     return False
 
 
+def integer_ranges(refs: list[Reference], most: int = 1000) -> dict[str, list[Any]]:
+    """For each column every one of `refs` bounds, the integer ranges they keep, one per
+    reference: [low, high, values] (None: open; values, where the reference sets it to
+    one of at most `most`, else None) -- what `admits` asks of a file's integer key range,
+    loosened (one set of values used where a reference has several), for the catalog to
+    leave files out before they are read back."""
+    if not refs:
+        return {}
+    out: dict[str, list[Any]] = {}
+    for column in set.intersection(*(set(r.columns) for r in refs)):
+        ranges = []
+        for ref in refs:
+            bounds = ref.columns[column]
+            lows = [v for v in (as_integer(x, -1) for x in bounds.lows) if v is not None]
+            highs = [v for v in (as_integer(x, 1) for x in bounds.highs) if v is not None]
+            sets = [[as_integer(v, 0) for v in values] for values in bounds.sets]
+            usable = [v for v in sets if len(v) <= most and None not in v]
+            ranges.append([max(lows, default=None), min(highs, default=None),
+                           min(usable, key=len) if usable else None])  # fmt: skip
+        out[column] = ranges
+    return out
+
+
 def _meets(bounds: Bounds, low: Any, high: Any, as_value: Any) -> bool:
     lows = [v for v in (as_value(x, -1) for x in bounds.lows) if v is not None]
     highs = [v for v in (as_value(x, 1) for x in bounds.highs) if v is not None]

@@ -17,13 +17,12 @@ Each archived table `schema.table` is two relations:
 Both carry every column of every file (a column a file lacks is NULL in it), the
 `<column>__pg_text` companions of PostgreSQL-only values (a statement that returns a
 column returns its companion's value where it has one: text.text_values) and
-`_archiver_file`. A statement runs in an in-memory database of its own inside the
-process's DuckDB, holding its views; it is detached when the statement's result closes."""
+`_archiver_file`. A statement reads each as the SELECT of its files, written in its place
+(archiver.serve.inlining)."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import sys
 import threading
@@ -40,7 +39,7 @@ from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query import statement
 from archiver.query.catalog import File, Snapshot
 from archiver.query.views import archived_copies, file_ranges
-from archiver.serve import companions, dialect
+from archiver.serve import companions, dialect, inlining
 from archiver.serve.definitions import Definitions, FileColumns
 from archiver.serve.fileset import KEPT, FileSet
 from archiver.serve.types import Column, column_for
@@ -62,8 +61,7 @@ class Result:
     _cursor: Any
     _batches: Iterator[pa.RecordBatch]
     _first: pa.RecordBatch | None
-    _database: str
-    _release: Callable[[str], None]
+    _release: Callable[[], None]  # what the statement held beside its cursor
     closed: bool = field(default=False)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -79,7 +77,7 @@ class Result:
         try:
             self._cursor.close()
         finally:
-            self._release(self._database)
+            self._release()
 
     def interrupt(self) -> None:
         self._cursor.interrupt()
@@ -97,14 +95,10 @@ class ServedArchive:
         self.location = location
         self.fileset = FileSet(settings.database_url, str(location))
         self.fileset.check_primary()
-        self._free: list[str] = []  # attached databases no statement holds
-        self._schemas: dict[str, set[str]] = {}  # the schemas made in each
         _no_pandas_lookups()
         self._files: dict[str, FileColumns] = {}
         self._parses: dict[str, tuple[str, dict[str, Any] | None, set[str]]] = {}
-        self._extended: dict[tuple[str, frozenset[str]], tuple[str, int]] = {}
         self._lock = threading.Lock()
-        self._numbers = itertools.count(1)
         db = duckdb.connect(
             config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
         )
@@ -130,6 +124,7 @@ class ServedArchive:
         )
         db.execute("SET lock_configuration = true")  # no statement changes any of it
         self.db = db
+        self.writer = inlining.Writer()
         self.definitions = Definitions(settings, str(location), self.describe)
         self.definitions.start()
 
@@ -218,57 +213,41 @@ class ServedArchive:
 
         cur = self.db.cursor()
         started(cur)
-        name, schemas_made = self._database(cur)
-        setup = [f"USE {name}"]  # run as one call, after the files are described
+        release: Callable[[], None] = lambda: None  # noqa: E731
         try:
             types: dict[str, str] = {}  # column -> its original type, the newest file's
             companion_columns: set[str] = set()
             list_columns: set[str] = set()
-            schemas = ["main"]
+            bodies: dict[tuple[str, str], str] = {}  # (schema, table) -> its rows' SELECT
             for snapshot, retired in ((plain, False), (kept, True)):
                 if snapshot is None:
                     continue
                 self._check_files(cur, snapshot)
                 for table, files in snapshot.files.items():
                     schema, bare = table.split(".", 1)
-                    target = (KEPT, table) if retired else (schema, bare)
                     body, described = self._body(cur, files, referenced)
                     for one in described:
                         for column, type_sql in one.types.items():
                             types.setdefault(column, type_sql)
                         companion_columns.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
                         list_columns.update(c for c, k in one.kinds.items() if k.endswith("[]"))
-                    if target[0] not in schemas_made:
-                        setup.append(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(target[0])}")
-                        schemas_made.add(target[0])
-                    view = f"{quote_ident(target[0])}.{quote_ident(target[1])}"
-                    setup.append(f"CREATE OR REPLACE VIEW {view} AS {body}")
-                    if not retired and schema not in schemas:
-                        schemas.append(schema)
-            path = ",".join(f"{name}.{quote_ident(s)}" for s in schemas)
-            setup.append(f"SET search_path = '{path.replace(chr(39), chr(39) * 2)}'")
-            cur.execute(";\n".join(setup))
+                    bodies[(KEPT, table) if retired else (schema, bare)] = body
             plain_sql = dialect.list_literals(sql, list_columns)
-            key = (plain_sql, frozenset(companion_columns))
-            with self._lock:
-                extended = self._extended.get(key)
-            if extended is None:  # once per statement text and set of companions
-                extended = companions.with_companions(
-                    cur, plain_sql, companion_columns, tree if plain_sql == sql else None
-                )
-                with self._lock:
-                    if len(self._extended) >= PARSES:
-                        self._extended.pop(next(iter(self._extended)))
-                    self._extended[key] = extended
-            served, appended = extended
+            parsed = tree if plain_sql == sql else None
             try:
+                served, appended, release = self.writer.written(
+                    cur, plain_sql, parsed, companion_columns, bodies
+                )
                 reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
             except duckdb.BinderException:
-                if served == plain_sql:
+                if not companion_columns:
                     raise
                 # the companions made it unbindable (a name both sides of a join have)
-                reader = cur.execute(plain_sql, params or None).fetch_record_batch(BATCH_ROWS)
-                appended = 0
+                release()
+                served, appended, release = self.writer.written(
+                    cur, plain_sql, parsed, set(), bodies
+                )
+                reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
             batches = iter(reader)
             first = next(batches, None)
             fields = list(reader.schema)
@@ -278,10 +257,10 @@ class ServedArchive:
                 column_for(fields[i].name, fields[i].type, types.get(fields[i].name), registry)
                 for i in shown
             ]
-            return Result(columns, shown, companion_of, cur, batches, first, name, self._release)
+            return Result(columns, shown, companion_of, cur, batches, first, release)
         except BaseException as exc:
             cur.close()
-            self._release(name)
+            release()
             if isinstance(exc, duckdb.IOException):  # a footer or a file's rows not read
                 if any(
                     self.location.reader_uri(f.path) in str(exc)
@@ -295,23 +274,6 @@ class ServedArchive:
                     f"serve: the archive could not be read: {first_line(exc)}"
                 ) from None
             raise
-
-    def _database(self, cur: Any) -> tuple[str, set[str]]:
-        """An in-memory database no running statement holds, for a statement's views
-        (attached once, then reused: a statement replaces the views it names)."""
-        with self._lock:
-            if self._free:
-                name = self._free.pop()
-                return name, self._schemas[name]
-            name = f"q{next(self._numbers)}"
-        cur.execute(f"ATTACH ':memory:' AS {name}")
-        with self._lock:
-            self._schemas[name] = set()
-        return name, self._schemas[name]
-
-    def _release(self, name: str) -> None:
-        with self._lock:
-            self._free.append(name)
 
     def _check_files(self, cur: Any, snapshot: Snapshot) -> None:
         """Leave out the files of copy jobs whose job is gone (their metadata says so)."""

@@ -7,12 +7,9 @@ declares them) is shown, and paired with its column too."""
 
 from __future__ import annotations
 
-import copy
-import json
 from typing import Any
 
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.query import statement
 
 
 def columns_named(tree: dict[str, Any] | None) -> set[str]:
@@ -32,32 +29,24 @@ def columns_named(tree: dict[str, Any] | None) -> set[str]:
     return found
 
 
-def with_companions(
-    cur: Any, sql: str, companions: set[str], tree: dict[str, Any] | None = None
-) -> tuple[str, int]:
-    """`sql`, its top-level select list extended by the companion of each plain column it
-    returns (`c__pg_text` beside `c`) where the relations have one (`companions`): its
-    PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) then
-    replace the column's NULL (text.text_values). A statement of any other shape runs
-    as it is (and so does one DuckDB cannot bind so extended: the caller's to retry).
-    `tree`: its parse, when the caller has it. Returns the statement and how many
-    columns it appended."""
-    if not companions:
-        return sql, 0
-    tree = tree if tree is not None else statement.serialized(sql, cur)
-    if tree is None:
-        return sql, 0
-    tree = copy.deepcopy(tree)
+def extend(tree: dict[str, Any], companions: set[str]) -> int:
+    """DuckDB's parse of a statement (changed in place), its top-level select list
+    extended by the companion of each plain column it returns (`c__pg_text` beside `c`)
+    where the relations have one (`companions`): its PostgreSQL-only values (±infinity,
+    numeric NaN, multi-dimensional arrays) then replace the column's NULL
+    (text.text_values). A statement of any other shape is left as it is. Returns how
+    many columns it appended."""
     statements = tree.get("statements") or []
     node = statements[0].get("node", {}) if len(statements) == 1 else {}
     items = node.get("select_list") or []
     if (
-        node.get("type") != "SELECT_NODE"
+        not companions
+        or node.get("type") != "SELECT_NODE"
         or node.get("group_expressions")
         or any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or [])
         or any(i.get("type") != "COLUMN_REF" for i in items)
     ):
-        return sql, 0
+        return 0
     added = []
     for item in items:
         names = item["column_names"]
@@ -65,14 +54,8 @@ def with_companions(
         if companion in companions:
             alias = (item.get("alias") or names[-1]) + PG_TEXT_SUFFIX
             added.append(dict(item, column_names=[*names[:-1], companion], alias=alias))
-    if not added:
-        return sql, 0
     node["select_list"] = items + added
-    try:
-        extended = cur.execute("SELECT json_deserialize_sql($1)", [json.dumps(tree)]).fetchone()[0]
-    except Exception:
-        return sql, 0
-    return str(extended), len(added)
+    return len(added)
 
 
 def paired(names: list[str], appended: int) -> tuple[list[int], dict[int, int]]:

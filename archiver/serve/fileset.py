@@ -7,12 +7,14 @@ is opened (archiver.query's pruning)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from typing import Any
 
-from archiver.bulk import BulkConnection, open_bulk
-from archiver.errors import ConfigError, InputError
+from psycopg import pq
+from psycopg.conninfo import make_conninfo
+from psycopg.pq.abc import PGconn
+
+from archiver.errors import ConfigError, DatabaseUnavailable, InputError, redact
 from archiver.ident import as_typed
 from archiver.query import catalog, statement
 from archiver.query.catalog import File, Snapshot
@@ -29,7 +31,7 @@ class FileSet:
         self.storage = storage
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._opened: list[tuple[BulkConnection, Any]] = []  # each thread's, with its cursor
+        self._opened: list[PGconn] = []  # each thread's
 
     def files(
         self, sql: str, params: list[Any], parser: Any, tree: dict[str, Any] | None
@@ -41,70 +43,64 @@ class FileSet:
         plain, kept = _named(refs)
         return self._catalog(plain, kept, refs)
 
-    def _cursor(self) -> tuple[BulkConnection, Any]:
-        """This thread's catalog connection and the cursor FILES runs on, opened once
-        (a cursor kept prepares its statement once)."""
-        found: tuple[BulkConnection, Any] | None = getattr(self._local, "held", None)
+    def _connection(self) -> PGconn:
+        """This thread's catalog connection (libpq's, psycopg's binding), opened once."""
+        found: PGconn | None = getattr(self._local, "held", None)
         if found is None:
-            conn = open_bulk(self.url)
-            found = self._local.held = (conn, conn.cursor())
+            found = pq.PGconn.connect(
+                make_conninfo(self.url, application_name="archiver serve").encode()
+            )
+            if found.status != pq.ConnStatus.OK:
+                said = found.get_error_message()
+                found.finish()
+                raise DatabaseUnavailable(
+                    f"serve: cannot connect to PostgreSQL at {redact(self.url)}: {str(said).strip()}"
+                )
+            self._local.held = found
             with self._lock:
                 self._opened.append(found)
         return found
 
     def close(self) -> None:
-        """Every thread's connection, closed (serve is stopping): its kept cursor first (a
-        cursor collected after its connection closed fails in ADBC's __del__)."""
+        """Every thread's connection, closed (serve is stopping)."""
         with self._lock:
             opened, self._opened = self._opened, []
-        for held in opened:
-            for part in reversed(held):
-                with contextlib.suppress(Exception):
-                    part.close()
+        for conn in opened:
+            with contextlib.suppress(Exception):
+                conn.finish()
 
     def check_primary(self) -> None:
         """Refuse a catalog database in recovery: its readers' snapshots are a standby's,
         which the primary's reaping does not see (archiver_seen_committed)."""
-        conn, _ = self._cursor()
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_is_in_recovery()")
-            standby = bool(cur.fetchall()[0][0])
-        conn.rollback()
-        if standby:
+        res = self._connection().exec_(b"SELECT pg_is_in_recovery()")
+        if res.status != pq.ExecStatus.TUPLES_OK:
+            said = res.error_message.decode(errors="replace").strip()
+            raise DatabaseUnavailable(f"serve: the catalog database did not answer: {said}")
+        if res.get_value(0, 0) == b"t":
             raise ConfigError(
                 "serve: ARCHIVER_DATABASE_URL is a standby in recovery: serve reads the "
                 "catalog on the primary, where the files a view's snapshot sees are kept"
             )
 
-    def _read(self, names: list[str], retired: bool) -> list[tuple[Any, ...]]:
-        """FILES on this thread's connection, once more on a new one if it broke; a bare
-        table name (`orders`, or `*`: every table) resolved as archiver query resolves
-        it first."""
+    def _read(
+        self, names: list[str], retired: bool, ranges: dict[str, list[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """FILES on this thread's connection (its own snapshot: no transaction around
+        it), once more on a new one if it broke; a bare table name (`orders`, or `*`:
+        every table) resolved as archiver query resolves it, in the same query."""
         for attempt in (1, 2):
-            held = self._cursor()
-            conn, files = held
+            conn = self._connection()
             try:
-                bare = [n for n in names if "." not in n]
-                tables = [n for n in names if "." in n]
-                if bare:
-                    with conn.cursor() as cur:
-                        found = (
-                            reads.archived_tables(cur)
-                            if "*" in bare
-                            else reads.named_tables(cur, bare)
-                        )
-                    tables += found
-                rows = reads.served_files(files, tables, self.storage, retired)
-                conn.rollback()
-                return rows
+                return reads.served_files(conn, names, self.storage, retired, ranges)
             except Exception:
+                if conn.status == pq.ConnStatus.OK and attempt == 1:
+                    raise  # the query's own failure, not the connection's
                 self._local.held = None
                 with self._lock:
-                    if held in self._opened:
-                        self._opened.remove(held)
-                for part in (files, conn):
-                    with contextlib.suppress(Exception):
-                        part.close()
+                    if conn in self._opened:
+                        self._opened.remove(conn)
+                with contextlib.suppress(Exception):
+                    conn.finish()
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
@@ -116,7 +112,12 @@ class FileSet:
         relations: committed files; its kept ones: retired ones too), pruned by its
         constraints: one catalog query."""
         names = sorted((plain if plain is not None else {"*"}) | kept)
-        rows = self._read(names, bool(kept))
+        # one table read: the catalog leaves out what its key bounds prune (a key lookup's
+        # one file comes back, not every file of the table)
+        ranges = {}
+        if refs is not None and not kept and len({r.table.casefold() for r in refs}) == 1:
+            ranges = statement.integer_ranges(refs)
+        rows = self._read(names, bool(kept), ranges)
         plain_refs = [statement.Reference(n) for n in plain or ()]
         snapshots: list[Snapshot | None] = []
         for wanted, retired in ((plain, False), (kept, True)):
@@ -124,14 +125,17 @@ class FileSet:
                 snapshots.append(None)
                 continue
             snapshot = Snapshot("", "")
+            kept_names = {k.casefold() for k in kept}
+            mine: dict[str, bool] = {}  # of each table, whether the statement reads it here
             for row in rows:
                 table = str(row[0])
-                mine = (
-                    table.casefold() in {k.casefold() for k in kept}
-                    if retired
-                    else wanted is None or bool(statement.reads(table, plain_refs))
-                )
-                if not mine:
+                if table not in mine:
+                    mine[table] = (
+                        table.casefold() in kept_names
+                        if retired
+                        else wanted is None or bool(statement.reads(table, plain_refs))
+                    )
+                if not mine[table]:
                     continue
                 files = snapshot.files.setdefault(table, [])
                 path, offline, mode, gone = row[1], row[2], row[4], row[12]
@@ -143,8 +147,9 @@ class FileSet:
                 if row[13]:
                     snapshot.integer_keys.add((table, str(row[5])))
                 unsure = not row[3] and mode != "move"
-                file = File(str(path), row[5], row[6], row[7], row[8], row[9], row[10], unsure)
-                files.append(dataclasses.replace(file, id=int(row[11])))
+                files.append(
+                    File(path, row[5], row[6], row[7], row[8], row[9], row[10], unsure, row[11])
+                )
             if refs is not None:
                 catalog.prune(snapshot, _as_read(refs, retired))
             if snapshot.offline:

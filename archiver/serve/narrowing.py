@@ -61,35 +61,54 @@ def narrowed(text: str, version: str) -> str:
     it names a shared relation or version() (which says `version`), rewritten and
     deparsed by pglast."""
     tree = parse_sql(text)
-    ctes = _Names()
-    ctes(tree)
-    narrowing = _Narrowing(version, ctes.names)
+    hidden: set[int] = set()
+    _with_queries(tree, frozenset(), hidden)
+    narrowing = _Narrowing(version, hidden)
     narrowing(tree)
     if not narrowing.changed:
         return text
     return str(RawStream()(tree))
 
 
-class _Names(Visitor):
-    """The names a statement's WITH clauses define (the relations it calls its own)."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_CommonTableExpr(self, ancestors: Any, node: Any) -> None:
-        self.names.add(node.ctename)
+def _with_queries(node: Any, names: frozenset[str], found: set[int]) -> None:
+    """Into `found`, the RangeVars of a parse that name a WITH query, not a relation: a
+    WITH query's name hides a relation's in its statement and in the WITH queries after
+    it -- under RECURSIVE in all of them, its own included -- as PostgreSQL resolves
+    names (a WITH query named pg_database whose body reads pg_database reads the
+    shared relation there, which is narrowed)."""
+    if isinstance(node, (list, tuple)):
+        for item in node:
+            _with_queries(item, names, found)
+        return
+    if not isinstance(node, ast.Node):
+        return
+    if isinstance(node, ast.RangeVar):
+        if node.schemaname is None and node.relname in names:
+            found.add(id(node))
+        return
+    clause = getattr(node, "withClause", None)
+    if clause is not None:
+        queries = list(clause.ctes or ())
+        defined = [str(q.ctename) for q in queries]
+        for i, query in enumerate(queries):
+            seen = defined if clause.recursive else defined[:i]
+            _with_queries(query.ctequery, names | frozenset(seen), found)
+        names |= frozenset(defined)
+    for attr in getattr(type(node), "__slots__", ()):
+        if attr != "withClause":
+            _with_queries(getattr(node, attr), names, found)
 
 
 class _Narrowing(Visitor):
-    def __init__(self, version: str, ctes: set[str]) -> None:
+    def __init__(self, version: str, hidden: set[int]) -> None:
         self.version = version
         self.changed = False
-        self.ctes = ctes
+        self.hidden = hidden  # the RangeVars that name a WITH query
 
     def visit_RangeVar(self, ancestors: Any, node: Any) -> Any:
         if node.schemaname not in (None, "pg_catalog") or node.relname not in SHARED:
             return None
-        if node.schemaname is None and node.relname in self.ctes:
+        if id(node) in self.hidden:
             return None
         self.changed = True
         rows = parse_sql(f"SELECT * FROM pg_catalog.{node.relname} WHERE {SHARED[node.relname]}")[0]

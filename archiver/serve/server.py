@@ -34,6 +34,7 @@ MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's paramete
 AUTH_SECONDS = 10.0  # for the start-up and the password exchange
 STOP_SECONDS = 10.0  # for the connections to end when serve stops, then their sockets go
 UPSTREAM_CONNECTIONS = 8  # to the definitions database, shared by the sessions
+FLUSH_MESSAGES = 256  # answered messages held at most before they are written
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,14 @@ class Server:
             pass  # the client went away, or never finished its start-up
         except wire.ProtocolError as exc:
             log.warning("serve: %s: protocol violation: %s", _peer(peer), exc)
+            if session is not None:
+                session.flush()
             writer.write(wire.error("08P01", str(exc), "FATAL"))
         except ssl.SSLError as exc:
             log.warning("serve: %s: TLS failed: %s", _peer(peer), first_line(exc))
         except asyncio.CancelledError:
+            if session is not None:
+                session.flush()
             writer.write(
                 wire.error("57P01", "terminating connection: archiver serve is stopping", "FATAL")
             )
@@ -313,8 +318,11 @@ class Server:
                     await session.extended(message)
                 else:
                     raise wire.ProtocolError(f"unsupported message type {message.kind!r}")
-                await writer.drain()
+                # answers wait for Sync, Flush or a simple query (as PostgreSQL's do)
+                if message.kind in b"QSH" or session.pending() > FLUSH_MESSAGES:
+                    await session.drain()
         except TimeoutError:
+            session.flush()
             writer.write(
                 wire.error("57P05", "terminating connection due to idle-session timeout", "FATAL")
             )

@@ -93,15 +93,17 @@ class Portal:
 
 
 class Session:
-    """The protocol state of one connection; `send` queues bytes for the client,
-    `drain` waits until it has taken them."""
+    """The protocol state of one connection. What it answers is kept until `flush`
+    writes it to the client in one piece (as PostgreSQL's backend does: at
+    ReadyForQuery, at a Flush, before it waits for a slow reader), `write` the stream's,
+    `drain` waiting until the client has taken it."""
 
     def __init__(
         self,
         archive: ServedArchive,
         upstream: Upstream,
         executor: Executor,
-        send: Callable[[bytes], None],
+        write: Callable[[bytes], None],
         drain: Callable[[], Awaitable[None]],
         *,
         user: str,
@@ -110,8 +112,10 @@ class Session:
         self.archive = archive
         self.upstream = upstream
         self.executor = executor
-        self.send = send
-        self.drain = drain  # waits while the client reads what was sent
+        self._write = write
+        self._drain = drain
+        self._out: list[bytes] = []
+        self.send = self._out.append
         self.user = user
         self.settings = dict(
             SETTINGS,
@@ -132,6 +136,22 @@ class Session:
         self.cursors: dict[str, Portal] = {}
         self.skipping = False  # after an error in the extended protocol, until Sync
         self._running: list[Any] = []  # what the statement running now runs on (to cancel)
+
+    def flush(self) -> None:
+        """What was answered so far, written to the client in one piece."""
+        if self._out:
+            data = b"".join(self._out)
+            self._out.clear()
+            self._write(data)
+
+    def pending(self) -> int:
+        return len(self._out)
+
+    async def drain(self) -> None:
+        """Flushed, and waited for while the client reads it (a slow reader holds the
+        result back, not memory)."""
+        self.flush()
+        await self._drain()
 
     @property
     def registry(self) -> Registry:

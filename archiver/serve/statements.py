@@ -148,17 +148,8 @@ def _side(node: dict[str, Any], catalogs: frozenset[str]) -> str:
     """ "catalog" where the SELECT reads only PostgreSQL's catalogs (or no table),
     "select" where it reads the archive alone, "mixed" where it reads both."""
     archive = catalog = False
-    ctes = set()
-    for child in _walk(node):
-        if "CommonTableExpr" in child:
-            ctes.add(child["CommonTableExpr"].get("ctename"))
-    for child in _walk(node):
-        ref = child.get("RangeVar")
-        if ref is None:
-            continue
+    for ref in _relations(node):
         schema, name = ref.get("schemaname"), ref.get("relname", "")
-        if schema is None and name in ctes:
-            continue
         if schema in ("pg_catalog", "information_schema") or (schema is None and name in catalogs):
             catalog = True
         else:
@@ -168,15 +159,33 @@ def _side(node: dict[str, Any], catalogs: frozenset[str]) -> str:
     return "select" if archive else "catalog"
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            yield item
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+def _relations(node: Any, hidden: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
+    """The RangeVars of a parse (pglast's JSON) that name a relation, not a WITH query:
+    a WITH query's name hides a relation's in its statement and in the WITH queries
+    after it -- under RECURSIVE in all of them, its own included -- as PostgreSQL
+    resolves names."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _relations(item, hidden)
+        return
+    if not isinstance(node, dict):
+        return
+    ref = node.get("RangeVar")
+    if ref is not None:
+        if ref.get("schemaname") is not None or ref.get("relname") not in hidden:
+            yield ref
+        return
+    clause = node.get("withClause")
+    if clause:
+        queries = [c["CommonTableExpr"] for c in clause.get("ctes") or []]
+        names = [str(q.get("ctename")) for q in queries]
+        for i, query in enumerate(queries):
+            seen = names if clause.get("recursive") else names[:i]
+            yield from _relations(query.get("ctequery"), hidden | frozenset(seen))
+        hidden |= frozenset(names)
+    for key, value in node.items():
+        if key != "withClause":
+            yield from _relations(value, hidden)
 
 
 def _transaction(body: str, node: dict[str, Any]) -> Statement:

@@ -19,6 +19,7 @@ from archiver.pgtypes.arrow import INTERVAL_STRUCT, civil
 from archiver.serve.types import Column
 
 _DAY_US = 86_400_000_000
+_FEW = 64
 _INFINITY_US = (2**63 - 1, -(2**63))  # DuckDB's ±infinity timestamps, as Arrow holds them
 
 
@@ -290,7 +291,7 @@ def _texts(array: pa.Array, kind: str, trim: bool, style: Style) -> list[str | N
     if kind == "money":  # archived as its exact numeric's text
         return [None if v is None else style.money.text(str(v)) for v in array.to_pylist()]
     if pa.types.is_string(t) or pa.types.is_large_string(t):  # archived as that text
-        return array.cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
+        return array.to_pylist()  # type: ignore[no-any-return]
     if kind.endswith("[]") and (pa.types.is_list(t) or pa.types.is_large_list(t)):
         element = kind[:-2]
         flat = _texts(array.flatten(), element, trim, style)
@@ -333,6 +334,8 @@ def _texts(array: pa.Array, kind: str, trim: bool, style: Style) -> list[str | N
         escape = style.bytea_escape
         return [None if v is None else bytea_text(v, escape) for v in array.to_pylist()]
     if pa.types.is_integer(t):
+        if len(array) < _FEW:  # Arrow's cast costs more than Python's str for a few values
+            return [None if v is None else str(v) for v in array.to_pylist()]
         return array.cast(pa.string()).to_pylist()  # type: ignore[no-any-return]
     if pa.types.is_struct(t) or pa.types.is_map(t):
         import json

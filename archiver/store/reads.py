@@ -10,8 +10,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from psycopg.pq import DiagnosticField, ExecStatus
+from psycopg.pq.abc import PGconn, PGresult
+
 from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.db import query
+from archiver.errors import DatabaseUnavailable
 
 
 def writers_at_work(conn: BulkConnection, job_ids: list[str], operations: list[int]) -> set[str]:
@@ -52,12 +56,50 @@ def committed_files(
     return list(cur.fetchall())
 
 
-def served_files(cur: Any, tables: list[str], storage: str, retired: bool) -> list[tuple[Any, ...]]:
-    """serve's files of `tables` on `storage` (store/reads.sql, served_files, says
-    which): (table, path, offline, delta, job mode, key column, min key, max key, cutoff
-    column, min cutoff, max cutoff, id, retired, integer key)."""
-    cur.execute(query("served_files"), (json.dumps(tables), storage, retired))
-    return list(cur.fetchall())
+def served_files(
+    conn: PGconn,
+    names: list[str],
+    storage: str,
+    retired: bool,
+    ranges: dict[str, list[Any]] | None = None,
+) -> list[tuple[Any, ...]]:
+    """serve's files of the tables `names` name (schema.table, a bare name, `*`: every
+    table) on `storage` (store/reads.sql, served_files, says which), those whose integer
+    key meets none of `ranges` (statement.integer_ranges) left out: (table, path,
+    offline, delta, job mode, key column, min key, max key, cutoff column, min cutoff,
+    max cutoff, id, retired, integer key). On a libpq connection of serve's, the
+    statement prepared once on it: serve asks it for every statement, where ADBC's
+    conversions of parameters and rows, and the server's planning of it each time,
+    would cost more than the lookup's own read (docs/performance.md)."""
+    params = [json.dumps(names).encode(), storage.encode(), b"t" if retired else b"f",
+              json.dumps(ranges or {}).encode()]  # fmt: skip
+    res = conn.exec_prepared(b"served_files", params)
+    if (
+        res.status == ExecStatus.FATAL_ERROR
+        and res.error_field(DiagnosticField.SQLSTATE) == b"26000"
+    ):
+        _checked(conn.prepare(b"served_files", query("served_files").encode()))
+        res = conn.exec_prepared(b"served_files", params)
+    _checked(res)
+    get, out = res.get_value, []
+    for row in range(res.ntuples):
+        text = [
+            None if (v := get(row, c)) is None else v.decode()
+            for c in (0, 1, 4, 5, 6, 7, 8, 9, 10, 11)
+        ]
+        out.append((text[0], text[1], get(row, 2) == b"t", get(row, 3) == b"t", *text[2:9],
+                    None if text[9] is None else int(text[9]), get(row, 12) == b"t",
+                    get(row, 13) == b"t"))  # fmt: skip
+    return out
+
+
+def _checked(res: PGresult | None) -> PGresult:
+    if res is None or res.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
+        said = b"" if res is None else res.error_message
+        raise DatabaseUnavailable(
+            f"the catalog's files could not be read: {said.decode(errors='replace').strip()}"
+        )
+    return res
 
 
 def served_signature(cur: Any, storage: str) -> tuple[Any, ...]:

@@ -32,6 +32,15 @@ CATALOGS = frozenset({"pg_class", "pg_type", "pg_namespace", "pg_database"})
         ("SELECT * FROM orders o JOIN pg_class c ON true", "mixed"),
         ("WITH pg_class AS (SELECT 1) SELECT * FROM pg_class", "catalog"),
         ("WITH x AS (SELECT * FROM orders) SELECT * FROM x", "select"),
+        # a WITH query's own body reads the relation it is named after; later ones read it
+        ("WITH orders AS (SELECT * FROM orders WHERE id = 1) SELECT * FROM orders", "select"),
+        ("WITH orders AS (SELECT 1 AS id), b AS (SELECT * FROM orders) SELECT * FROM b", "catalog"),
+        ("WITH b AS (SELECT * FROM orders), orders AS (SELECT 1) SELECT * FROM b", "select"),
+        ("SELECT (WITH orders AS (SELECT 1) SELECT * FROM orders), * FROM orders", "select"),
+        (
+            "WITH RECURSIVE orders(n) AS (SELECT 1 UNION ALL SELECT n FROM orders) SELECT 1",
+            "catalog",
+        ),
         ("FROM orders SELECT *", "select"),  # DuckDB's syntax: DuckDB's to read
         ("INSERT INTO orders VALUES (1)", "select"),  # refused by DuckDB's side in its words
         ("BEGIN ISOLATION LEVEL REPEATABLE READ", "begin"),
@@ -93,6 +102,10 @@ def test_the_shared_relations_are_narrowed_to_serve_s_own() -> None:
     assert "pg_backend_pid()" in narrowed("SELECT * FROM pg_stat_activity", "v")
     cte = "WITH pg_roles AS (SELECT 1 AS rolname) SELECT rolname FROM pg_roles"
     assert narrowed(cte, "v") == cte  # a name the statement defines is its own
+    # but for that WITH query's own body, which reads the shared relation: narrowed there
+    own = "WITH pg_database AS (SELECT * FROM pg_database) SELECT datname FROM pg_database"
+    said = narrowed(own, "v")
+    assert said.count("current_database()") == 1 and said.endswith("FROM pg_database")
     assert {"pg_database", "pg_roles", "pg_stat_activity", "pg_locks", "pg_shdescription"} <= set(
         SHARED
     )
