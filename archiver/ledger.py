@@ -44,13 +44,12 @@ import adbc_driver_manager
 
 from archiver import failpoints, outcome
 from archiver.bulk import BulkConnection, connect_bulk
-from archiver.delta import lock as publisher
 from archiver.errors import ArchiverError, InputError, StorageError, first_line
 from archiver.files import names
 from archiver.model import ArchivedFile, FileState
 from archiver.source.guardrails import transaction_status
 from archiver.storage.seam import Storage
-from archiver.store import archive_files
+from archiver.store import archive_files, publisher_lock
 from archiver.store import ledger as ledger_rows
 from archiver.store.audit import actor
 
@@ -342,12 +341,12 @@ def sweep(
 def reap_now(conn: BulkConnection, storage: Storage, table: str) -> int:
     """`reap` if no publisher holds `table` now (else its publish job reaps after it)."""
     here = str(storage.location)
-    if not publisher.try_take(conn, here, table):
+    if not publisher_lock.try_take(conn, here, table):
         return 0
     try:
         return reap(conn, storage, table)
     finally:
-        publisher.release(conn, here, table)
+        publisher_lock.release(conn, here, table)
 
 
 def reap(conn: BulkConnection, storage: Storage, table: str) -> int:

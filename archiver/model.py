@@ -281,7 +281,7 @@ class ArchivedFile:
     cutoff_column: str
     min_cutoff_value: str | None  # None: unbounded (-infinity, or before year 1)
     max_cutoff_value: str | None
-    # Delta Lake (archiver.delta.facts): the file's columns as a Delta schema and its
+    # Delta Lake (archiver.files.facts): the file's columns as a Delta schema and its
     # add action's statistics, both JSON; "" for a file written before they were kept.
     delta_schema: str = ""
     delta_stats: str = ""

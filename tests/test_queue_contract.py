@@ -15,12 +15,15 @@ from contextlib import asynccontextmanager
 import pytest
 
 from archiver import db
-from archiver.errors import JobStateError
+from archiver.errors import InputError, JobStateError
 from archiver.model import Status
+from archiver.operations import actions
+from archiver.store import audit
 from archiver.store.queue import PgQueue, Queue
 from archiver.testing.queue import MemoryQueue
 
 Scenario = Callable[[Queue], Awaitable[None]]
+CONSOLE = actions.Actor("ops@example.com", "192.0.2.7")
 
 
 @pytest.fixture(params=["postgres", "memory"])
@@ -279,5 +282,103 @@ def test_pruning_takes_finished_jobs_only_a_batch_at_a_time(
         assert await q.prune_finished(-1) == 0
         statuses = sorted([(await q.get(j.id)).status for j in claimed[3:]])
         assert statuses == [Status.RUNNING]
+
+    run(body)
+
+
+# -- an operator's actions (archiver.operations.actions), the same over both queues ---------
+
+
+async def audited(q: Queue, target: str) -> list[tuple[str, str, str]]:
+    """(action, outcome, via) of the audit rows about `target`, oldest first."""
+    if isinstance(q, MemoryQueue):
+        return [(a, said, "cli" if who is None else "console")
+                for a, t, said, who, _ in q.actions if t == target]  # fmt: skip
+    assert isinstance(q, PgQueue)
+    async with q.pool.acquire() as conn:
+        rows = await audit.of_target(conn, target)
+    return [(r["action"], r["outcome"], r["via"]) for r in reversed(rows)]
+
+
+def test_an_operator_acts_on_a_job_and_each_action_is_audited(
+    run: Callable[[Scenario], None],
+) -> None:
+    async def body(q: Queue) -> None:
+        first = await job(q, "a", lock_key="public.t")
+        target = f"job {first}"
+        assert await actions.on_job(q, first, "pause", actions.CLI) == "paused"
+        assert await q.claim("w", 5) == []
+        assert await actions.on_job(q, first, "resume", actions.CLI) == "resumed"
+        said = await actions.on_job(q, first, "throttle", CONSOLE, {"max_rows_per_second": 100})
+        assert said == 'limits: {"max_rows_per_second": 100}'
+        assert (await q.get(first)).limits == {"max_rows_per_second": 100}
+        said = await actions.on_job(q, first, "throttle", CONSOLE, {"max_rows_per_second": None})
+        assert said == "limits: none"
+        assert await actions.on_job(q, first, "cancel", actions.CLI) == "cancelled"
+        assert await actions.on_job(q, first, "retry", actions.CLI) == "queued again"
+        [claimed] = await q.claim("w", 5)
+        assert await actions.on_job(q, first, "cancel", actions.CLI) == (
+            "will stop at its next chunk boundary"
+        )
+        assert await q.finish_cancelled(claimed.id, "w")
+        with pytest.raises(JobStateError):  # finished: no limits change, nothing audited
+            await actions.on_job(q, first, "throttle", actions.CLI, {"max_rows_per_second": 5})
+        with pytest.raises(InputError):  # a throttle without limits
+            await actions.on_job(q, first, "throttle", actions.CLI, {})
+        with pytest.raises(InputError):
+            await actions.on_job(q, first, "delete", actions.CLI)
+        assert await audited(q, target) == [
+            ("pause", "paused", "cli"),
+            ("resume", "resumed", "cli"),
+            ("throttle", 'limits: {"max_rows_per_second": 100}', "console"),
+            ("throttle", "limits: none", "console"),
+            ("cancel", "cancelled", "cli"),
+            ("retry", "queued again", "cli"),
+            ("cancel", "will stop at its next chunk boundary", "cli"),
+        ]
+
+    run(body)
+
+
+def test_a_closed_window_moves_a_queued_job_to_its_opening(
+    run: Callable[[Scenario], None],
+) -> None:
+    async def body(q: Queue) -> None:
+        first = await job(q, "a", lock_key="public.t")
+        now = dt.datetime.now(dt.UTC)
+        opens = (now + dt.timedelta(hours=2)).strftime("%H:%M")
+        closes = (now + dt.timedelta(hours=3)).strftime("%H:%M")
+        await actions.on_job(q, first, "throttle", actions.CLI, {"window": f"{opens}-{closes}"})
+        assert (await q.get(first)).run_at > now + dt.timedelta(hours=1)
+        assert await q.claim("w", 5) == []
+
+    run(body)
+
+
+def test_an_operator_acts_on_many_jobs_and_on_a_table(run: Callable[[Scenario], None]) -> None:
+    async def body(q: Queue) -> None:
+        failed = await job(q, "a", lock_key="public.a", max_attempts=1)
+        [claimed] = await q.claim("w", 5)
+        assert await q.fail_attempt(claimed, "w", "boom", base=0) == Status.FAILED
+        queued = await job(q, "b", lock_key="public.b", table="public.b")
+        said = await actions.on_jobs(q, [failed, queued], "retry", CONSOLE, "status = failed")
+        assert said == "1 of 2 jobs"  # the queued one is not retried: skipped
+        assert (await q.get(failed)).status == Status.QUEUED
+        assert await audited(q, "status = failed") == [("bulk retry", "1 of 2 jobs", "console")]
+        with pytest.raises(InputError):  # a throttle's limits are per job
+            await actions.on_jobs(q, [queued], "throttle", CONSOLE, "all")
+
+        assert await actions.on_table(q, "public.b", "pause", actions.CLI) == "paused"
+        assert await actions.on_table(q, "public.b", "pause", actions.CLI) == "was already paused"
+        assert [j.id for j in await q.claim("w", 5)] == [failed]  # public.b's job waits
+        assert await actions.on_table(q, "public.b", "resume", actions.CLI) == "resumed"
+        assert await actions.on_table(q, "public.b", "resume", actions.CLI) == "was not paused"
+        assert [j.id for j in await q.claim("w", 5)] == [queued]
+        assert await audited(q, "table public.b") == [
+            ("pause", "paused", "cli"),
+            ("pause", "was already paused", "cli"),
+            ("resume", "resumed", "cli"),
+            ("resume", "was not paused", "cli"),
+        ]
 
     run(body)

@@ -15,8 +15,8 @@ import pyarrow as pa
 from archiver import failpoints
 from archiver.archive.context import FileOf, JobContext
 from archiver.bulk import BulkConnection, BulkCursor, record_batches
-from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
+from archiver.files.facts import NotDeltaType, file_facts
 from archiver.files.stats import ChunkStats, key_text
 from archiver.model import ArchivedFile
 from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata

@@ -19,6 +19,7 @@ from archiver.limits import limit_changes
 from archiver.model import ArchiveRequest, KeyRange, Mode, Status, parse_job_id
 from archiver.operations import actions, enqueue, inspect
 from archiver.store import archive_files, jobs, read_models
+from archiver.store.queue import PgQueue
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -249,7 +250,7 @@ async def _on_job(
     settings: Settings, job_id: uuid.UUID, action: str, limits: dict[str, Any] | None = None
 ) -> int:
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        said = await actions.on_job(conn, job_id, action, actions.CLI, limits)
+        said = await actions.on_job(PgQueue(conn), job_id, action, actions.CLI, limits)
     print(f"job {job_id} {said}")
     return 0
 
@@ -274,7 +275,7 @@ async def _pause_or_resume(args: argparse.Namespace, settings: Settings, action:
         return await _on_job(settings, job_id, action)
     table = await inspect.qualified_table(settings, args.table)
     async with db.connection(settings.database_url) as conn, conn.transaction():
-        said = await actions.on_table(conn, table, action, actions.CLI)
+        said = await actions.on_table(PgQueue(conn), table, action, actions.CLI)
     print(f"table {table} {said}")
     return 0
 

@@ -10,6 +10,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,7 @@ class LogWriter:
     options: dict[str, str]
 
     def replace(
-        self, table: Any, number: int, adds: list[Any], removals: list[tuple[Any, ...]]
+        self, table: Any, number: int, adds: list[Any], removals: Sequence[tuple[Any, ...]]
     ) -> bool:
         """One Delta commit that removes the retired files and adds the new ones (their
         rewrites among them), with txn(archiver, number). Written as the protocol says

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 
 from archiver import ledger
 from archiver.bulk import BulkConnection
-from archiver.delta.facts import NotDeltaType, delta_type, table_fields
 from archiver.files import names
+from archiver.files.facts import NotDeltaType, delta_type, table_fields
 from archiver.files.rewrite import rewrite
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.storage.seam import Storage

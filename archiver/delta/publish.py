@@ -32,20 +32,19 @@ from pathlib import Path
 from typing import Any
 
 from archiver import failpoints, ledger, outcome
-from archiver.bulk import BulkConnection, Row
+from archiver.bulk import BulkConnection
 from archiver.config import StorageLocation
-from archiver.db import query
-from archiver.delta import lock, mapping
+from archiver.delta import mapping
 from archiver.delta.check import LOG_DIR
 from archiver.delta.commits import APP_ID, LogWriter
 from archiver.delta.convert import convert
 from archiver.delta.evolve import Merged, SchemaRefused, merge
-from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.delta.history import forget_history
 from archiver.delta.location import table_uri
+from archiver.files.facts import NotDeltaType, file_facts
 from archiver.ident import as_typed
 from archiver.storage.seam import Storage
-from archiver.store import archive_files, publications
+from archiver.store import archive_files, publications, publisher_lock
 from archiver.text import counted
 
 log = logging.getLogger(__name__)
@@ -82,12 +81,6 @@ class Publisher:
         self.root = storage.object_name(table)  # object names start with root + "/"
         self.writer = LogWriter(storage, self.root, self.uri, options)
 
-    def _rows(self, name: str, *params: Any) -> list[Row]:
-        """Run named query `name` for this table (its first two parameters); its rows."""
-        with self.conn.cursor() as cur:
-            cur.execute(query(name), (self.url, self.table, *params))
-            return cur.fetchall()
-
     def run(
         self, *, rebuild: bool = False, sweep_only: bool = False, lock_wait: float | None = None
     ) -> Published:
@@ -100,12 +93,12 @@ class Publisher:
         `lock_wait`: seconds to wait for the table's publisher lock (None: as long as it
         takes), else PublisherBusy."""
         done = Published(self.table)
-        lock.take(self.conn, self.url, self.table, lock_wait)
+        publisher_lock.take(self.conn, self.url, self.table, lock_wait)
         try:
-            if sweep_only and not self._rows("delta_removals_pending")[0][0]:
+            if sweep_only and not publications.removals_pending(self.conn, self.url, self.table):
                 ledger.reap(self.conn, self.storage, self.table)
                 return done
-            if rebuild or self._rows("delta_rebuilding")[0][0]:  # asked, or cut short
+            if rebuild or publications.rebuilding(self.conn, self.url, self.table):  # or cut short
                 self._forget()
             while (number := self._number()) is not None:
                 self._publish(number, done)
@@ -113,14 +106,14 @@ class Publisher:
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
-            lock.release(self.conn, self.url, self.table)
+            publisher_lock.release(self.conn, self.url, self.table)
         return done
 
     def _still_locked(self) -> None:
         """Raise unless this session still holds the table's publisher lock: a session
         that died (and took the lock with it) must not commit a publication another
         publisher may be redoing. (A death between this check and the commit remains.)"""
-        if not lock.held(self.conn, self.url, self.table):
+        if not publisher_lock.held(self.conn, self.url, self.table):
             raise RuntimeError(f"{self.table}: the publisher lock was lost; not committing")
 
     def _forget(self) -> None:
@@ -146,7 +139,7 @@ class Publisher:
     def _number(self) -> int | None:
         """Step 1: the publication to do now (one left in flight first), or None."""
         publications.ensure(self.conn, self.url, self.table)
-        numbered, published = self._rows("delta_state")[0]
+        numbered, published = publications.state(self.conn, self.url, self.table)
         if numbered > published:
             self.conn.commit()
             return int(numbered)
@@ -159,11 +152,11 @@ class Publisher:
         from deltalake.transaction import AddAction
 
         files = self._files(number, done)
-        removals = self._rows("delta_removals", number)
+        removals = publications.removals(self.conn, self.url, self.table, number)
         self.conn.commit()
         # a merge whose inputs leave the log in this publication and whose files enter
         # it moves rows: no data change (its files refused below: its inputs' rows go)
-        merged_out = {op for _, _, op in removals if op is not None}
+        merged_out = {r.merged_by for r in removals if r.merged_by is not None}
         table = self._table()
         fields = json.loads(table.schema().to_json())["fields"] if table else []
         adds: list[AddAction] = []
@@ -186,7 +179,8 @@ class Publisher:
         merges = merged_out & set(made_by)
         for add, op in zip(adds, made_by, strict=True):
             add.data_change = op not in merges
-        removals = [(path, size, op if op in merges else None) for path, size, op in removals]
+        removals = [r._replace(merged_by=r.merged_by if r.merged_by in merges else None)
+                    for r in removals]  # fmt: skip
         table = self._evolve(table, changes)
         if table is not None and (table.transaction_version(APP_ID) or 0) >= number:
             log.info("%s: publication %d was committed before a restart", self.table, number)
@@ -223,7 +217,7 @@ class Publisher:
                 done.files += len(adds)
                 done.rows += rows
                 done.removed += len(removals)
-        erased = self._rows("delta_erasures_out", number)[0][0]
+        erased = publications.erasure_out(self.conn, self.url, self.table, number)
         if erased is not None:  # an erasure's removals are in the log: its history goes
             if table is not None:
                 forget_history(self.storage, self.uri, self.options, self.root, self.table)
@@ -245,7 +239,7 @@ class Publisher:
         """The files of publication `number`, their facts read from their footers where
         the catalog has none (files archived before Delta publishing)."""
         out = []
-        listed = self._rows("delta_files", number)
+        listed = archive_files.in_publication(self.conn, self.url, self.table, number)
         self.conn.commit()  # never idle in a transaction across downloads and Delta commits
         for id_, path, size, rows, schema, stats, created_ms, made_by in listed:
             if not schema:

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver import failpoints
-from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
+from archiver.files.facts import NotDeltaType, file_facts
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile

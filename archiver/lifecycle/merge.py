@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 from archiver import failpoints
 from archiver.bulk import BulkConnection
 from archiver.db import query
-from archiver.delta.facts import NotDeltaType, file_facts
 from archiver.errors import VerificationError
 from archiver.files import names
+from archiver.files.facts import NotDeltaType, file_facts
 from archiver.files.rewrite import key_ends
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
 from archiver.ident import TableName, quote_ident

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from archiver import db, failpoints, outcome, runtime
 from archiver.config import Settings
-from archiver.delta import lock as publisher
 from archiver.errors import InputError
 from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age, expired
@@ -30,7 +29,7 @@ from archiver.operations.selection import (
     table_files,
 )
 from archiver.storage.seam import ARCHIVE_TIER, Storage
-from archiver.store import archive_files
+from archiver.store import archive_files, publisher_lock
 from archiver.text import counted
 
 Report = Callable[[str], None]
@@ -174,9 +173,9 @@ async def _rehydrate_table(
         for t in sorted({f.source_table for f in back}):
             ids = [f.id for f in back if f.source_table == t]
             async with conn.transaction():
-                await publisher.take_on(conn, here, t)
+                await publisher_lock.take_on(conn, here, t)
                 await archive_files.back_online(conn, ids, tier)
-                await publisher.release_on(conn, here, t)
+                await publisher_lock.release_on(conn, here, t)
     if back:  # they rejoin their Delta tables
         from archiver.operations.publish import make_visible
 

@@ -4,12 +4,9 @@ turns back into its exact type on restore."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from archiver.ident import quote_ident
-
-if TYPE_CHECKING:
-    from archiver.source.tables import Column
+from archiver.pgtypes.column import Column
 
 PG_TEXT_SUFFIX = "__pg_text"
 

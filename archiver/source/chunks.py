@@ -18,9 +18,9 @@ from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import KeyRange, Mode
 from archiver.pgtypes import sql as pgtypes
+from archiver.pgtypes.column import Column
 from archiver.source.references import check_unreferenced
 from archiver.source.tables import (
-    Column,
     TableInfo,
     check_cutoff_column,
     describe_table,

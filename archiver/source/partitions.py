@@ -40,8 +40,9 @@ from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.errors import InputError
 from archiver.ident import TableName, quote_ident
 from archiver.model import ArchiveRequest, Mode
+from archiver.pgtypes.column import Column
 from archiver.source.chunks import ChunkQueries
-from archiver.source.tables import Column, TableInfo
+from archiver.source.tables import TableInfo
 
 
 class PartitionAction(StrEnum):

@@ -10,7 +10,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -116,6 +116,31 @@ def delete_retired(conn: BulkConnection, ids: Sequence[int]) -> None:
 
 
 # -- a publication's look at its files (ADBC) -----------------------------------------
+
+
+class Publishing(NamedTuple):
+    """A file a publication adds to the Delta log, as the catalog has it (its Delta
+    schema and statistics empty where it was archived before they were recorded)."""
+
+    id: int
+    path: str
+    byte_size: int
+    row_count: int
+    delta_schema: str | None
+    delta_stats: str | None
+    created_ms: int
+    made_by: int | None
+
+
+def in_publication(
+    conn: BulkConnection, storage_url: str, table: str, publication: int
+) -> list[Publishing]:
+    """The files publication `publication` adds, oldest first, in the open transaction."""
+    rows = run_in_transaction(conn, query("delta_files"), (storage_url, table, publication))
+    return [
+        Publishing(int(i), str(p), int(b), int(r), s, st, int(c), None if m is None else int(m))
+        for i, p, b, r, s, st, c, m in rows
+    ]
 
 
 def mark_not_in_delta(conn: BulkConnection, file_id: int) -> None:

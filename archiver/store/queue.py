@@ -4,20 +4,24 @@ rescuer and pruner are the same code over PostgreSQL (`PgQueue`, over store.jobs
 over the in-memory queue of archiver.testing.queue, which the contract suite
 (tests/test_queue_contract.py) holds to the same behaviour.
 
-Only what a worker does goes through here; commands that change jobs in a transaction
-of their own (an enqueue with its audit row, a policy's slot) call store.jobs with
-their connection."""
+What a worker does goes through here, and what an operator does to a job or a table
+(cancel, retry, pause, resume, throttle, and the audit row of each: archiver.operations.
+actions, from the CLI and the console alike) -- on the caller's connection, in its
+transaction, where `PgQueue` is made over one. Commands that enqueue with an audit row or
+take a policy's slot call store.jobs with their connection."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import asyncpg
 
 from archiver.model import Job, Status
-from archiver.store import jobs
+from archiver.store import audit, jobs
 from archiver.store.jobs import Lease
 
 
@@ -91,12 +95,33 @@ class Queue(Protocol):
     async def resume_table(self, table: str) -> bool:
         """False when it was not paused."""
 
+    async def set_limits(self, job_id: uuid.UUID, changes: dict[str, Any]) -> dict[str, Any]:
+        """A queued or running job's limits changed (a None value removes one; a new
+        window moves a queued job to its next opening): the new limits (JobStateError
+        when it has finished)."""
+
+    async def record_action(
+        self, action: str, target: str, said: str, who: str | None, address: str | None
+    ) -> None:
+        """An operator's action in the audit: `who` and `address` the console's person
+        and client, the CLI's user@host when `who` is None."""
+
 
 class PgQueue:
-    """The queue in PostgreSQL: each step one statement of store/jobs.sql."""
+    """The queue in PostgreSQL: each step one statement of store/jobs.sql, on a pool's
+    connection, or on the caller's (its transaction holding an operator's change and
+    its audit row together)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection) -> None:
         self.pool = pool
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[asyncpg.Connection]:
+        if not hasattr(self.pool, "acquire"):  # the caller's connection
+            yield self.pool
+            return
+        async with self.pool.acquire() as conn:
+            yield conn
 
     async def enqueue(
         self,
@@ -152,25 +177,35 @@ class PgQueue:
         return await jobs.get_job(self.pool, job_id)
 
     async def cancel(self, job_id: uuid.UUID) -> Status:
-        async with self.pool.acquire() as conn:
+        async with self._session() as conn:
             return await jobs.cancel(conn, job_id)
 
     async def retry(self, job_id: uuid.UUID) -> None:
-        async with self.pool.acquire() as conn:
+        async with self._session() as conn:
             await jobs.retry(conn, job_id)
 
     async def pause_job(self, job_id: uuid.UUID) -> Status:
-        async with self.pool.acquire() as conn:
+        async with self._session() as conn:
             return await jobs.pause_job(conn, job_id)
 
     async def resume_job(self, job_id: uuid.UUID) -> None:
-        async with self.pool.acquire() as conn:
+        async with self._session() as conn:
             await jobs.resume_job(conn, job_id)
 
     async def pause_table(self, table: str) -> bool:
-        async with self.pool.acquire() as conn:
+        async with self._session() as conn:
             return await jobs.pause_table(conn, table)
 
     async def resume_table(self, table: str) -> bool:
-        async with self.pool.acquire() as conn:
+        async with self._session() as conn:
             return await jobs.resume_table(conn, table)
+
+    async def set_limits(self, job_id: uuid.UUID, changes: dict[str, Any]) -> dict[str, Any]:
+        async with self._session() as conn:
+            return await jobs.set_limits(conn, job_id, changes)
+
+    async def record_action(
+        self, action: str, target: str, said: str, who: str | None, address: str | None
+    ) -> None:
+        async with self._session() as conn:
+            await audit.record(conn, action, target, said, who=who, address=address)

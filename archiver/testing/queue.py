@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from archiver.errors import JobStateError
+from archiver.limits import WINDOW, window_opens
 from archiver.model import FINISHED, Job, Status
 from archiver.store.jobs import Lease, backoff_seconds
 
@@ -36,6 +37,7 @@ class MemoryQueue:
         self.dedup: dict[uuid.UUID, str] = {}
         self.lock_keys: dict[uuid.UUID, str | None] = {}
         self.paused_tables: set[str] = set()
+        self.actions: list[tuple[str, str, str, str | None, str | None]] = []  # the audit
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -287,6 +289,24 @@ class MemoryQueue:
             return False
         self.paused_tables.discard(table)
         return True
+
+    async def set_limits(self, job_id: uuid.UUID, changes: dict[str, Any]) -> dict[str, Any]:
+        job = await self.get(job_id)
+        if job.status not in _ACTIVE:
+            raise JobStateError(
+                f"job {job_id} is {job.status}; only queued or running jobs change limits"
+            )
+        limits = {k: v for k, v in {**job.limits, **changes}.items() if v is not None}
+        run_at = job.run_at
+        if WINDOW in changes and job.status == Status.QUEUED:
+            now = self.clock()
+            run_at = window_opens(changes, now) or now
+        return copy.deepcopy(self._set(job, limits=limits, run_at=run_at).limits)
+
+    async def record_action(
+        self, action: str, target: str, said: str, who: str | None, address: str | None
+    ) -> None:
+        self.actions.append((action, target, said, who, address))
 
 
 _ACTIVE = (Status.QUEUED, Status.RUNNING)

@@ -42,6 +42,7 @@ from archiver.errors import (
 )
 from archiver.ident import as_typed
 from archiver.operations import actions
+from archiver.store.queue import PgQueue
 from archiver.web import pages
 from archiver.web.auth import (
     SESSION_COOKIE,
@@ -316,7 +317,7 @@ class Console:
                     "confirm.html",
                     {"action": action, "filters": filters, "count": len(ids)},
                 )
-            said = await actions.on_jobs(conn, ids, action, actor, filters.describe())
+            said = await actions.on_jobs(PgQueue(conn), ids, action, actor, filters.describe())
         _said(actor, f"bulk {action}", filters.describe(), said)
         return RedirectResponse(_to(request, f"/jobs?{filters.query()}"), status_code=303)
 

@@ -23,6 +23,7 @@ from archiver.model import Status
 from archiver.operations import actions
 from archiver.source.tables import FIND_TABLE
 from archiver.store import archive_files, audit, jobs, read_models
+from archiver.store.queue import PgQueue
 
 STATUSES = tuple(str(s) for s in Status)
 
@@ -277,7 +278,7 @@ async def act_on_job(
             field("window"),
         )
     try:
-        return await actions.on_job(conn, job_id, action, actor, limits)
+        return await actions.on_job(PgQueue(conn), job_id, action, actor, limits)
     except JobStateError as exc:
         raise InputError(str(exc)) from None
 
@@ -291,4 +292,4 @@ async def act_on_table(
     table = await resolve_table(conn, name)
     if table is None:
         raise InputError(f"table {name[:80]!r} not found")
-    return await actions.on_table(conn, table, action, actor), table
+    return await actions.on_table(PgQueue(conn), table, action, actor), table

@@ -15,8 +15,9 @@ from archiver.archive.job import start_job
 from archiver.errors import JobStateError, LeaseLost
 from archiver.failpoints import FailpointError
 from archiver.model import ArchivedFile, ArchiveRequest, FileState, Mode, Progress
+from archiver.pgtypes.column import Column
 from archiver.source.chunks import ChunkQueries
-from archiver.source.tables import Column, TableInfo
+from archiver.source.tables import TableInfo
 from archiver.storage.seam import put_file
 from archiver.testing.memory import MemoryDatabase, MemoryStorage
 

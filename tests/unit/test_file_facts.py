@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from archiver.delta.evolve import SchemaRefused, merge, wider
-from archiver.delta.facts import NotDeltaType, delta_type, file_facts
+from archiver.files.facts import NotDeltaType, delta_type, file_facts
 
 
 def test_a_files_schema_and_statistics_from_its_footer(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ from archiver.pgtypes.arrow import (
     unscaled_decimal,
     within_python_range,
 )
+from archiver.pgtypes.column import Column
 from archiver.pgtypes.sql import plan_column
-from archiver.source.tables import Column
 
 
 def typmod(precision: int, scale: int) -> int:

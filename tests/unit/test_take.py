@@ -12,8 +12,9 @@ import pytest
 from archiver.archive import take
 from archiver.archive.context import ChunkLimits, JobContext
 from archiver.model import ArchivedFile, ArchiveRequest, KeyRange, Mode
+from archiver.pgtypes.column import Column
 from archiver.source.chunks import ChunkQueries, follows
-from archiver.source.tables import Column, TableInfo
+from archiver.source.tables import TableInfo
 
 KEY = Column("id", "bigint", "int8")
 CUTOFF = Column("created_at", "timestamp with time zone", "timestamptz")

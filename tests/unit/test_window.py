@@ -19,8 +19,9 @@ from archiver.archive.pacing import pace
 from archiver.errors import InputError, OutsideWindow
 from archiver.limits import Window, window_opens
 from archiver.model import ArchiveRequest, Mode, Progress
+from archiver.pgtypes.column import Column
 from archiver.source.chunks import ChunkQueries
-from archiver.source.tables import Column, TableInfo
+from archiver.source.tables import TableInfo
 from archiver.testing.memory import MemoryDatabase, MemoryStorage
 
 UTC = dt.UTC
