@@ -27,6 +27,9 @@ from archiver.errors import ArchiverError, first_line
 from archiver.grants import QUEUE_TABLES
 from archiver.ident import TableName
 from archiver.model import Mode
+from archiver.operations.enqueue import checked_policies
+from archiver.operations.inspect import aggregate_children
+from archiver.storage.seam import put_file
 
 MAX_CLOCK_SKEW = 5.0  # seconds; leases use the database's clock, schedules the worker's
 
@@ -56,8 +59,6 @@ async def _check(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
 
 async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Check]:
     """Every check, in the order a fresh deployment meets them."""
-    from archiver.operations.enqueue import checked_policies
-    from archiver.operations.inspect import aggregate_children
 
     checks = [await _check("queue database", lambda: _reachable(settings.database_url))]
     if not checks[0].ok:
@@ -247,7 +248,6 @@ async def _clock_skew(settings: Settings) -> str:
 
 
 def _storage_writable(settings: Settings) -> str:
-    from archiver.storage.seam import put_file
 
     storage = runtime.storage(settings)
     storage.check()

@@ -34,6 +34,7 @@ from archiver.bulk import BulkConnection, BulkPool
 from archiver.config import Settings
 from archiver.errors import ArchiverError
 from archiver.ident import as_typed
+from archiver.lifecycle.retention import Age
 from archiver.model import (
     ArchiveRequest,
     CompactRequest,
@@ -44,6 +45,9 @@ from archiver.model import (
     PurgeRequest,
     Request,
 )
+from archiver.operations.compact import Options, compact_table
+from archiver.operations.orphans import remove_orphans
+from archiver.operations.purge import purge_table
 from archiver.storage.seam import Storage
 from archiver.store import jobs
 from archiver.text import counted
@@ -204,8 +208,6 @@ def _published(p: Progress) -> str:
 async def _purge(w: Resources, run: JobRun, request: PurgeRequest) -> Progress:
     """Its table's files older than `retain` purged (those under an immutability
     policy or legal hold kept, and said)."""
-    from archiver.lifecycle.retention import Age
-    from archiver.operations.purge import purge_table
 
     table = request.table
     done = await purge_table(
@@ -229,7 +231,6 @@ async def _purge(w: Resources, run: JobRun, request: PurgeRequest) -> Progress:
 async def _compact(w: Resources, run: JobRun, request: CompactRequest) -> Progress:
     """Its table's small chunks merged, up to its budget; yielding to a command that
     holds the table (the job completes: the next compaction goes on)."""
-    from archiver.operations.compact import Options, compact_table
 
     if request.storage_url != str(w.storage.location):
         raise ArchiverError(
@@ -262,7 +263,6 @@ def _compacted(p: Progress) -> str:
 
 async def _orphans(w: Resources, run: JobRun, request: OrphansRequest) -> Progress:
     """Each table folder of the job's storage looked through; its orphans deleted."""
-    from archiver.operations.orphans import remove_orphans
 
     if request.storage_url != str(w.storage.location):
         raise ArchiverError(

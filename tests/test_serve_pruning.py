@@ -47,7 +47,7 @@ def test_the_catalog_leaves_out_what_pruning_would(h: Harness, monkeypatch: Any)
     from archiver.config import Settings
     from archiver.query import statement
     from archiver.serve.fileset import FileSet
-    from archiver.store import reads
+    from archiver.store.served import served_files
 
     seed_orders(h.url, 20_000)
     h.sql("CREATE TABLE untouched AS SELECT * FROM orders")
@@ -56,9 +56,9 @@ def test_the_catalog_leaves_out_what_pruning_would(h: Harness, monkeypatch: Any)
     files = FileSet(settings.database_url, str(settings.storage_location()))
     parser = duckdb.connect()
     try:
-        every = reads.served_files(files._connection(), ["orders"], files.storage, False)
+        every = served_files(files._connection(), ["orders"], files.storage, False)
         assert len(every) >= 10
-        lookup = reads.served_files(
+        lookup = served_files(
             files._connection(), ["orders"], files.storage, False, {"id": [[9000, 9000, [9000]]]}
         )
         newest = max(r[11] for r in every)

@@ -14,6 +14,8 @@ from archiver.model import parse_job_id
 from archiver.operations import enqueue
 from archiver.operations import restore as restore_op
 from archiver.operations import verify as verify_op
+from archiver.operations.publish import publish_table
+from archiver.operations.query import query
 from archiver.operations.selection import FileSelection
 
 
@@ -87,7 +89,6 @@ def add_parsers(sub: Subcommands) -> None:
 
 
 async def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver.operations.query import query
 
     out = await query(
         settings,
@@ -144,7 +145,6 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver.operations.publish import publish_table
 
     done = await publish_table(settings, args.table, rebuild=args.rebuild)
     for why in done.refused:

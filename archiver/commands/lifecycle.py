@@ -13,6 +13,7 @@ from archiver.config import Settings
 from archiver.errors import InputError
 from archiver.ident import TableName, as_typed
 from archiver.lifecycle.retention import Age
+from archiver.limits import size_bytes
 from archiver.operations import compact, erase, orphans, purge, tiers
 from archiver.operations.enqueue import parse_cutoff
 
@@ -226,7 +227,6 @@ async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> in
 
 
 async def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver.limits import size_bytes
 
     target = size_bytes(args.target, "--target") if args.target else None
     name = await compact.resolve(settings, args.table)

@@ -9,10 +9,13 @@ import asyncio
 import logging
 import os
 
+from archiver import db
 from archiver.commands.args import Subcommands, positive_int
 from archiver.config import Settings, sub_path
 from archiver.errors import ConfigError
 from archiver.operations import enqueue
+from archiver.storage import open_storage
+from archiver.web.server import serve
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -90,7 +93,6 @@ def root_path(text: str) -> str:
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver.storage import open_storage
     from archiver.worker import Worker
 
     storage = open_storage(settings)
@@ -118,7 +120,6 @@ async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver.web.server import serve
 
     root = args.root_path if args.root_path is not None else settings.console_root_path
     await serve(settings, args.config_file, args.bind or settings.console_bind, root)
@@ -133,7 +134,6 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_attach(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver import db
     from archiver.serve import attach
 
     async with db.connection(settings.effective_source_url) as conn:

@@ -8,6 +8,7 @@ import datetime as dt
 from archiver import db
 from archiver.commands.args import Subcommands, positive_int
 from archiver.config import Settings
+from archiver.doctor import run_checks
 from archiver.operations import enqueue, grants
 
 
@@ -39,7 +40,6 @@ async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from archiver.doctor import run_checks
 
     checks = await run_checks(settings, args.config_file)
     for check in checks:

@@ -40,7 +40,7 @@ from archiver.delta.commits import APP_ID, LogWriter
 from archiver.delta.convert import convert
 from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.history import forget_history
-from archiver.delta.location import table_uri
+from archiver.delta.location import storage_options, table_uri
 from archiver.files.facts import NotDeltaType, file_facts
 from archiver.ident import as_typed
 from archiver.storage.seam import Storage
@@ -367,7 +367,6 @@ def publish_table_on(
 ) -> Published:
     """Publish `table` on catalog connection `conn` with the settings' Delta storage
     options (the publish job's and `archiver publish`'s one set-up); `run`: Publisher.run's."""
-    from archiver.delta.location import storage_options
 
     options = storage_options(settings, storage.location)
     return Publisher(conn, storage, options, table).run(**run)

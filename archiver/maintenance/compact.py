@@ -10,6 +10,7 @@ import asyncpg
 
 from archiver.config import ConfigFile, Settings
 from archiver.model import CompactRequest
+from archiver.operations.compact import options_for
 from archiver.store import jobs
 
 BUDGET = 8  # a compaction job merges at most this many target sizes of input
@@ -31,7 +32,6 @@ class CompactionSweep:
     async def run(self) -> None:
         if not self.settings.compact:
             return
-        from archiver.operations.compact import options_for
         from archiver.policy import parse_policies
 
         location = str(self.settings.storage_location())

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db, outcome, runtime
+from archiver import db, ledger, outcome, runtime
 from archiver.bulk import BulkConnection, fetch_in_transaction, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import ArchiverError, InputError
 from archiver.ident import TableName
 from archiver.lifecycle.compact import PERIODS, Chunk, Plan, chunks_of, plan
 from archiver.model import CatalogFile
+from archiver.operations.publish import make_visible
 from archiver.store import archive_files
 from archiver.text import counted
 
@@ -104,7 +105,6 @@ class Compacted:
 
 async def resolve(settings: Settings, table: str) -> str:
     """`table` as the catalog names it (schema.table); one line if none or several."""
-    from archiver.store import archive_files
 
     async with db.connection(settings.database_url) as conn:
         named = await archive_files.catalogued_tables(conn, table)
@@ -135,8 +135,6 @@ async def compact_table(
         lambda conn: _compact(conn, storage, name, options, settings.delta, dry_run, report),
     )
     if done.merged and publish:
-        from archiver.operations.publish import make_visible
-
         tables = {name} | {f.source_table for g in done.plan.groups for c in g for f in c.children}
         await make_visible(settings, tables, no_wait=False, report=report)
     return done
@@ -202,7 +200,6 @@ def _merge_group(
 ) -> None:
     """One group merged as one ledger operation ('compact'): the children's files, then
     the roots' into one, committed together (or yielded, or left apart)."""
-    from archiver import ledger
     from archiver.lifecycle.merge import Apart, fetch, merge
 
     here = str(storage.location)

@@ -15,8 +15,10 @@ from archiver.bulk import BulkConnection, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
 from archiver.ident import as_typed
+from archiver.lifecycle.predicate import Predicate
 from archiver.lifecycle.retention import protected
 from archiver.model import CatalogFile
+from archiver.operations.inspect import aggregate_children
 from archiver.operations.publish import make_visible
 from archiver.operations.selection import (
     FileSelection,
@@ -27,6 +29,9 @@ from archiver.operations.selection import (
     stored_table_files,
     table_files,
 )
+from archiver.query import statement
+from archiver.query.catalog import integer_columns
+from archiver.query.engine import engine
 from archiver.source.references import ForeignKey
 from archiver.store import jobs
 
@@ -57,8 +62,6 @@ async def erase_rows(
     name, _ = await table_files(settings, table, "erase")
     held = [name]
     if with_children:  # theirs too: a compaction of one of them retires their files
-        from archiver.operations.inspect import aggregate_children
-
         held += (await aggregate_children(settings, [name])).get(name, [])
     async with hold_tables(settings, held):
         return await _erase(
@@ -79,8 +82,6 @@ async def _erase(
     no_wait: bool,
 ) -> Erased:
     from archiver.lifecycle import erase as eraser
-    from archiver.lifecycle.predicate import Predicate
-    from archiver.query.engine import engine
     from archiver.restore.target import parents_first_today
 
     name, every = await stored_table_files(settings, table, "erase")
@@ -90,8 +91,6 @@ async def _erase(
     per_table = {name: files}
     keys: list[ForeignKey] = []
     if with_children:
-        from archiver.operations.inspect import aggregate_children
-
         children = (await aggregate_children(settings, [name])).get(name, [])
         if not children:
             raise InputError(f"erase: --with-children: no table references {name} today")
@@ -158,7 +157,6 @@ async def _erase(
 
 
 def _integers(conn: BulkConnection, table: str) -> set[str]:
-    from archiver.query.catalog import integer_columns
 
     with conn.cursor() as cur:
         return {column for _, column in integer_columns(cur, [table])}
@@ -169,7 +167,6 @@ def _may_match(files: list[CatalogFile], where: str, integer_keys: set[str]) -> 
     them can meet (archiver.query.statement): the others hold no row it matches, and are not
     read (`customer_id = 42` constrains neither: every file is). A key's range only
     where the key is of an integer type in the source (`integer_keys`)."""
-    from archiver.query import statement
 
     refs = statement.references(f"SELECT 1 FROM archived WHERE {where}")
     if refs is None:  # not a predicate DuckDB's parse can be walked for: every file

@@ -7,7 +7,7 @@ from archiver import db
 from archiver.bulk import BulkConnection, on_source
 from archiver.config import ConfigFile, Settings
 from archiver.errors import InputError
-from archiver.grants import TableAccess
+from archiver.grants import TableAccess, grant_script
 from archiver.ident import TableName
 from archiver.model import Mode
 from archiver.operations.enqueue import checked_policies
@@ -21,7 +21,6 @@ async def grants(
 ) -> str:
     """The GRANT script for `role`: the queue, and each of `tables` (default: the config
     file's policy tables) with the tables it is moved with."""
-    from archiver.grants import TableAccess, grant_script
 
     if not role.strip():
         raise InputError("--role: give the role workers and the scheduler log in as")

@@ -14,6 +14,7 @@ from archiver import runtime
 from archiver.bulk import on_source
 from archiver.config import Settings
 from archiver.errors import InputError
+from archiver.lifecycle.purge import PurgePlan, purge
 from archiver.lifecycle.retention import Age, Expired, expired, protected
 from archiver.operations.publish import make_visible
 from archiver.operations.selection import (
@@ -76,7 +77,6 @@ async def _purge(
     now: dt.datetime,
     no_wait: bool,
 ) -> Purged:
-    from archiver.lifecycle.purge import PurgePlan, purge
 
     name, files = await stored_table_files(settings, table, "purge")
     rooted = [f for f in files if f.cutoff_column]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from archiver.bulk import on_source
 from archiver.config import Settings
+from archiver.query import engine, statement
+from archiver.query.answer import answer
 
 
 async def query(
@@ -16,8 +18,6 @@ async def query(
     explain: bool,
     with_live: bool = False,
 ) -> str | None:
-    from archiver.query import engine, statement
-    from archiver.query.answer import answer
 
     statement.refuse_writes(sql)  # before anything runs
     engine.check_format(fmt, output)

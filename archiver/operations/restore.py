@@ -15,12 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import failpoints, outcome, runtime
+from archiver import failpoints, ledger, outcome, runtime
 from archiver.bulk import BulkConnection, connect_bulk, on_source
 from archiver.config import Settings
 from archiver.errors import InputError, OfflineError
 from archiver.ident import TableName
+from archiver.lifecycle.retention import protected
 from archiver.model import CatalogFile
+from archiver.operations.publish import make_visible
 from archiver.operations.selection import (
     FileSelection,
     as_stored,
@@ -87,15 +89,12 @@ async def _restore(
     report: Callable[[str], None],
     no_wait: bool,
 ) -> tuple[Restored, list[CatalogFile]]:
-    from archiver import ledger
     from archiver.restore import RestorePlan, restore
 
     moves_back = into is None and not keep_archive
     refuse_offline("restore", files)
     storage = runtime.storage(settings)
     if moves_back:
-        from archiver.lifecycle.retention import protected
-
         why = protected(await asyncio.to_thread(as_stored, storage, files), dt.datetime.now(dt.UTC))
         if why:
             raise InputError(
@@ -162,7 +161,5 @@ async def _restore(
         await mark_offline(settings, [exc.name])
         raise InputError(f"restore refused, nothing changed: {exc}") from None
     if moves_back and not dry_run and done.retired:
-        from archiver.operations.publish import make_visible
-
         await make_visible(settings, tables, no_wait=no_wait, report=report)
     return done, files

@@ -22,6 +22,7 @@ from archiver.errors import InputError
 from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age, expired
 from archiver.model import CatalogFile
+from archiver.operations.publish import make_visible, publish_table
 from archiver.operations.selection import (
     chunk_children,
     hold_tables,
@@ -130,7 +131,6 @@ def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report,
 async def _publish_now(settings: Settings, tables: set[str], report: Report) -> None:
     """Publish each table now, so its offline files are out of its Delta log (with
     publishing off too: a Delta table that exists must not list an unreadable file)."""
-    from archiver.operations.publish import publish_table
 
     for table in sorted(tables):
         done = await publish_table(settings, as_typed(table), sweep_only=not settings.delta)
@@ -177,8 +177,6 @@ async def _rehydrate_table(
                 await archive_files.back_online(conn, ids, tier)
                 await publisher_lock.release_on(conn, here, t)
     if back:  # they rejoin their Delta tables
-        from archiver.operations.publish import make_visible
-
         await make_visible(settings, {f.source_table for f in back}, no_wait=no_wait, report=report)
     result = Rehydrated(states.count("started"), states.count("pending"), len(back))
     report(

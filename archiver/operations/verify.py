@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 from archiver import db, runtime
 from archiver.config import Settings
+from archiver.delta.check import delta_problems as check
+from archiver.delta.check import is_delta_log
+from archiver.delta.location import storage_options
 from archiver.errors import InputError, JobStateError, OfflineError
 from archiver.files import names
 from archiver.ident import TableName, as_typed
@@ -82,8 +85,6 @@ async def verify(
 
 async def delta_problems(settings: Settings, storage: Storage, tables: set[str]) -> list[str]:
     """Each published table's Delta log against the catalog (archiver.delta.check)."""
-    from archiver.delta.check import delta_problems as check
-    from archiver.delta.location import storage_options
 
     here = str(storage.location)
     problems: list[str] = []
@@ -144,7 +145,6 @@ def _verify(
 ) -> tuple[list[str], list[int], list[str], list[str]]:
     """(problems, ids of the files found sound, names found in the Archive tier, names
     of objects the catalog does not hold)."""
-    from archiver.delta.check import is_delta_log
     from archiver.verify import verify_file, verify_offline
 
     here = str(storage.location)

@@ -38,6 +38,7 @@ from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query import statement
 from archiver.query.catalog import File, Snapshot
+from archiver.query.engine import _azure_secret, load_extension
 from archiver.query.views import archived_copies, file_ranges
 from archiver.serve import companions, dialect, inlining
 from archiver.serve.definitions import Definitions, FileColumns
@@ -88,8 +89,6 @@ class ServedArchive:
 
     def __init__(self, settings: Settings, location: StorageLocation) -> None:
         import duckdb
-
-        from archiver.query.engine import _azure_secret, load_extension
 
         self.settings = settings
         self.location = location

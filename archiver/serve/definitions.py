@@ -41,7 +41,7 @@ from archiver.serve.declared_types import DeclaredTypes
 from archiver.serve.reader import Place, make
 from archiver.serve.registry import TYPES, Registry
 from archiver.serve.text import C_MONEY, Money
-from archiver.store import reads
+from archiver.store.served import served_definitions, served_signature
 
 log = logging.getLogger(__name__)
 
@@ -230,11 +230,11 @@ class Definitions:
             conn = self._catalog_connection()
             try:
                 with conn.cursor() as cur:
-                    signature = reads.served_signature(cur, self.storage)
+                    signature = served_signature(cur, self.storage)
                     rows = (
                         []
                         if signature == self._signature and not force
-                        else reads.served_definitions(cur, self.storage)
+                        else served_definitions(cur, self.storage)
                     )
                 conn.rollback()
             except Exception:

@@ -18,7 +18,7 @@ from archiver.errors import ConfigError, DatabaseUnavailable, InputError, redact
 from archiver.ident import as_typed
 from archiver.query import catalog, statement
 from archiver.query.catalog import File, Snapshot
-from archiver.store import reads
+from archiver.store.served import served_files
 
 KEPT = "archiver_kept"  # the schema of the kept relations
 
@@ -91,7 +91,7 @@ class FileSet:
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                return reads.served_files(conn, names, self.storage, retired, ranges)
+                return served_files(conn, names, self.storage, retired, ranges)
             except Exception:
                 if conn.status == pq.ConnStatus.OK and attempt == 1:
                     raise  # the query's own failure, not the connection's

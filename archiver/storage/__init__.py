@@ -6,6 +6,8 @@ picks one from ARCHIVER_STORAGE_URL."""
 from __future__ import annotations
 
 from archiver.config import Settings
+from archiver.storage.azure import AzureStorage
+from archiver.storage.local import LocalStorage
 from archiver.storage.seam import Storage
 
 
@@ -13,9 +15,6 @@ def open_storage(settings: Settings) -> Storage:
     """The Storage for ARCHIVER_STORAGE_URL."""
     location = settings.storage_location()
     if location.scheme == "file":
-        from archiver.storage.local import LocalStorage
-
         return LocalStorage(location)
-    from archiver.storage.azure import AzureStorage  # the Azure SDK only where it is used
 
     return AzureStorage(location, settings)

@@ -17,6 +17,7 @@ from typing import Any
 from archiver import failpoints
 from archiver.config import Settings, StorageLocation
 from archiver.errors import OfflineError, StorageError, first_line
+from archiver.storage.features import azure_features
 from archiver.storage.seam import Features, StoredObject, Upload, join_name
 
 BLOCK_SIZE = 8 * 1024 * 1024  # per staged Azure block
@@ -190,7 +191,6 @@ class AzureStorage:
             raise self._error(f"cannot protect {name} in", exc) from None
 
     def features(self) -> Features:
-        from archiver.storage.features import azure_features
 
         return azure_features(self.container, self.object_name(".archiver-doctor-features"))
 

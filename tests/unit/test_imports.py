@@ -1,12 +1,12 @@
 """Commands that touch no rows stay light: the CLI and what status, jobs, show, cancel,
-pause and the queue need import no pyarrow, Azure SDK or APScheduler."""
+pause and the queue need import no pyarrow, Azure SDK, APScheduler or psycopg."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-HEAVY = ("pyarrow", "azure.storage.blob", "apscheduler", "adbc_driver_postgresql.dbapi")
+HEAVY = ("pyarrow", "azure.storage.blob", "apscheduler", "adbc_driver_postgresql.dbapi", "psycopg")
 
 
 def printed(code: str) -> list[str]:
