@@ -66,7 +66,7 @@ def test_the_catalog_leaves_out_what_pruning_would(h: Harness, monkeypatch: Any)
         assert any(int(r[6]) <= 9000 <= int(r[7]) for r in lookup)
 
         def paths(sql: str, params: list[Any]) -> dict[str, list[str]]:
-            plain, _ = files.files(sql, params, parser, statement.serialized(sql, parser))
+            plain, _ = files.files(sql, params, statement.serialized(sql, parser))
             assert plain is not None
             return {t: [f.path for f in fs] for t, fs in plain.files.items()}
 

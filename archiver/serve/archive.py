@@ -148,26 +148,22 @@ class ServedArchive:
         `names`, its columns' names as PostgreSQL gives them, replace DuckDB's."""
         self.definitions.refresh_quietly()
         sql, tree, referenced = self._parsed(sql)
-        parser = self.db.cursor()  # DuckDB's parse, on a connection of the process's own
-        try:
-            for attempt in range(1, RETRIES + 1):
-                plain, kept = self.fileset.files(sql, params, parser, tree)
-                try:
-                    result = self._execute(sql, params, referenced, plain, kept, started, tree)
-                    if names is not None and len(names) == len(result.columns):
-                        result.columns = [
-                            dataclasses.replace(c, name=n)
-                            for c, n in zip(result.columns, names, strict=True)
-                        ]
-                    return result
-                except _FileGone:
-                    if attempt == RETRIES:
-                        raise StorageError(
-                            "serve: the archive's files changed under the statement three "
-                            "times; run it again"
-                        ) from None
-        finally:
-            parser.close()
+        for attempt in range(1, RETRIES + 1):
+            plain, kept = self.fileset.files(sql, params, tree)
+            try:
+                result = self._execute(sql, params, referenced, plain, kept, started, tree)
+                if names is not None and len(names) == len(result.columns):
+                    result.columns = [
+                        dataclasses.replace(c, name=n)
+                        for c, n in zip(result.columns, names, strict=True)
+                    ]
+                return result
+            except _FileGone:
+                if attempt == RETRIES:
+                    raise StorageError(
+                        "serve: the archive's files changed under the statement three "
+                        "times; run it again"
+                    ) from None
         raise AssertionError("unreachable")
 
     def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str]]:

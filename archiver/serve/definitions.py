@@ -231,18 +231,15 @@ class Definitions:
             try:
                 with conn.cursor() as cur:
                     signature = served_signature(cur, self.storage)
-                    rows = (
-                        []
-                        if signature == self._signature and not force
-                        else served_definitions(cur, self.storage)
-                    )
+                    changed = force or signature != self._signature
+                    rows = served_definitions(cur, self.storage) if changed else []
                 conn.rollback()
             except Exception:
                 self._catalog = None
                 with contextlib.suppress(Exception):
                     conn.close()
                 raise
-            if signature == self._signature and not force:
+            if not changed:
                 return
             self._apply(rows, force)
             self._signature = signature

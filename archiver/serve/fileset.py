@@ -34,7 +34,7 @@ class FileSet:
         self._opened: list[PGconn] = []  # each thread's
 
     def files(
-        self, sql: str, params: list[Any], parser: Any, tree: dict[str, Any] | None
+        self, sql: str, params: list[Any], tree: dict[str, Any] | None
     ) -> tuple[Snapshot | None, Snapshot | None]:
         """The files `sql` (`params` bound) may read of its plain and of its kept
         relations (None: it names none), from its parse `tree` (DuckDB's; None where it
@@ -162,27 +162,26 @@ class FileSet:
         return snapshots[0], snapshots[1]
 
 
+def _kept(ref: statement.Reference) -> str | None:
+    """The table a reference names in the kept schema (schema.table), None: a plain one."""
+    schema, _, rest = ref.table.partition(".")
+    return rest if schema.casefold() == KEPT and rest else None
+
+
 def _named(refs: list[statement.Reference] | None) -> tuple[set[str] | None, set[str]]:
     """The tables a statement names (None: not known, every archived table), and those
     it names in the kept schema (as schema.table)."""
     if refs is None:
         return None, set()
-    plain, kept = set(), set()
-    for ref in refs:
-        schema, _, rest = ref.table.partition(".")
-        if schema.casefold() == KEPT and rest:
-            kept.add(rest)
-        else:
-            plain.add(ref.table)
-    return plain, kept
+    kept = {k for r in refs if (k := _kept(r)) is not None}
+    return {r.table for r in refs if _kept(r) is None}, kept
 
 
 def _as_read(refs: list[statement.Reference], kept: bool) -> list[statement.Reference]:
     """The references to the plain relations, or to the kept ones named as their table."""
     out = []
     for ref in refs:
-        schema, _, rest = ref.table.partition(".")
-        is_kept = schema.casefold() == KEPT and bool(rest)
-        if is_kept == kept:
-            out.append(statement.Reference(rest if kept else ref.table, ref.columns))
+        table = _kept(ref)
+        if (table is not None) == kept:
+            out.append(statement.Reference(table if table is not None else ref.table, ref.columns))
     return out

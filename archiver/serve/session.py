@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from archiver.errors import ArchiverError, InputError, StorageError, first_line, redact
+from archiver.ident import quote_ident
 from archiver.serve import binary, statements, text, types, wire
 from archiver.serve.archive import Result, ServedArchive
 from archiver.serve.columns import Origin
@@ -167,13 +168,17 @@ class Session:
         }
         for option in _options(parameters.get("options", "")):
             name, _, value = option.partition("=")
+            if not name:  # as PostgreSQL refuses it
+                raise SqlError(
+                    "22023", f"invalid command-line argument for server process: {option}"
+                )
             wanted[name.replace("-", "_").lower()] = value
         for name, value in wanted.items():
             if name in statements.READ_ONLY_SETTINGS:
                 continue
             quoted = "'" + value.replace("'", "''") + "'"
             await self._set(
-                Statement("set", f"SET {_ident(name)} TO {quoted}", name=name, value=value),
+                Statement("set", f"SET {quote_ident(name)} TO {quoted}", name=name, value=value),
                 report=False,
             )
         self.defaults = (dict(self.settings), dict(self.changed))
@@ -866,10 +871,6 @@ def _options(text: str) -> list[str]:
         elif (word.startswith("--") and "=" in word) or (word.startswith("-c") and "=" in word):
             out.append(word[2:])
     return out
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _close_result(future: asyncio.Future[Result]) -> None:

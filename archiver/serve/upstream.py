@@ -17,6 +17,7 @@ from psycopg import pq
 from psycopg.pq import DiagnosticField, ExecStatus
 from psycopg.pq.abc import PGconn, PGresult
 
+from archiver.ident import quote_ident
 from archiver.serve.definitions import Definitions
 from archiver.serve.narrowing import narrowed
 from archiver.serve.wire import SqlError
@@ -194,7 +195,7 @@ class Upstream:
         self, name: str, settings: dict[str, str], started: Callable[[Any], None]
     ) -> tuple[str, str]:
         """SHOW `name`: (the column's name, the value), as PostgreSQL answers it."""
-        answer = self.run(f"SHOW {_ident(name)}", [], [], [], [], settings, started)
+        answer = self.run(f"SHOW {quote_ident(name)}", [], [], [], [], settings, started)
         value = answer.rows[0][0] if answer.rows else None
         return answer.fields[0].name, "" if value is None else value.decode()
 
@@ -239,14 +240,6 @@ def _formats(asked: Sequence[int], count: int) -> list[int]:
 
 def _literal(conn: PGconn, value: str) -> str:
     return bytes(pq.Escaping(conn).escape_literal(value.encode())).decode()
-
-
-def _ident(name: str) -> str:
-    return (
-        '"' + name.replace('"', '""') + '"'
-        if not name.replace("_", "").replace(".", "").isalnum()
-        else name
-    )
 
 
 def _check(res: PGresult | None) -> PGresult:
