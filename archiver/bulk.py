@@ -1,11 +1,10 @@
 """Bulk connections to PostgreSQL through the ADBC driver (rows as Arrow, COPY BINARY
 decoded in C): synchronous, run in threads. Also the driver's database object a process
-shares, and the pool a worker keeps between jobs. The check that the driver writes values
+shares, and the pool a process's context keeps them in (archiver.context). The check that the driver writes values
 back exactly is restore's (archiver.driver_check)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.util
 import logging
@@ -15,8 +14,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, cast
 
 import adbc_driver_manager
 
@@ -24,7 +22,6 @@ from archiver.db import application_name, query
 from archiver.errors import DatabaseUnavailable, first_line, redact
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 Row = tuple[Any, ...]
 
@@ -290,22 +287,6 @@ def _close_quietly(conn: BulkConnection) -> None:
         conn.close()
 
 
-@contextmanager
-def connect_bulk(url: str) -> Iterator[BulkConnection]:
-    """A synchronous ADBC connection for bulk rows as Arrow (run it in a thread); inside
-    `command_connections()`, one of the command's, given back rolled back."""
-    pool = _COMMAND.get()
-    if pool is not None:
-        with pool.connection(url) as conn:
-            yield conn
-        return
-    conn = open_bulk(url)
-    try:
-        yield conn
-    finally:
-        _close_quietly(conn)
-
-
 class BulkPool:
     """ADBC connections kept between a worker's jobs, or a command's steps.
 
@@ -400,33 +381,3 @@ class BulkPool:
         for conns in idle.values():
             for _, conn in conns:
                 self._discard(conn)
-
-
-# A one-shot command's bulk connections (archiver.runtime): `connect_bulk` and `on_source`
-# take one of the command's pool, so its steps share one ADBC session per database (and
-# the driver's database object, _Databases). A step asking while another holds that one
-# (nested, or at once in another thread) gets another, kept for the rest of the command.
-_COMMAND: ContextVar[BulkPool | None] = ContextVar("archiver_command_bulk", default=None)
-
-
-@contextmanager
-def command_connections(idle_seconds: float) -> Iterator[BulkPool]:
-    """The block's bulk connections shared through a pool, closed when it ends."""
-    pool = BulkPool(idle_seconds)
-    token = _COMMAND.set(pool)
-    try:
-        yield pool
-    finally:
-        _COMMAND.reset(token)
-        pool.close()
-
-
-def _run_on(url: str, read: Callable[[BulkConnection], T]) -> T:
-    with connect_bulk(url) as conn:
-        return read(conn)
-
-
-async def on_source(url: str, read: Callable[[BulkConnection], T]) -> T:
-    """`read(conn)` on a bulk connection to the database at `url` (a new one, or the
-    running command's: `connect_bulk`), in a thread."""
-    return await asyncio.to_thread(_run_on, url, read)

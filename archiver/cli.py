@@ -10,23 +10,27 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import nullcontext
 from typing import Any, NoReturn
 
 import adbc_driver_manager
 import asyncpg
 
-from archiver import bulk, commands, db, failpoints, memory, outcome, runtime, scratch
+from archiver import bulk, commands, db, failpoints, memory, outcome, scratch
 from archiver.commands.args import Subcommands
 from archiver.config import CONFIG_VARIABLE, ConfigFile, Settings
+from archiver.context import Context
 from archiver.errors import ArchiverError, first_line, redact
 from archiver.interrupt import stops_on_signal
 from archiver.logs import setup_logging
 
 log = logging.getLogger("archiver")
 
-Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+Command = Callable[[argparse.Namespace, Context], Coroutine[Any, Any, int]]
+# The commands that run until stopped, with pools of their own on their context; every
+# other command's steps share one session of each driver per database (archiver.context).
+SERVICES = frozenset(("worker", "scheduler", "console", "serve"))
 # The commands that change the archive or the queue: a failure says which side of its
 # commit it came from (archiver.outcome).
 COMMITTING = frozenset(
@@ -68,15 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# The commands that run until stopped, with pools and sessions of their own; every other
-# command runs in a runtime made once (archiver.runtime): its storage and one session of
-# each driver per database, shared by its steps.
-SERVICES = frozenset(("worker", "scheduler", "console", "serve"))
-
-
-async def _in_runtime(settings: Settings, run: Awaitable[int]) -> int:
-    async with runtime.command(settings):
-        return await run
+async def _run(command: Command, args: argparse.Namespace, ctx: Context) -> int:
+    """The command run with the process's context, every session it holds closed after
+    (a service opens its pools on it: archiver.context)."""
+    try:
+        return await command(args, ctx)
+    finally:
+        await ctx.aclose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,10 +95,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         bulk.use_driver(settings.adbc_driver)
         command: Command = args.func
         sides = outcome.sides(args.command) if args.command in COMMITTING else nullcontext()
-        with scratch.directory(args.command), stops_on_signal(args.command, settings), sides:
-            if args.command in SERVICES:
-                return asyncio.run(command(args, settings))
-            return asyncio.run(_in_runtime(settings, command(args, settings)))
+        with (
+            scratch.directory(args.command) as workdir,
+            stops_on_signal(args.command, settings),
+            sides as side,
+        ):
+            ctx = Context(
+                settings,
+                name=args.command,
+                workdir=workdir,
+                side=side,
+                shared_sessions=args.command not in SERVICES,
+            )
+            return asyncio.run(_run(command, args, ctx))
     except BrokenPipeError:
         # stdout's reader went away (`archiver jobs | head -1`): stop quietly, as Unix tools do,
         # status 128 + SIGPIPE (asyncpg and Azure raise their own for a broken socket)

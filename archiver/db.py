@@ -4,13 +4,7 @@ queries every queue and catalog statement comes from, and migrations."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
@@ -86,91 +80,6 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
         asyncpg.InvalidAuthorizationSpecificationError,
     ) as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
-
-
-@dataclass
-class _Held:
-    conn: asyncpg.Connection | None  # None while its first connect is under way
-    loop: asyncio.AbstractEventLoop
-    busy: bool = False
-    used: float = 0.0  # time.monotonic() when last given back
-
-
-# A one-shot command's sessions (archiver.runtime runs each inside `command_sessions()`): one
-# asyncpg connection per database, which each `connection(url)` of the command reuses
-# in turn, closed when the command ends. A `connection(url)` while that one is in use
-# (nested, or another task's), or from another event loop (a thread's), gets a session
-# of its own, as outside a command. One left idle longer than HELD_IDLE_SECONDS (a step
-# of bulk work or blob transfers between) is replaced rather than trusted: a network
-# path may have dropped an idle flow without a word, and a statement on it would wait
-# for TCP to give up.
-_HELD: ContextVar[dict[str, _Held] | None] = ContextVar("archiver_held_sessions", default=None)
-HELD_IDLE_SECONDS = 30.0
-
-
-@asynccontextmanager
-async def command_sessions() -> AsyncIterator[None]:
-    """The block's `connection(url)` calls share one session per database."""
-    held: dict[str, _Held] = {}
-    token = _HELD.set(held)
-    try:
-        yield
-    finally:
-        _HELD.reset(token)
-        for h in held.values():
-            if h.conn is not None:
-                with contextlib.suppress(Exception):
-                    await h.conn.close()
-
-
-@asynccontextmanager
-async def _own(url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await connect(url)
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-@asynccontextmanager
-async def connection(url: str) -> AsyncIterator[asyncpg.Connection]:
-    """`async with connection(url) as conn:` -- connect (or DatabaseUnavailable), close
-    after; inside `command_sessions()`, the command's session of that database, given
-    back with no transaction open (closed instead if it still holds a session advisory
-    lock: a lock never outlives the step that took it)."""
-    held, loop = _HELD.get(), asyncio.get_running_loop()
-    h = held.get(url) if held is not None else None
-    if held is None or (h is not None and (h.busy or h.loop is not loop)):
-        async with _own(url) as conn:
-            yield conn
-        return
-    if h is None:
-        h = held[url] = _Held(None, loop)
-    h.busy = True  # before any await: another task asking meanwhile gets its own
-    try:
-        stale = h.conn is not None and (
-            h.conn.is_closed() or time.monotonic() - h.used > HELD_IDLE_SECONDS
-        )
-        if stale:
-            with contextlib.suppress(Exception):
-                await h.conn.close()  # type: ignore[union-attr]
-        if h.conn is None or stale:
-            h.conn = await connect(url)
-        yield h.conn
-        if h.conn.is_in_transaction():
-            await h.conn.execute("ROLLBACK")
-        kept = bool(await h.conn.fetchval(query("session_advisory_locks")))  # never handed on
-    except BaseException:
-        kept = True  # its state is not known after a failure: not used again
-        raise
-    finally:
-        h.busy, h.used = False, time.monotonic()
-        if kept:
-            if held.get(url) is h:
-                del held[url]
-            if h.conn is not None:
-                with contextlib.suppress(Exception):
-                    await h.conn.close()
 
 
 async def create_pool(

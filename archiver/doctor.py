@@ -19,9 +19,9 @@ from pathlib import Path
 
 import asyncpg
 
-from archiver import db, runtime
-from archiver.bulk import connect_bulk
-from archiver.config import ConfigFile, Settings
+from archiver import db
+from archiver.config import ConfigFile
+from archiver.context import Context
 from archiver.driver_check import driver_round_trip
 from archiver.errors import ArchiverError, first_line
 from archiver.grants import QUEUE_TABLES
@@ -57,28 +57,30 @@ async def _check(name: str, probe: Callable[[], Awaitable[str]]) -> Check:
         return Check(name, False, first_line(exc))
 
 
-async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Check]:
+async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
     """Every check, in the order a fresh deployment meets them."""
 
-    checks = [await _check("queue database", lambda: _reachable(settings.database_url))]
+    checks = [await _check("queue database", lambda: _reachable(ctx, ctx.settings.database_url))]
     if not checks[0].ok:
         return checks
-    checks.append(await _check("schema", lambda: _schema_current(settings)))
-    checks.append(await _check("queue privileges", lambda: _queue_privileges(settings)))
-    if not settings.same_database:
+    checks.append(await _check("schema", lambda: _schema_current(ctx)))
+    checks.append(await _check("queue privileges", lambda: _queue_privileges(ctx)))
+    if not ctx.settings.same_database:
         checks.append(
-            await _check("source database", lambda: _reachable(settings.effective_source_url))
+            await _check(
+                "source database", lambda: _reachable(ctx, ctx.settings.effective_source_url)
+            )
         )
-    checks.append(await _check("bulk driver", lambda: asyncio.to_thread(_bulk_driver, settings)))
-    checks.append(await _check("clock", lambda: _clock_skew(settings)))
+    checks.append(await _check("bulk driver", lambda: asyncio.to_thread(_bulk_driver, ctx)))
+    checks.append(await _check("clock", lambda: _clock_skew(ctx)))
     policies: list[tuple[str, Mode]] = []
 
     async def valid_policies() -> str:
         if config is None:
             return "no config file (--config or ARCHIVER_CONFIG): nothing scheduled"
-        checked = await checked_policies(settings, config)
+        checked = await checked_policies(ctx, config)
         aggregates = [table for policy, table in checked if policy.with_children]
-        children = await aggregate_children(settings, aggregates)
+        children = await aggregate_children(ctx, aggregates)
         for policy, table in checked:
             policies.append((table, policy.mode))
             policies.extend((child, policy.mode) for child in children.get(table, []))
@@ -86,29 +88,29 @@ async def run_checks(settings: Settings, config: ConfigFile | None) -> list[Chec
 
     checks.append(await _check("policies", valid_policies))
     for table, mode in policies:
-        checks.append(await _check(f"privileges on {table}", _privileges_on(settings, table, mode)))
-    checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, settings)))
+        checks.append(await _check(f"privileges on {table}", _privileges_on(ctx, table, mode)))
+    checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, ctx)))
     if checks[-1].ok:
-        checks += await asyncio.to_thread(_storage_features, settings)
+        checks += await asyncio.to_thread(_storage_features, ctx)
     return checks
 
 
-def _storage_features(settings: Settings) -> list[Check]:
+def _storage_features(ctx: Context) -> list[Check]:
     """What the container keeps and protects, and what that means for purge and erase
     (archiver.storage.features): facts, never failures."""
     checks = []
-    for what, meaning in runtime.storage(settings).features():
+    for what, meaning in ctx.storage().features():
         name, _, found = what.partition(": ")
         checks.append(Check(f"storage {name}", True, f"{found}; {meaning}"))
     return checks
 
 
-def _privileges_on(settings: Settings, table: str, mode: Mode) -> Callable[[], Awaitable[str]]:
-    return lambda: _table_privileges(settings, TableName.stored(table).quoted, mode)
+def _privileges_on(ctx: Context, table: str, mode: Mode) -> Callable[[], Awaitable[str]]:
+    return lambda: _table_privileges(ctx, TableName.stored(table).quoted, mode)
 
 
-async def _reachable(url: str) -> str:
-    async with db.connection(url) as conn:
+async def _reachable(ctx: Context, url: str) -> str:
+    async with ctx.connection(url) as conn:
         version = await conn.fetchval("SHOW server_version")
         user = await conn.fetchval("SELECT current_user")
     return f"PostgreSQL {version}, as {user}"
@@ -122,9 +124,9 @@ WHERE c.relname = 'archiver_migrations' AND c.relkind = 'r'
 """
 
 
-async def _schema_current(settings: Settings) -> str:
+async def _schema_current(ctx: Context) -> str:
     expected = [name for _, name, _ in db.migration_files()]
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         if await conn.fetchval("SELECT to_regclass('archiver_migrations')") is None:
             elsewhere = await conn.fetchval(_SCHEMAS_OFF_THE_PATH)
             if elsewhere:
@@ -141,9 +143,9 @@ async def _schema_current(settings: Settings) -> str:
     return f"current ({len(expected)} migrations)"
 
 
-async def _queue_privileges(settings: Settings) -> str:
+async def _queue_privileges(ctx: Context) -> str:
     missing = []
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         for table, privileges, _ in QUEUE_TABLES:
             for privilege in privileges.split(", "):
                 if not await conn.fetchval(
@@ -174,9 +176,9 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 """
 
 
-async def _table_privileges(settings: Settings, table: str, mode: Mode) -> str:
+async def _table_privileges(ctx: Context, table: str, mode: Mode) -> str:
     needed = ["SELECT"] + (["DELETE"] if mode == Mode.MOVE else [])
-    async with db.connection(settings.effective_source_url) as conn:
+    async with ctx.source() as conn:
         missing = [
             p
             for p in needed
@@ -207,13 +209,13 @@ def _unoptimised_wheel(version: str) -> bool:
     return on and first <= released <= last
 
 
-def _bulk_driver(settings: Settings) -> str:
+def _bulk_driver(ctx: Context) -> str:
     """The ADBC connection a worker reads rows on, through the library it will load, and
     a restore's round trip through it."""
-    with connect_bulk(settings.effective_source_url) as conn:
+    with ctx.bulk(ctx.settings.effective_source_url) as conn:
         changed = driver_round_trip(conn)
-    if settings.adbc_driver:
-        library, unoptimised = f"{settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)", False
+    if ctx.settings.adbc_driver:
+        library, unoptimised = f"{ctx.settings.adbc_driver} (ARCHIVER_ADBC_DRIVER)", False
     else:
         version = importlib.metadata.version("adbc-driver-postgresql")
         library = f"adbc-driver-postgresql {version}, the wheel's library"
@@ -233,8 +235,8 @@ def _bulk_driver(settings: Settings) -> str:
     return library
 
 
-async def _clock_skew(settings: Settings) -> str:
-    async with db.connection(settings.database_url) as conn:
+async def _clock_skew(ctx: Context) -> str:
+    async with ctx.catalog() as conn:
         before = time.time()
         server: dt.datetime = await conn.fetchval("SELECT clock_timestamp()")
         after = time.time()
@@ -247,9 +249,8 @@ async def _clock_skew(settings: Settings) -> str:
     return f"{skew:+.3f} s from the database"
 
 
-def _storage_writable(settings: Settings) -> str:
-
-    storage = runtime.storage(settings)
+def _storage_writable(ctx: Context) -> str:
+    storage = ctx.storage()
     storage.check()
     name = storage.object_name(f".archiver-doctor-{uuid.uuid4().hex[:12]}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -261,7 +262,7 @@ def _storage_writable(settings: Settings) -> str:
     if storage.location.scheme == "az":
         auth = (
             ", auth: connection string"
-            if settings.azure_connection_string
+            if ctx.settings.azure_connection_string
             else ", auth: DefaultAzureCredential"
         )
     return f"{storage.location} writable{auth}"

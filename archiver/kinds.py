@@ -7,7 +7,8 @@ A kind is its request class (model.py: its name, `KIND`, and its payload, writte
 `payload()` when queued and read by `from_payload` when claimed) and its handler here,
 registered with `Kind.of(RequestClass, handler)`: the handler is typed with the request
 class, so the type checker holds the two together (no isinstance). It runs one claimed
-job and returns its Progress, in the worker's job thread (`threaded`: bulk work on its
+job with the worker's context (archiver.context: its storage, pools and scratch
+directory) and returns its Progress, in the worker's job thread (`threaded`: bulk work on its
 own ADBC connections) or on its event loop. `after` runs once the job has ended,
 whatever its outcome. A kind with no work (`batch`) is completed by the claim loop in
 batches (the bench's queue figures). To add a kind: its request class in model.py, its
@@ -21,8 +22,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
@@ -30,8 +30,8 @@ from archiver import metrics
 from archiver.archive.context import ChunkLimits
 from archiver.archive.job import open_job, run_job
 from archiver.archive.plan import BacklogRule
-from archiver.bulk import BulkConnection, BulkPool
-from archiver.config import Settings
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.errors import ArchiverError
 from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age
@@ -48,7 +48,6 @@ from archiver.model import (
 from archiver.operations.compact import Options, compact_table
 from archiver.operations.orphans import remove_orphans
 from archiver.operations.purge import purge_table
-from archiver.storage.seam import Storage
 from archiver.store import jobs
 from archiver.text import counted
 
@@ -61,39 +60,27 @@ class JobRun:
     """A job in progress: what the worker's loop and the job's thread share."""
 
     job: Job
+    worker: str  # the name of the worker running it (its leases')
     interrupt: BaseException | None = None  # read by the thread between chunks
     source_pids: list[int] = field(default_factory=list)  # its source backends
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-class Resources(Protocol):
-    """What a handler may use of the worker running it."""
-
-    settings: Settings
-    storage: Storage
-    bulk: BulkPool
-    workdir: Path
-    name: str
-
-    @property
-    def queue_pool(self) -> asyncpg.Pool: ...
-
-
 @dataclass(frozen=True)
 class Kind(Generic[R]):
     name: str
-    run: Callable[[Resources, JobRun, R], Any]  # a Progress; awaitable unless threaded
+    run: Callable[[Context, JobRun, R], Any]  # a Progress; awaitable unless threaded
     payload: Callable[[Mapping[str, Any]], R]
     threaded: bool = True
     done: Callable[[Progress], str] = lambda p: (
         f"{counted(p.rows, 'row')} in {counted(p.files, 'file')}"
     )
-    after: Callable[[Resources, Job], Awaitable[object]] | None = None
+    after: Callable[[Context, Job], Awaitable[object]] | None = None
     batch: bool = False
 
     @classmethod
     def of(
-        cls, request: type[Request[R]], run: Callable[[Resources, JobRun, R], Any], **kw: Any
+        cls, request: type[Request[R]], run: Callable[[Context, JobRun, R], Any], **kw: Any
     ) -> Kind[R]:
         """The kind of `request`'s jobs, run by `run` (with Kind's other fields)."""
         return cls(request.KIND, run, request.from_payload, **kw)
@@ -112,25 +99,25 @@ class Kind(Generic[R]):
 # -- archive: move or copy a table's old rows ------------------------------------------
 
 
-def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
-    job, settings = run.job, w.settings
+def _archive(ctx: Context, run: JobRun, request: ArchiveRequest) -> Progress:
+    job, settings = run.job, ctx.settings
     with contextlib.ExitStack() as connections:
-        src = connections.enter_context(w.bulk.connection(settings.effective_source_url))
-        catalog_conn = connections.enter_context(w.bulk.connection(settings.database_url))
+        src = connections.enter_context(ctx.bulk(settings.effective_source_url))
+        catalog_conn = connections.enter_context(ctx.bulk(settings.database_url))
         reader = None
         if request.reads_in_pairs and settings.copy_connections == 2:
-            reader = connections.enter_context(w.bulk.connection(settings.effective_source_url))
-        run.source_pids = [w.bulk.backend_pid(c) for c in (src, reader) if c is not None]
+            reader = connections.enter_context(ctx.bulk(settings.effective_source_url))
+        run.source_pids = [ctx.bulk_pool.backend_pid(c) for c in (src, reader) if c is not None]
         context = open_job(
             src,
             catalog_conn,
             job_id=str(job.id),
-            worker=w.name,
+            worker=run.worker,
             attempt=job.claims,
             request=request,
-            storage=w.storage,
+            storage=ctx.storage(),
             same_database=settings.same_database,
-            workdir=w.workdir,
+            workdir=ctx.workdir,
             limits=ChunkLimits(
                 settings.lock_timeout,
                 settings.statement_timeout,
@@ -138,7 +125,7 @@ def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
                 settings.row_lock_wait,
             ),
             reader=reader,
-            connect=functools.partial(_lane_connection, w, run),
+            connect=functools.partial(_lane_connection, ctx, run),
             backlog=BacklogRule.of(settings),
         )
         return run_job(
@@ -151,11 +138,11 @@ def _archive(w: Resources, run: JobRun, request: ArchiveRequest) -> Progress:
 
 
 @contextlib.contextmanager
-def _lane_connection(w: Resources, run: JobRun) -> Iterator[BulkConnection]:
+def _lane_connection(ctx: Context, run: JobRun) -> Iterator[BulkConnection]:
     """A backlog job's further source connection, its backend named among the job's
     (a second stop signal rolls back what each has in flight)."""
-    with w.bulk.connection(w.settings.effective_source_url) as conn:
-        pid = w.bulk.backend_pid(conn)
+    with ctx.bulk(ctx.settings.effective_source_url) as conn:
+        pid = ctx.bulk_pool.backend_pid(conn)
         run.source_pids.append(pid)
         try:
             yield conn
@@ -163,28 +150,32 @@ def _lane_connection(w: Resources, run: JobRun) -> Iterator[BulkConnection]:
             run.source_pids.remove(pid)
 
 
-def _publish_after(w: Resources, job: Job) -> Awaitable[object]:
+def _catalog_pool(ctx: Context) -> asyncpg.Pool:
+    if ctx.pool is None:
+        raise ArchiverError("this worker's queue is not in PostgreSQL")
+    return ctx.pool
+
+
+def _publish_after(ctx: Context, job: Job) -> Awaitable[object]:
     """What an archive job committed joins its Delta tables (queued before the run
     ends, so a burst worker takes the publish job before it exits)."""
-    if not w.settings.delta:
+    if not ctx.settings.delta:
         return asyncio.sleep(0)
-    return jobs.enqueue_publications(w.queue_pool, str(w.storage.location))
+    return jobs.enqueue_publications(_catalog_pool(ctx), str(ctx.storage().location))
 
 
 # -- publish: a table's catalogued files into its Delta table -----------------------
 
 
-def _publish(w: Resources, run: JobRun, request: PublishRequest) -> Progress:
+def _publish(ctx: Context, run: JobRun, request: PublishRequest) -> Progress:
     from archiver.delta.publish import publish_table_on
 
-    if request.storage_url != str(w.storage.location):
+    if request.storage_url != str(ctx.storage().location):
         raise ArchiverError(
             f"publish: files on {request.storage_url}, this worker writes to another storage"
         )
-    with w.bulk.connection(w.settings.database_url) as conn:
-        done = publish_table_on(
-            conn, w.settings, w.storage, request.table, sweep_only=not w.settings.delta
-        )
+    with ctx.bulk(ctx.settings.database_url) as conn:
+        done = publish_table_on(ctx, conn, request.table, sweep_only=not ctx.settings.delta)
     # not rows/files: those count what a table's jobs archived (archiver status summed
     # them, and counted every published row twice)
     return Progress(
@@ -205,13 +196,13 @@ def _published(p: Progress) -> str:
 # -- purge: a policy's retention -------------------------------------------------------
 
 
-async def _purge(w: Resources, run: JobRun, request: PurgeRequest) -> Progress:
+async def _purge(ctx: Context, run: JobRun, request: PurgeRequest) -> Progress:
     """Its table's files older than `retain` purged (those under an immutability
     policy or legal hold kept, and said)."""
 
     table = request.table
     done = await purge_table(
-        w.settings,
+        ctx,
         as_typed(table),
         Age.parse(request.retain, "retain"),
         skip_protected=True,
@@ -228,16 +219,16 @@ async def _purge(w: Resources, run: JobRun, request: PurgeRequest) -> Progress:
 # -- compact: a table's small files merged --------------------------------------------
 
 
-async def _compact(w: Resources, run: JobRun, request: CompactRequest) -> Progress:
+async def _compact(ctx: Context, run: JobRun, request: CompactRequest) -> Progress:
     """Its table's small chunks merged, up to its budget; yielding to a command that
     holds the table (the job completes: the next compaction goes on)."""
 
-    if request.storage_url != str(w.storage.location):
+    if request.storage_url != str(ctx.storage().location):
         raise ArchiverError(
             f"compact: files on {request.storage_url}, this worker writes to another storage"
         )
     done = await compact_table(
-        w.settings,
+        ctx,
         as_typed(request.table),
         Options(request.target, request.period, request.budget),
         report=lambda line: log.info("job %s: %s", run.job.id, line),
@@ -261,14 +252,14 @@ def _compacted(p: Progress) -> str:
 # -- orphans: archived files nothing references ------------------------------------
 
 
-async def _orphans(w: Resources, run: JobRun, request: OrphansRequest) -> Progress:
+async def _orphans(ctx: Context, run: JobRun, request: OrphansRequest) -> Progress:
     """Each table folder of the job's storage looked through; its orphans deleted."""
 
-    if request.storage_url != str(w.storage.location):
+    if request.storage_url != str(ctx.storage().location):
         raise ArchiverError(
             f"orphans: files on {request.storage_url}, this worker writes to another storage"
         )
-    found = await remove_orphans(w.settings, None)
+    found = await remove_orphans(ctx, None)
     for table in found:
         if table.found:
             log.warning(
@@ -296,7 +287,7 @@ def _swept(p: Progress) -> str:
     return f"{counted(deleted, 'orphan')} deleted in {counted(tables, 'table folder')}"
 
 
-def _nothing(w: Resources, run: JobRun, request: None) -> Progress:
+def _nothing(ctx: Context, run: JobRun, request: None) -> Progress:
     return Progress()
 
 

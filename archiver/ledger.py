@@ -43,7 +43,8 @@ from typing import Any
 import adbc_driver_manager
 
 from archiver import failpoints, outcome
-from archiver.bulk import BulkConnection, connect_bulk
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.errors import ArchiverError, InputError, StorageError, first_line
 from archiver.files import names
 from archiver.model import ArchivedFile, FileState
@@ -145,8 +146,8 @@ class TakenOut:
 
 
 def take_out(
+    ctx: Context,
     conn: BulkConnection,
-    storage: Storage,
     operation: str,
     tables: list[str],
     request: dict[str, Any],
@@ -159,6 +160,7 @@ def take_out(
     (refused if another operation retired any meanwhile; `before_commit` may refuse
     too, in that transaction); then what is out of the Delta log goes. The ledger id,
     and what was taken out."""
+    storage = ctx.storage()
     ledger_id = begin(conn, operation, str(storage.location), tables, request)
     try:
         done = rewrite(ledger_id)
@@ -180,7 +182,7 @@ def take_out(
                 "settles what it left either way",
                 1,
             ) from exc
-        outcome.committed(
+        ctx.committed(
             f"{OPERATIONS.get(operation, operation)} is committed (ledger {ledger_id})",
             "the workers' next publication and sweep finish it",
         )
@@ -294,18 +296,14 @@ def settle(catalog: BulkConnection, operation: int) -> None:
     catalog.commit()
 
 
-def sweep(
-    conn: BulkConnection,
-    storage: Storage,
-    source_url: str,
-) -> None:
+def sweep(ctx: Context, conn: BulkConnection) -> None:
     """What dead operations left on this storage, settled: by the workers' ledger sweep
     (archiver.maintenance.settle), which then reaps the retired files, and by
     `remove-orphans` before it looks. A dead restore into another database than the
     catalog's (only such a restore records an intent) is settled by its source
-    transaction's fate (pg_xact_status at `source_url`): committed, its intent is
-    applied; aborted, it is abandoned; in progress or forgotten, it is left, and said."""
-    source_status = _source_status(source_url)
+    transaction's fate (pg_xact_status in the source database): committed, its intent
+    is applied; aborted, it is abandoned; in progress or forgotten, it is left, and said."""
+    storage, source_status = ctx.storage(), _source_status(ctx, ctx.settings.effective_source_url)
     for operation, tables, xid, intent in ledger_rows.take_dead(conn, str(storage.location)):
         conn.commit()
         try:
@@ -376,13 +374,13 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     return total
 
 
-def _source_status(url: str) -> Callable[[str], str | None]:
+def _source_status(ctx: Context, url: str) -> Callable[[str], str | None]:
     """pg_xact_status of a transaction of the source database at `url` (None: too old
-    for it to remember), on a connection opened when asked: how the sweep learns the
+    for it to remember), on a connection taken when asked: how the sweep learns the
     fate of a dead restore into another database."""
 
     def status(xid: str) -> str | None:
-        with connect_bulk(url) as conn:
+        with ctx.bulk(url) as conn:
             return transaction_status(conn, xid)
 
     return status

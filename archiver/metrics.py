@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from archiver.bulk import connect_bulk
+from archiver.context import Context
 from archiver.errors import ConfigError
 from archiver.model import Job, Status
 from archiver.store import read_models
@@ -77,11 +77,12 @@ def job_error(exc: BaseException) -> None:
 
 
 class JobsByStatus(Collector):
-    """`archiver_jobs{status}`: the whole queue, counted on each scrape (a fresh
-    connection each time, so a database outage only costs that scrape)."""
+    """`archiver_jobs{status}`: the whole queue, counted on each scrape on one of the
+    context's ADBC connections (one the server dropped is replaced as it is taken, so a
+    database outage only costs that scrape)."""
 
-    def __init__(self, database_url: str) -> None:
-        self.database_url = database_url
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
 
     def describe(self) -> Iterable[Metric]:
         # without this the registry would collect, hence connect, at registration
@@ -91,7 +92,7 @@ class JobsByStatus(Collector):
         family = self._family()
         up = GaugeMetricFamily("archiver_queue_up", "1 if the queue could be read")
         try:
-            with connect_bulk(self.database_url) as conn:
+            with self.ctx.bulk(self.ctx.settings.database_url) as conn:
                 counts = read_models.count_jobs_by_status(conn)
         except Exception as exc:
             log.warning("metrics: cannot count jobs (%s)", type(exc).__name__)
@@ -109,9 +110,9 @@ class JobsByStatus(Collector):
         return GaugeMetricFamily("archiver_jobs", "Jobs in the queue by status", labels=["status"])
 
 
-def serve(port: int, database_url: str, addr: str = "0.0.0.0") -> Any:
+def serve(port: int, ctx: Context, addr: str = "0.0.0.0") -> Any:
     """Serve /metrics on `port` from a daemon thread; returns the server."""
-    REGISTRY.register(JobsByStatus(database_url))
+    REGISTRY.register(JobsByStatus(ctx))
     try:
         server, _thread = start_http_server(port, addr=addr)
     except OSError as exc:

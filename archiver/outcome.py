@@ -6,8 +6,9 @@ changed, and running it again is safe -- or after, when the change stands and so
 is left (a publication, a sweep, the rest of a run). The operator must be told which:
 "failed" after an erasure committed reads as "nothing was erased".
 
-The command runs inside `sides(command)`; the code that commits calls `committed(what,
-left)` right after its COMMIT (in whatever thread: the context's Side is shared). A
+The command runs inside `sides(command)`, whose Side its context holds; the code that
+commits calls the context's `committed(what, left)` right after its COMMIT (in whatever
+thread: the Side is shared). A
 failure is then said as one line: before, "<command>: nothing changed: <error>"; after,
 "<command>: <what> and it stands; then <error>; <left>". A change the command completed
 makes that a warning (exit 0: what was asked is done, the workers finish the rest); a run
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from archiver.errors import (
@@ -47,8 +47,6 @@ class Side:
     partial: bool = False  # done is only part of what was asked
 
 
-_CURRENT: ContextVar[Side | None] = ContextVar("archiver_outcome", default=None)
-
 # Failures that already say there was no change: refusals of bad input (before
 # anything), a restore rolled back, a bad setting.
 _BEFORE_ANYTHING = (InputError, RestoreFailed, ConfigError)
@@ -56,19 +54,10 @@ _BEFORE_ANYTHING = (InputError, RestoreFailed, ConfigError)
 _SAYS_ITSELF = (Said, JobFailed)
 
 
-def committed(done: str, left: str = "", *, partial: bool = False) -> None:
-    """The running command's change committed: `done` says what stands, `left` what
-    finishes it after a later failure. Outside `sides`, nothing."""
-    side = _CURRENT.get()
-    if side is not None:
-        side.done, side.left, side.partial = done, left, partial
-
-
 @contextlib.contextmanager
 def sides(command: str) -> Iterator[Side]:
     """Around a command: a failure said as the module says (Said)."""
     side = Side(command)
-    token = _CURRENT.set(side)
     try:
         yield side
     except (*_SAYS_ITSELF, BrokenPipeError):  # the reader of stdout went: said by cli.main
@@ -81,8 +70,6 @@ def sides(command: str) -> Iterator[Side]:
         if side.done is None:
             raise Said(f"{command}: nothing changed: {describe(exc)}", 1) from exc
         raise _after(side, exc) from exc
-    finally:
-        _CURRENT.reset(token)
 
 
 def _after(side: Side, exc: BaseException) -> Said:

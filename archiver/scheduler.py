@@ -22,8 +22,8 @@ import asyncpg
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from archiver import db
-from archiver.bulk import BulkConnection, fetch_and_rollback, on_source
-from archiver.config import Settings
+from archiver.bulk import BulkConnection, fetch_and_rollback
+from archiver.context import Context
 from archiver.errors import ArchiverError, ConfigError, error_line
 from archiver.ident import TableName, quote_ident
 from archiver.limits import window_opens
@@ -39,8 +39,10 @@ RETRY_MAX_SECONDS = 30.0
 
 
 class PolicyScheduler:
-    def __init__(self, settings: Settings, policies: list[tuple[Policy, str]]) -> None:
-        """`policies`: each policy with its table's schema-qualified name, as checked."""
+    def __init__(self, ctx: Context, policies: list[tuple[Policy, str]]) -> None:
+        """`policies`: each policy with its table's schema-qualified name, as checked;
+        `run` opens the scheduler's pool of the catalog database on `ctx`."""
+        settings = ctx.settings
         if settings.scheduler_grace >= settings.retention_days * 86400:
             # A finished job is pruned after the retention period, and with it the record
             # that its slot was enqueued; a slot that old must lie beyond the grace.
@@ -48,7 +50,7 @@ class PolicyScheduler:
                 f"ARCHIVER_SCHEDULER_GRACE ({settings.scheduler_grace:g}s) must be shorter "
                 f"than ARCHIVER_RETENTION_DAYS ({settings.retention_days:g} days)"
             )
-        self.settings, self.policies = settings, policies
+        self.ctx, self.settings, self.policies = ctx, settings, policies
         self.grace = dt.timedelta(seconds=settings.scheduler_grace)
         self.last_slot: dict[str, dt.datetime] = {}
         self.pool: asyncpg.Pool | None = None
@@ -63,10 +65,10 @@ class PolicyScheduler:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        self.pool = await db.create_pool(self.settings.database_url, size=2)
+        self.pool = await self.ctx.open_pool(size=2)
         tables = sorted({t for _, t in self.policies})
         self.partitioned = set(
-            await on_source(self.settings.effective_source_url, lambda c: partitioned(c, tables))
+            await self.ctx.on(self.settings.effective_source_url, lambda c: partitioned(c, tables))
         )
         scheduler = AsyncIOScheduler(
             timezone=dt.UTC,
@@ -96,7 +98,7 @@ class PolicyScheduler:
         finally:
             if scheduler.running:
                 scheduler.shutdown(wait=False)
-            await self.pool.close()
+            await self.ctx.aclose()
         log.info("scheduler stopped")
 
     async def fire(self, policy: Policy, table: str) -> None:
@@ -156,7 +158,7 @@ class PolicyScheduler:
         parts: list[jobs.Part] = [(request, request.keys())]
         if policy.partitions != PartitionAction.ROWS and table in self.partitioned:
             # the table's partitions, as of now
-            _, parts = await on_source(
+            _, parts = await self.ctx.on(
                 self.settings.effective_source_url, lambda c: archive_parts(c, request)
             )
         job_id, created = await jobs.enqueue_slot(

@@ -13,11 +13,9 @@ import logging
 import os
 import signal
 import socket
-import tempfile
 import uuid
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, TypeVar
 
 import adbc_driver_manager
@@ -25,13 +23,12 @@ import asyncpg
 import pyarrow as pa
 
 from archiver import db, failpoints, metrics
-from archiver.bulk import BulkPool
-from archiver.config import ConfigFile, Settings
+from archiver.config import ConfigFile
+from archiver.context import Context
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
 from archiver.kinds import KINDS, JobRun, kind_of
-from archiver.maintenance import Duties, Maintenance
+from archiver.maintenance import Maintenance
 from archiver.model import Job, Status
-from archiver.storage.seam import Storage
 from archiver.store.queue import PgQueue, Queue
 
 log = logging.getLogger(__name__)
@@ -62,24 +59,23 @@ def worker_name() -> str:
 class Worker:
     def __init__(
         self,
-        settings: Settings,
-        storage: Storage,
+        ctx: Context,
         *,
         concurrency: int = 1,
         burst: bool = False,
         name: str | None = None,
-        workdir: Path | None = None,
         config: ConfigFile | None = None,
         queue: Queue | None = None,
     ) -> None:
-        """`queue`: the jobs' queue (default: PostgreSQL's, at settings.database_url; the
+        """`ctx`: the process's context, whose storage, scratch directory and ADBC
+        connections every job uses; `run` opens its pool of the catalog database on it.
+        `queue`: the jobs' queue (default: PostgreSQL's, at settings.database_url; the
         in-memory one of archiver.testing.queue runs the loop with no database, without
         LISTEN and the duties that read the catalog)."""
-        self.settings, self.storage, self.config = settings, storage, config
+        self.ctx, self.settings, self.config = ctx, ctx.settings, config
         self.jobs: Queue | None = queue
         self.concurrency, self.burst = concurrency, burst
         self.name = name or worker_name()
-        self.workdir = workdir or Path(tempfile.gettempdir())
         self.runs: dict[uuid.UUID, JobRun] = {}
         self.wake = asyncio.Event()
         self.stopping = False
@@ -89,7 +85,6 @@ class Worker:
         # its job is handed back and the process exits without joining it (`abandoned`).
         self.executor = ThreadPoolExecutor(concurrency, thread_name_prefix="job")
         self.abandoned = False
-        self.bulk = BulkPool()  # the job threads' ADBC connections, kept between jobs
 
     # -- signals ---------------------------------------------------------------------
 
@@ -121,15 +116,10 @@ class Worker:
             loop.add_signal_handler(sig, self.request_stop)
         tasks: list[asyncio.Task[None]] = []
         if self.jobs is None:
-            self.pool = await db.create_pool(self.settings.database_url, size=self.concurrency + 3)
+            self.pool = await self.ctx.open_pool(size=self.concurrency + 3)
             self.jobs = PgQueue(self.pool)
             tasks.append(asyncio.create_task(self._listen()))
-        maintenance = Maintenance(
-            Duties(
-                self.jobs, self.settings, self.wake.set, self.config, self.pool,
-                self.storage if self.pool is not None else None,
-            )
-        )  # fmt: skip
+        maintenance = Maintenance(self.ctx, self.jobs, self.wake.set, self.config)
         await maintenance.once()
         tasks += maintenance.start()
         log.info(
@@ -179,7 +169,7 @@ class Worker:
                     break
                 if claimed and len(self.runs) < self.concurrency:
                     continue
-                self.bulk.prune()
+                self.ctx.bulk_pool.prune()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), wait)
             await self._drain()
@@ -187,10 +177,8 @@ class Worker:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if self.pool is not None:
-                await self.pool.close()
             self.executor.shutdown(wait=not self.abandoned, cancel_futures=True)
-            self.bulk.close()
+            await self.ctx.aclose()
         log.info("worker %s stopped", self.name)
 
     async def _drain(self) -> None:
@@ -218,17 +206,10 @@ class Worker:
         if not pids:
             return
         try:
-            async with db.connection(self.settings.effective_source_url) as conn:
+            async with self.ctx.source() as conn:
                 await conn.execute("SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids)
         except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
             log.error("could not roll back chunks in progress: %s", error_line(exc))
-
-    @property
-    def queue_pool(self) -> asyncpg.Pool:
-        """The queue database's pool (kinds.Resources)."""
-        if self.pool is None:
-            raise ArchiverError("this worker's queue is not in PostgreSQL")
-        return self.pool
 
     def _queue(self) -> Queue:
         assert self.jobs is not None, "run() sets the queue"
@@ -247,7 +228,7 @@ class Worker:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await db.connect(self.settings.database_url)
+                conn = await self.ctx.open_session(self.settings.database_url)
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(JOBS_CHANNEL, self._on_job_notify)
@@ -286,7 +267,7 @@ class Worker:
     # -- one job ---------------------------------------------------------------------
 
     def _start(self, job: Job) -> None:
-        run = JobRun(job)
+        run = JobRun(job, self.name)
         self.runs[job.id] = run
         log.info(
             "job %s: claimed (attempt %d of %d) %s",
@@ -308,9 +289,11 @@ class Worker:
             request = kind.request(job)
             if kind.threaded:
                 loop = asyncio.get_running_loop()
-                progress = await loop.run_in_executor(self.executor, kind.run, self, run, request)
+                progress = await loop.run_in_executor(
+                    self.executor, kind.run, self.ctx, run, request
+                )
             else:
-                progress = await kind.run(self, run, request)
+                progress = await kind.run(self.ctx, run, request)
         except StopRequested as stop:
             await self._finish_quietly(queue.release(job.id, self.name))
             paused = isinstance(stop, PauseRequested)
@@ -362,7 +345,7 @@ class Worker:
             beat.cancel()
             after = KINDS[job.task_name].after if job.task_name in KINDS else None
             if after is not None:
-                await self._finish_quietly(after(self, job))
+                await self._finish_quietly(after(self.ctx, job))
             self.runs.pop(job.id, None)
             self.wake.set()
 

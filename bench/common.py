@@ -4,6 +4,7 @@ starts, and the job's own time as the queue records it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import asyncpg
 
 from archiver import db
-from archiver.bulk import connect_bulk
+from archiver.bulk import open_bulk
 from archiver.model import ArchiveRequest, KeyRange, Mode
 from archiver.source.chunks import describe_archive
 from archiver.testing import forkserver
@@ -77,7 +78,7 @@ def server_share(url: str, mode: Mode, *, chosen: bool = False) -> list[str]:
     row locks, not taking them), or `chosen`, the form that chooses its rows first --
     through the same binary COPY, with nothing on the client but psql writing to
     /dev/null: what the server alone spends on an archive."""
-    with connect_bulk(url) as conn:
+    with contextlib.closing(open_bulk(url)) as conn:
         queries = describe_archive(conn, "orders", "created_at", mode)
     if mode == Mode.MOVE:
         statement = queries.take(
@@ -101,7 +102,7 @@ def server_share(url: str, mode: Mode, *, chosen: bool = False) -> list[str]:
 def copy_statement(url: str) -> str:
     """archiver's copy statement for the whole job as one chunk, its settings written in
     (for a reader that runs it on a session of its own: DuckDB's postgres_query)."""
-    with connect_bulk(url) as conn:
+    with contextlib.closing(open_bulk(url)) as conn:
         statement = describe_archive(conn, "orders", "created_at", Mode.COPY).read(after_key=False)
     written = statement.replace(
         "(SELECT current_setting('archiver.cutoff')::timestamptz)", f"'{CUTOFF}'::timestamptz"

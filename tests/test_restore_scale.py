@@ -27,8 +27,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from archiver.config import Settings
+from archiver.context import Context
 from archiver.operations import restore as restore_op
 from archiver.operations.selection import FileSelection
+from archiver.restore import Restored
 from archiver.testing.reference import seed_orders
 from tests.harness import Harness
 
@@ -113,18 +115,22 @@ def test_a_day_out_of_a_big_file_stages_a_day_and_scans_it_once(
     assert h.value("SELECT count(*) FROM archive_files") == 1
     recorder = Recorder()
     recorder.install(monkeypatch)
-    done, _ = asyncio.run(
-        restore_op.restore(
-            Settings.from_env(h.env),
-            FileSelection(job_id=None, table="orders", cutoff_from=LO, cutoff_to=HI),
-            into=None,
-            keep_archive=False,
-            skip_conflicts=False,
-            dry_run=False,
-            ignore_dropped_columns=False,
-            report=lambda _: None,
-        )
-    )
+
+    async def restore() -> Restored:
+        async with Context(Settings.from_env(h.env)) as ctx:
+            done, _ = await restore_op.restore(
+                ctx,
+                FileSelection(job_id=None, table="orders", cutoff_from=LO, cutoff_to=HI),
+                into=None,
+                keep_archive=False,
+                skip_conflicts=False,
+                dry_run=False,
+                ignore_dropped_columns=False,
+                report=lambda _: None,
+            )
+            return done
+
+    done = asyncio.run(restore())
     monkeypatch.undo()
     assert done.rows == DAY
     # a day and a day's margin either side, not the file's 20,000 rows

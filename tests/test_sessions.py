@@ -1,11 +1,12 @@
-"""How many PostgreSQL sessions a one-shot command opens, counted by the server
-(pg_stat_database.sessions of the test's database, around each command).
+"""How many PostgreSQL sessions a one-shot command and a worker open, counted by the
+server (pg_stat_database.sessions of the test's database, around each command or run).
 
-The rule (docs/architecture.md, "A command's runtime"): a command runs in one runtime
-(archiver.runtime) whose steps share one asyncpg session and one ADBC connection per
-database, plus one session for the lock a command holds across its steps where the
-design needs it (restore, erase, purge and the tier commands hold their tables against
-compaction). The ADBC driver's database object costs one session more as it is made
+The rule (docs/architecture.md, "The context"): a process works in one context, made
+where it starts (archiver.context). A command's steps share one asyncpg session and one
+ADBC connection per database, plus one session for the lock a command holds across its
+steps where the design needs it (restore, erase, purge and the tier commands hold their
+tables against compaction); a worker's jobs of every kind use its pool, its LISTEN
+session and its ADBC connections. The ADBC driver's database object costs one session more as it is made
 (the driver's PostgresDatabase::Init connects to read the server's version), once per
 command and database. Here one database holds the queue, the catalog and the source."""
 
@@ -18,7 +19,11 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from archiver import db
+from archiver import context
+from archiver.config import Settings
+from archiver.context import Context
+from archiver.model import CompactRequest, OrphansRequest, PurgeRequest
+from archiver.store import jobs
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import with_database
 from tests.harness import Harness
@@ -89,10 +94,58 @@ def test_a_command_opens_one_session_of_each_driver_per_database(h: Harness) -> 
                              "--with-children", "--dry-run").stdout  # fmt: skip
 
 
+# A worker's sessions, concurrency 1: its pool of the catalog database (concurrency + 3),
+# its LISTEN session, and its ADBC connections (an archive job's source, catalog and
+# second source reader at once), with the driver's database object's one.
+WORKER_POOL, LISTEN, WORKER_ADBC = 1 + 3, 1, 3
+
+
+async def _queue_every_kind(url: str, storage_url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for request in (
+            CompactRequest("public.orders", storage_url, 64 << 20, "1 year", 0),
+            OrphansRequest(storage_url),
+            PurgeRequest("public.orders", "1 day"),
+        ):
+            await jobs.enqueue_request(conn, request, key=request.KIND, max_attempts=1)
+    finally:
+        await conn.close()
+
+
+@pytest.mark.slow
+def test_a_worker_runs_jobs_of_every_kind_on_its_own_pools(h: Harness) -> None:
+    """Archive and publish jobs, then compact, orphans and purge jobs, each run by a burst
+    worker whose sessions the server counts: every job takes its sessions from the
+    worker's context, none opens its own."""
+    h = h.with_env(ARCHIVER_DELTA="true")
+    seed_orders(h.url, 8_000)
+    for cutoff in ("2024-12-26", "2024-12-27", "2024-12-28", "2024-12-29"):
+        h.enqueue("--table", "orders", "--before", cutoff, "--chunk-rows", "500")
+    before = sessions(h)
+    h.drain()
+    archived = sessions(h) - before
+    assert sql_value(h.url, "SELECT count(*) FROM archive_files") >= 8
+    assert sql_value(h.url, "SELECT count(*) FROM background_jobs WHERE task_name = 'publish'")
+    storage_url = str(Settings.from_env(h.env).storage_location())
+    asyncio.run(_queue_every_kind(h.url, storage_url))
+    before = sessions(h)
+    h.drain()
+    kept = sessions(h) - before
+    done = sql(h.url, "SELECT task_name, status FROM background_jobs ORDER BY created_at")
+    assert {(r[0], r[1]) for r in done} >= {
+        ("archive", "completed"), ("publish", "completed"), ("compact", "completed"),
+        ("orphans", "completed"), ("purge", "completed"),
+    }, done  # fmt: skip
+    assert sql_value(h.url, "SELECT count(*) FROM archive_ledger WHERE operation = 'purge'")
+    limit = WORKER_POOL + LISTEN + WORKER_ADBC + DRIVER_INIT
+    assert max(archived, kept) <= limit, {"archive and publish": archived, "the rest": kept}
+
+
 def test_the_shared_session_is_given_back_clean_and_replaced_when_in_doubt(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """db.command_sessions in-process: steps in turn share a backend; a nested step gets
+    """A command's context in-process: steps in turn share a backend; a nested step gets
     its own; a transaction left open is rolled back; a session a step failed on, or one
     idle past HELD_IDLE_SECONDS, is replaced; all closed when the command ends."""
 
@@ -101,24 +154,24 @@ def test_the_shared_session_is_given_back_clean_and_replaced_when_in_doubt(
 
     async def command() -> list[int]:
         seen = []
-        async with db.command_sessions():
-            async with db.connection(h.url) as conn:
+        async with Context(Settings.from_env(h.env), shared_sessions=True) as ctx:
+            async with ctx.connection(h.url) as conn:
                 seen.append(await pid(conn))
-                async with db.connection(h.url) as nested:
+                async with ctx.connection(h.url) as nested:
                     seen.append(await pid(nested))
-            async with db.connection(h.url) as conn:
+            async with ctx.connection(h.url) as conn:
                 seen.append(await pid(conn))
                 await conn.execute("BEGIN")  # left open
-            async with db.connection(h.url) as conn:
+            async with ctx.connection(h.url) as conn:
                 assert not conn.is_in_transaction()
                 seen.append(await pid(conn))
             with pytest.raises(RuntimeError, match="a step failed"):
-                async with db.connection(h.url) as conn:
+                async with ctx.connection(h.url) as conn:
                     raise RuntimeError("a step failed")
-            async with db.connection(h.url) as conn:
+            async with ctx.connection(h.url) as conn:
                 seen.append(await pid(conn))
-            monkeypatch.setattr(db, "HELD_IDLE_SECONDS", 0.0)
-            async with db.connection(h.url) as conn:
+            monkeypatch.setattr(context, "HELD_IDLE_SECONDS", 0.0)
+            async with ctx.connection(h.url) as conn:
                 seen.append(await pid(conn))
         return seen
 
@@ -135,11 +188,11 @@ def test_the_shared_session_is_given_back_clean_and_replaced_when_in_doubt(
 
 def test_a_shared_session_left_holding_an_advisory_lock_is_closed(h: Harness) -> None:
     async def command() -> tuple[int, int]:
-        async with db.command_sessions():
-            async with db.connection(h.url) as conn:
+        async with Context(Settings.from_env(h.env), shared_sessions=True) as ctx:
+            async with ctx.connection(h.url) as conn:
                 locked = int(await conn.fetchval("SELECT pg_backend_pid()"))
                 await conn.execute("SELECT pg_advisory_lock(4343)")
-            async with db.connection(h.url) as conn:
+            async with ctx.connection(h.url) as conn:
                 return locked, int(await conn.fetchval("SELECT pg_backend_pid()"))
 
     locked, after = asyncio.run(command())
@@ -149,7 +202,7 @@ def test_a_shared_session_left_holding_an_advisory_lock_is_closed(h: Harness) ->
 
 
 def test_a_commands_bulk_connection_is_shared_only_when_given_back_clean(h: Harness) -> None:
-    """bulk.command_connections in-process: steps in turn share one ADBC connection; a
+    """A command's context in-process: steps in turn share one ADBC connection; a
     nested step gets its own; one given back holding a session advisory lock (a ledger
     operation's, a publisher's) or after a failure is closed, never handed on."""
     from archiver import bulk
@@ -157,26 +210,28 @@ def test_a_commands_bulk_connection_is_shared_only_when_given_back_clean(h: Harn
     def pid(conn: bulk.BulkConnection) -> int:
         return int(bulk.fetch_and_rollback(conn, "SELECT pg_backend_pid()")[0][0])
 
-    with bulk.command_connections(idle_seconds=60) as pool:
-        with bulk.connect_bulk(h.url) as conn:
+    ctx = Context(Settings.from_env(h.env), shared_sessions=True)
+    try:
+        with ctx.bulk(h.url) as conn:
             first = pid(conn)
-            with bulk.connect_bulk(h.url) as nested:
+            with ctx.bulk(h.url) as nested:
                 assert pid(nested) != first
-        with bulk.connect_bulk(h.url) as conn:
+        with ctx.bulk(h.url) as conn:
             assert pid(conn) == first
             bulk.run_in_transaction(conn, "SELECT pg_advisory_lock(4242)")
             conn.commit()
-        with bulk.connect_bulk(h.url) as conn:
+        with ctx.bulk(h.url) as conn:
             second = pid(conn)
             assert second != first
         with (
             pytest.raises(RuntimeError, match="a step failed"),
-            bulk.connect_bulk(h.url) as failing,
+            ctx.bulk(h.url) as failing,
         ):
             assert pid(failing) == second
             raise RuntimeError("a step failed")
-        with bulk.connect_bulk(h.url) as conn:
+        with ctx.bulk(h.url) as conn:
             assert pid(conn) not in (first, second)
-        assert pool is not None
+    finally:
+        asyncio.run(ctx.aclose())
     held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242"
     wait_until(lambda: h.value(held) == 0, timeout=10, what="the lock's session closed")

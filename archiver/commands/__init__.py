@@ -2,7 +2,7 @@
 
 - in its family's module (`setup`, `queue`, `services`, `dataset`, `lifecycle`), a
   parser in that module's `add_parsers(sub)`, ending `p.set_defaults(func=cmd_<name>)`;
-- beside it, `async def cmd_<name>(args, settings) -> int`: it calls what does the work
+- beside it, `async def cmd_<name>(args, ctx) -> int`: it calls what does the work
   (archiver.operations, shared with the console) and prints what that returns; bad input
   is an `InputError` (one line, exit 1, printed once by cli);
 - a new family is a module here and a line in FAMILIES (the order of `archiver --help`).

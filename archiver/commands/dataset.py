@@ -8,7 +8,7 @@ import sys
 
 from archiver import outcome, text
 from archiver.commands.args import Subcommands, add_no_wait
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import InputError, VerificationError
 from archiver.model import parse_job_id
 from archiver.operations import enqueue
@@ -88,10 +88,10 @@ def add_parsers(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_verify)
 
 
-async def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_query(args: argparse.Namespace, ctx: Context) -> int:
 
     out = await query(
-        settings,
+        ctx,
         args.sql,
         args.format,
         args.output,
@@ -103,7 +103,7 @@ async def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_restore(args: argparse.Namespace, ctx: Context) -> int:
     if (args.job is None) == (args.table is None):
         raise InputError("restore: give either --job ID or --table T")
     if args.job and (args.cutoff_from or args.cutoff_to):
@@ -116,7 +116,7 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     )
     out = sys.stdout if args.dry_run else sys.stderr
     done, files = await restore_op.restore(
-        settings,
+        ctx,
         selection,
         into=args.into,
         keep_archive=args.keep_archive,
@@ -144,9 +144,9 @@ async def cmd_restore(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_publish(args: argparse.Namespace, ctx: Context) -> int:
 
-    done = await publish_table(settings, args.table, rebuild=args.rebuild)
+    done = await publish_table(ctx, args.table, rebuild=args.rebuild)
     for why in done.refused:
         print(f"left out: {why}")
     version = "none yet" if done.version is None else str(done.version)
@@ -161,11 +161,11 @@ async def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     if args.job and args.table:
         raise InputError("verify: give --job ID or --table T, not both")
     selection = FileSelection(job_id=parse_job_id(args.job) if args.job else None, table=args.table)
-    checked, problems = await verify_op.verify(settings, selection, skip_offline=args.skip_offline)
+    checked, problems = await verify_op.verify(ctx, selection, skip_offline=args.skip_offline)
     for line in problems:
         print(line)
     found = text.counted(len(problems), "problem")

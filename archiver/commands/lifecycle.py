@@ -9,7 +9,7 @@ import sys
 
 from archiver import text
 from archiver.commands.args import Subcommands, add_no_wait
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import TableName, as_typed
 from archiver.lifecycle.retention import Age
@@ -113,10 +113,10 @@ def _age(args: argparse.Namespace) -> Age | None:
     return Age.parse(args.older_than) if args.older_than else None
 
 
-async def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_purge(args: argparse.Namespace, ctx: Context) -> int:
     age = Age.parse(args.older_than)
     done = await purge.purge_table(
-        settings,
+        ctx,
         args.table,
         age,
         dry_run=args.dry_run,
@@ -140,9 +140,9 @@ async def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_erase(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_erase(args: argparse.Namespace, ctx: Context) -> int:
     done = await erase.erase_rows(
-        settings,
+        ctx,
         args.table,
         args.where,
         with_children=args.with_children,
@@ -161,9 +161,9 @@ async def cmd_erase(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_tier(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_tier(args: argparse.Namespace, ctx: Context) -> int:
     done = await tiers.set_tier(
-        settings, args.table, _age(args), args.tier, dry_run=args.dry_run, report=_say
+        ctx, args.table, _age(args), args.tier, dry_run=args.dry_run, report=_say
     )
     if not args.dry_run:
         print(
@@ -173,14 +173,14 @@ async def cmd_tier(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_rehydrate(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_rehydrate(args: argparse.Namespace, ctx: Context) -> int:
     await tiers.rehydrate(
-        settings, args.table, args.tier, args.priority, no_wait=args.no_wait, report=print
+        ctx, args.table, args.tier, args.priority, no_wait=args.no_wait, report=print
     )
     return 0
 
 
-async def cmd_protect(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_protect(args: argparse.Namespace, ctx: Context) -> int:
     until = None
     if args.immutable_until:
         until = dt.datetime.fromisoformat(parse_cutoff(args.immutable_until, "--immutable-until"))
@@ -188,14 +188,12 @@ async def cmd_protect(args: argparse.Namespace, settings: Settings) -> int:
             raise InputError(f"--immutable-until: {args.immutable_until} is not in the future")
     if until is None and args.legal_hold is None:
         raise InputError("protect: give --immutable-until DATE and/or --legal-hold/--no-legal-hold")
-    count = await tiers.protect(
-        settings, args.table, _age(args), until, args.legal_hold, report=_say
-    )
+    count = await tiers.protect(ctx, args.table, _age(args), until, args.legal_hold, report=_say)
     print(f"protected {text.counted(count, 'file')}")
     return 0
 
 
-async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_remove_orphans(args: argparse.Namespace, ctx: Context) -> int:
     if args.grace is not None and args.grace < 0:
         raise InputError(f"--grace: expected seconds, 0 or more, got {args.grace:g}")
     grace = dt.timedelta(seconds=args.grace) if args.grace is not None else None
@@ -214,9 +212,7 @@ async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> in
             _say(f"{table.table}: kept {', '.join(kept)}")
 
     table = str(TableName.parse(args.table)) if args.table else None  # as recorded
-    done = await orphans.remove_orphans(
-        settings, table, grace=grace, dry_run=args.dry_run, report=say
-    )
+    done = await orphans.remove_orphans(ctx, table, grace=grace, dry_run=args.dry_run, report=say)
     found = [o for t in done for o in t.found]
     verb = "would delete" if args.dry_run else "deleted"
     print(
@@ -226,16 +222,16 @@ async def cmd_remove_orphans(args: argparse.Namespace, settings: Settings) -> in
     return 0
 
 
-async def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_compact(args: argparse.Namespace, ctx: Context) -> int:
 
     target = size_bytes(args.target, "--target") if args.target else None
-    name = await compact.resolve(settings, args.table)
+    name = await compact.resolve(ctx, args.table)
     options = compact.options_for(
-        settings, args.config_file, name, target=target, period=args.period, asked=True
+        ctx.settings, args.config_file, name, target=target, period=args.period, asked=True
     )
     assert options is not None
     done = await compact.compact_table(
-        settings, as_typed(name), options, dry_run=args.dry_run, report=_say
+        ctx, as_typed(name), options, dry_run=args.dry_run, report=_say
     )
     layout = done.plan
     if args.dry_run:

@@ -10,9 +10,9 @@ import sys
 import uuid
 from typing import Any
 
-from archiver import db, outcome, terminal, text
+from archiver import terminal, text
 from archiver.commands.args import Subcommands, add_limits, positive_int
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import InputError, JobFailed
 from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
@@ -129,7 +129,7 @@ def add_parsers(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_throttle)
 
 
-async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:
     cutoff = enqueue.parse_cutoff(args.before)
     table = TableName.parse(args.table)
     request = ArchiveRequest(
@@ -142,21 +142,21 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         vacuum=args.vacuum,
         with_children=args.with_children,
         partitions=args.partitions,
-        delta=settings.delta and not args.no_delta,
+        delta=ctx.settings.delta and not args.no_delta,
         tier=args.tier or "",
     )
-    if args.tier and settings.storage_location().scheme != "az":
+    if args.tier and ctx.settings.storage_location().scheme != "az":
         raise InputError("--tier: access tiers need Azure storage (az://)")
     if args.dry_run:
         if args.wait:
             raise InputError("--dry-run and --wait exclude each other")
         if args.parallel > 1:  # each job one of that many key ranges
             request = dataclasses.replace(request, key_range=KeyRange(None, None, args.parallel))
-        plan = await enqueue.plan(settings, request, _limits(args) or None)
+        plan = await enqueue.plan(ctx, request, _limits(args) or None)
         print(terminal.plan_report(plan, cutoff, args.mode))
         return 0
     group, queued, warning = await enqueue.enqueue_archive(
-        settings,
+        ctx,
         request,
         parallel=args.parallel,
         priority=args.priority,
@@ -165,7 +165,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.wait:  # queued: a failure from here on (stdout's reader gone, too) says so
         ids = " ".join(str(job.job_id) for job in queued)
-        outcome.committed(
+        ctx.committed(
             f"{text.counted(len(queued), 'job')} queued ({ids})",
             f"the workers run {'it' if len(queued) == 1 else 'them'}; `archiver show "
             f"{queued[0].job_id}` follows {'it' if len(queued) == 1 else 'the first'}",
@@ -188,28 +188,28 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     if args.wait:
         sys.stdout.flush()
         for job in queued:
-            await _wait(settings, job.job_id)
+            await _wait(ctx, job.job_id)
     return 0
 
 
-async def _wait(settings: Settings, job_id: uuid.UUID) -> None:
+async def _wait(ctx: Context, job_id: uuid.UUID) -> None:
     """Draw the job's progress on stderr until it ends; a failed or cancelled job is an error."""
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         job = await terminal.wait_for_job(conn, job_id, sys.stderr)
     if job.status != Status.COMPLETED:
         raise JobFailed(f"job {job_id} {job.status}: {job.last_error or 'no error recorded'}")
     print(f"job {job_id} completed: {terminal.progress_text(job.progress)}", file=sys.stderr)
 
 
-async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    async with db.connection(settings.database_url) as conn:
+async def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.catalog() as conn:
         report = await read_models.ops_report(conn)
     print(terminal.dumps(report) if args.json else terminal.status_report(report))
     return 0
 
 
-async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
-    async with db.connection(settings.database_url) as conn:
+async def cmd_jobs(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.catalog() as conn:
         table = str(TableName.parse(args.table)) if args.table else None  # as recorded
         rows = await read_models.list_jobs(conn, args.status, table, args.limit)
     if args.json:
@@ -219,9 +219,9 @@ async def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_show(args: argparse.Namespace, ctx: Context) -> int:
     job_id = parse_job_id(args.job_id)
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         job = await jobs.get_job(conn, job_id)
         files = await archive_files.job_files(conn, job_id)
     if args.json:
@@ -233,23 +233,23 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         last_delete = job.finished_at - dt.timedelta(
             seconds=job.progress.get("vacuum_seconds", 0) + 1
         )
-        since = await inspect.vacuumed_since(settings, job.payload["table"], last_delete)
+        since = await inspect.vacuumed_since(ctx, job.payload["table"], last_delete)
         print(f"{'vacuum since':<13}{since}")
     return 0
 
 
-async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    return await _on_job(settings, parse_job_id(args.job_id), "cancel")
+async def cmd_cancel(args: argparse.Namespace, ctx: Context) -> int:
+    return await _on_job(ctx, parse_job_id(args.job_id), "cancel")
 
 
-async def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
-    return await _on_job(settings, parse_job_id(args.job_id), "retry")
+async def cmd_retry(args: argparse.Namespace, ctx: Context) -> int:
+    return await _on_job(ctx, parse_job_id(args.job_id), "retry")
 
 
 async def _on_job(
-    settings: Settings, job_id: uuid.UUID, action: str, limits: dict[str, Any] | None = None
+    ctx: Context, job_id: uuid.UUID, action: str, limits: dict[str, Any] | None = None
 ) -> int:
-    async with db.connection(settings.database_url) as conn, conn.transaction():
+    async with ctx.catalog() as conn, conn.transaction():
         said = await actions.on_job(PgQueue(conn), job_id, action, actions.CLI, limits)
     print(f"job {job_id} {said}")
     return 0
@@ -261,20 +261,20 @@ def _pause_target(args: argparse.Namespace) -> uuid.UUID | None:
     return parse_job_id(args.job_id) if args.job_id else None
 
 
-async def cmd_pause(args: argparse.Namespace, settings: Settings) -> int:
-    return await _pause_or_resume(args, settings, "pause")
+async def cmd_pause(args: argparse.Namespace, ctx: Context) -> int:
+    return await _pause_or_resume(args, ctx, "pause")
 
 
-async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
-    return await _pause_or_resume(args, settings, "resume")
+async def cmd_resume(args: argparse.Namespace, ctx: Context) -> int:
+    return await _pause_or_resume(args, ctx, "resume")
 
 
-async def _pause_or_resume(args: argparse.Namespace, settings: Settings, action: str) -> int:
+async def _pause_or_resume(args: argparse.Namespace, ctx: Context, action: str) -> int:
     job_id = _pause_target(args)
     if job_id is not None:
-        return await _on_job(settings, job_id, action)
-    table = await inspect.qualified_table(settings, args.table)
-    async with db.connection(settings.database_url) as conn, conn.transaction():
+        return await _on_job(ctx, job_id, action)
+    table = await inspect.qualified_table(ctx, args.table)
+    async with ctx.catalog() as conn, conn.transaction():
         said = await actions.on_table(PgQueue(conn), table, action, actions.CLI)
     print(f"table {table} {said}")
     return 0
@@ -290,5 +290,5 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-async def cmd_throttle(args: argparse.Namespace, settings: Settings) -> int:
-    return await _on_job(settings, parse_job_id(args.job_id), "throttle", _limits(args))
+async def cmd_throttle(args: argparse.Namespace, ctx: Context) -> int:
+    return await _on_job(ctx, parse_job_id(args.job_id), "throttle", _limits(args))

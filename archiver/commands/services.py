@@ -9,12 +9,11 @@ import asyncio
 import logging
 import os
 
-from archiver import db
 from archiver.commands.args import Subcommands, positive_int
-from archiver.config import Settings, sub_path
+from archiver.config import sub_path
+from archiver.context import Context
 from archiver.errors import ConfigError
 from archiver.operations import enqueue
-from archiver.storage import open_storage
 from archiver.web.server import serve
 
 
@@ -92,18 +91,15 @@ def root_path(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--root-path: ")) from None
 
 
-async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_worker(args: argparse.Namespace, ctx: Context) -> int:
     from archiver.worker import Worker
 
-    storage = open_storage(settings)
-    await asyncio.to_thread(storage.check)
+    await asyncio.to_thread(ctx.storage().check)
     if args.metrics_port is not None:
         from archiver import metrics
 
-        metrics.serve(args.metrics_port, settings.database_url)
-    worker = Worker(
-        settings, storage, concurrency=args.concurrency, burst=args.burst, config=args.config_file
-    )
+        metrics.serve(args.metrics_port, ctx)
+    worker = Worker(ctx, concurrency=args.concurrency, burst=args.burst, config=args.config_file)
     await worker.run()
     if worker.abandoned:  # a job thread is stuck in I/O; its job was handed back
         logging.shutdown()
@@ -111,39 +107,39 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_scheduler(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_scheduler(args: argparse.Namespace, ctx: Context) -> int:
     from archiver.scheduler import PolicyScheduler
 
-    checked = await enqueue.checked_policies(settings, args.config_file)
-    await PolicyScheduler(settings, checked).run()
+    checked = await enqueue.checked_policies(ctx, args.config_file)
+    await PolicyScheduler(ctx, checked).run()
     return 0
 
 
-async def cmd_console(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_console(args: argparse.Namespace, ctx: Context) -> int:
 
-    root = args.root_path if args.root_path is not None else settings.console_root_path
-    await serve(settings, args.config_file, args.bind or settings.console_bind, root)
+    root = args.root_path if args.root_path is not None else ctx.settings.console_root_path
+    await serve(ctx, args.config_file, args.bind or ctx.settings.console_bind, root)
     return 0
 
 
-async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
     from archiver.serve.server import serve
 
-    await serve(settings, args.bind or settings.serve_bind)
+    await serve(ctx, args.bind or ctx.settings.serve_bind)
     return 0
 
 
-async def cmd_attach(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_attach(args: argparse.Namespace, ctx: Context) -> int:
     from archiver.serve import attach
 
-    async with db.connection(settings.effective_source_url) as conn:
+    async with ctx.source() as conn:
         if args.drop:
             table = await attach.detach(conn, args.table, schema=args.schema)
             print(f"dropped the view and foreign tables of {table} in schema {args.schema}")
             return 0
         done = await attach.attach(
             conn,
-            settings,
+            ctx.settings,
             args.table,
             host=args.host,
             port=args.port,

@@ -7,7 +7,7 @@ import datetime as dt
 
 from archiver import db
 from archiver.commands.args import Subcommands, positive_int
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.doctor import run_checks
 from archiver.operations import enqueue, grants
 
@@ -33,27 +33,27 @@ def add_parsers(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_policies)
 
 
-async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    applied = await db.migrate(settings.database_url)
+async def cmd_migrate(args: argparse.Namespace, ctx: Context) -> int:
+    applied = await db.migrate(ctx.settings.database_url)
     print(f"applied {', '.join(applied)}" if applied else "schema is up to date")
     return 0
 
 
-async def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+async def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
 
-    checks = await run_checks(settings, args.config_file)
+    checks = await run_checks(ctx, args.config_file)
     for check in checks:
         print(check)
     return 0 if all(c.ok for c in checks) else 1
 
 
-async def cmd_grants(args: argparse.Namespace, settings: Settings) -> int:
-    print(await grants.grants(settings, args.role, args.table or [], args.config_file))
+async def cmd_grants(args: argparse.Namespace, ctx: Context) -> int:
+    print(await grants.grants(ctx, args.role, args.table or [], args.config_file))
     return 0
 
 
-async def cmd_policies(args: argparse.Namespace, settings: Settings) -> int:
-    checked = await enqueue.checked_policies(settings, args.config_file)
+async def cmd_policies(args: argparse.Namespace, ctx: Context) -> int:
+    checked = await enqueue.checked_policies(ctx, args.config_file)
     now = dt.datetime.now(dt.UTC)
     for policy, table in checked:
         print(

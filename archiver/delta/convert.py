@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 
 from archiver import ledger
 from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.files import names
 from archiver.files.facts import NotDeltaType, delta_type, table_fields
 from archiver.files.rewrite import rewrite
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.storage.seam import Storage
 from archiver.store import archive_files
 
 log = logging.getLogger(__name__)
@@ -91,11 +91,11 @@ def as_delta_types(data: pa.Table) -> tuple[pa.Table, list[str]] | None:
     return out.replace_schema_metadata(data.schema.metadata), changed
 
 
-def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] | None:
+def convert(ctx: Context, conn: BulkConnection, file_id: int) -> list[str] | None:
     """Rewrite committed file `file_id` with Delta's types (a ledger operation,
     'convert'): the columns converted, or None when some type is left that this cannot
     convert (the file stays as it is, for the publisher to leave out and name)."""
-    original = archive_files.catalog_file(conn, file_id)
+    storage, original = ctx.storage(), archive_files.catalog_file(conn, file_id)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "original.parquet"
         storage.download(original.path, local)
@@ -122,7 +122,7 @@ def convert(conn: BulkConnection, storage: Storage, file_id: int) -> list[str] |
             return ledger.TakenOut([file_id], [written], 0, {"columns": columns})
 
         request = {"file": original.path, "columns": columns}
-        ledger.take_out(conn, storage, "convert", [original.source_table], request, rewrite_one)
+        ledger.take_out(ctx, conn, "convert", [original.source_table], request, rewrite_one)
     log.info(
         "%s: %s rewritten with Delta Lake's types (%s as text)",
         original.source_table,

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archiver import failpoints, ledger, outcome
+from archiver import failpoints, ledger
 from archiver.bulk import BulkConnection
 from archiver.config import StorageLocation
+from archiver.context import Context
 from archiver.delta import mapping
 from archiver.delta.check import LOG_DIR
 from archiver.delta.commits import APP_ID, LogWriter
@@ -43,7 +44,6 @@ from archiver.delta.history import forget_history
 from archiver.delta.location import storage_options, table_uri
 from archiver.files.facts import NotDeltaType, file_facts
 from archiver.ident import as_typed
-from archiver.storage.seam import Storage
 from archiver.store import archive_files, publications, publisher_lock
 from archiver.text import counted
 
@@ -65,21 +65,18 @@ class Published:
 
 
 class Publisher:
-    """Publishes one table's files, on a catalog connection of its own (ADBC)."""
+    """Publishes one table's files, on a catalog connection of its own (ADBC), to the
+    context's storage; what it commits is said to the context (a command's outcome)."""
 
-    def __init__(
-        self,
-        conn: BulkConnection,
-        storage: Storage,
-        options: dict[str, str],
-        table: str,
-    ) -> None:
-        self.conn, self.storage, self.options, self.table = conn, storage, options, table
+    def __init__(self, ctx: Context, conn: BulkConnection, table: str) -> None:
+        self.ctx, self.conn, self.table = ctx, conn, table
+        self.storage = storage = ctx.storage()
         self.location: StorageLocation = storage.location
+        self.options = storage_options(ctx.settings, storage.location)
         self.url = str(self.location)
         self.uri = table_uri(self.location, table)
         self.root = storage.object_name(table)  # object names start with root + "/"
-        self.writer = LogWriter(storage, self.root, self.uri, options)
+        self.writer = LogWriter(storage, self.root, self.uri, self.options)
 
     def run(
         self, *, rebuild: bool = False, sweep_only: bool = False, lock_wait: float | None = None
@@ -124,7 +121,7 @@ class Publisher:
         publications.ensure(self.conn, self.url, self.table)
         publications.mark_rebuilding(self.conn, self.url, self.table)
         self.conn.commit()
-        outcome.committed(
+        self.ctx.committed(
             f"{self.table}: its Delta log is being rebuilt from the catalog",
             f"the next publication (a worker's, or `archiver publish --table {as_typed(self.table)}`) "
             "finishes the rebuild",
@@ -196,7 +193,7 @@ class Publisher:
             else:
                 landed = self.writer.append(table, number, adds)
             if landed:
-                outcome.committed(
+                self.ctx.committed(
                     f"{self.table}: publication {number} is in its Delta log",
                     "the next publication (a worker's, or `archiver publish`) records it",
                 )
@@ -248,7 +245,7 @@ class Publisher:
                 except NotDeltaType as exc:
                     # an older release's types: rewritten with Delta's, the rewrite
                     # catalogued for the next publication; else left out, named
-                    if convert(self.conn, self.storage, id_) is None:
+                    if convert(self.ctx, self.conn, id_) is None:
                         self._refuse(id_, f"{path}: {exc}", done)
                     continue
                 if mode != "move":  # a copy whose job was pruned before 008 could tell
@@ -362,11 +359,7 @@ def _schema(fields: list[dict[str, Any]]) -> str:
     return json.dumps({"type": "struct", "fields": fields})
 
 
-def publish_table_on(
-    conn: BulkConnection, settings: Any, storage: Storage, table: str, **run: Any
-) -> Published:
-    """Publish `table` on catalog connection `conn` with the settings' Delta storage
-    options (the publish job's and `archiver publish`'s one set-up); `run`: Publisher.run's."""
-
-    options = storage_options(settings, storage.location)
-    return Publisher(conn, storage, options, table).run(**run)
+def publish_table_on(ctx: Context, conn: BulkConnection, table: str, **run: Any) -> Published:
+    """Publish `table` on catalog connection `conn` (the publish job's and `archiver
+    publish`'s one set-up); `run`: Publisher.run's."""
+    return Publisher(ctx, conn, table).run(**run)

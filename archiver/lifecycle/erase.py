@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from archiver import failpoints, ledger, text
 from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.db import query
 from archiver.files import names
 from archiver.files.rewrite import key_ends, rewrite
@@ -127,13 +128,14 @@ def find(con: Any, storage: Storage, plan: ErasePlan) -> Found:
 
 
 def erase(
+    ctx: Context,
     conn: BulkConnection,
-    storage: Storage,
     plan: ErasePlan,
     found: Found,
     report: Callable[[str], None],
 ) -> int:
     """Steps 2-4 for what `find` found: the ledger id."""
+    storage = ctx.storage()
     tables = list(plan.files)
     request = {
         "table": plan.table,
@@ -170,7 +172,7 @@ def erase(
                 )
         return done
 
-    ledger_id, _ = ledger.take_out(conn, storage, "erase", tables, request, rewrite_all)
+    ledger_id, _ = ledger.take_out(ctx, conn, "erase", tables, request, rewrite_all)
     return ledger_id
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from archiver import ledger
 from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.lifecycle.retention import Age, Expired
 from archiver.model import CatalogFile
-from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ class PurgePlan:
 
 
 def purge(
+    ctx: Context,
     conn: BulkConnection,
-    storage: Storage,
     plan: PurgePlan,
     report: Callable[[str], None],
 ) -> tuple[int, int]:
@@ -57,7 +57,7 @@ def purge(
             counts.setdefault("files", []).append(f.path)
         return done
 
-    ledger_id, done = ledger.take_out(conn, storage, "purge", tables, request, retire)
+    ledger_id, done = ledger.take_out(ctx, conn, "purge", tables, request, retire)
     for table, counts in done.detail.items():
         report(f"{table}: {counts['rows']} rows in {counts['retired']} files purged")
     return ledger_id, done.rows

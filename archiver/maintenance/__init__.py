@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 import asyncpg
 
 from archiver import db
-from archiver.config import ConfigFile, Settings
+from archiver.config import ConfigFile
+from archiver.context import Context
 from archiver.errors import error_line
 from archiver.maintenance.compact import CompactionSweep
 from archiver.maintenance.orphans import OrphanSweep
@@ -36,7 +36,6 @@ from archiver.maintenance.prune import Pruner
 from archiver.maintenance.publish import PublicationSweep
 from archiver.maintenance.rescue import Rescuer
 from archiver.maintenance.settle import LedgerSweep
-from archiver.storage.seam import Storage
 from archiver.store.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -52,36 +51,31 @@ class Duty(Protocol):
     async def run(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Duties:
-    """What the duties may use of the worker running them. `pool` and `storage`: the
-    queue database and the archive, None for a worker on an in-memory queue (the duties
-    that read the catalog or the storage then stay off)."""
-
-    queue: Queue
-    settings: Settings
-    wake: Callable[[], None]  # a duty that queued or freed work wakes the claim loop
-    config: ConfigFile | None = None
-    pool: asyncpg.Pool | None = None
-    storage: Storage | None = None
-
-
-def duties(w: Duties) -> list[Duty]:
-    """The duties a worker runs: those its settings and its queue allow."""
-    found: list[Duty] = [Rescuer(w.queue, w.settings, w.wake), Pruner(w.queue, w.settings, w.pool)]
-    if w.pool is not None and w.storage is not None and w.settings.storage_url:
+def duties(
+    ctx: Context, queue: Queue, wake: Callable[[], None], config: ConfigFile | None = None
+) -> list[Duty]:
+    """The duties a worker runs: those its settings and its queue allow. Each is handed
+    what it uses once: the queue, the context's pool of the catalog database (none for a
+    worker on an in-memory queue: the duties that read the catalog or the storage then
+    stay off), the context itself where it needs the storage or ADBC sessions. `wake`: a
+    duty that queued or freed work wakes the claim loop."""
+    settings, pool = ctx.settings, ctx.pool
+    found: list[Duty] = [Rescuer(queue, settings, wake), Pruner(queue, settings, pool)]
+    if pool is not None and settings.storage_url:
         found += [
-            LedgerSweep(w.pool, w.settings, w.storage),
-            PublicationSweep(w.pool, w.settings, w.wake),
-            OrphanSweep(w.pool, w.settings, w.wake),
-            CompactionSweep(w.pool, w.settings, w.wake, w.config),
+            LedgerSweep(ctx, pool),
+            PublicationSweep(pool, settings, wake),
+            OrphanSweep(pool, settings, wake),
+            CompactionSweep(pool, settings, wake, config),
         ]
     return found
 
 
 class Maintenance:
-    def __init__(self, worker: Duties) -> None:
-        self.duties = duties(worker)
+    def __init__(
+        self, ctx: Context, queue: Queue, wake: Callable[[], None], config: ConfigFile | None = None
+    ) -> None:
+        self.duties = duties(ctx, queue, wake, config)
 
     async def once(self) -> None:
         for duty in self.duties:

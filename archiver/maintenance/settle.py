@@ -8,15 +8,13 @@ after), so workers sweeping at once never do the same work twice."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import asyncpg
 
 from archiver import ledger
-from archiver.bulk import connect_bulk
-from archiver.config import Settings
-from archiver.storage.seam import Storage
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.store import ledger as ledger_rows
 
 log = logging.getLogger(__name__)
@@ -26,18 +24,16 @@ class LedgerSweep:
     name = "ledger sweep"
     every = 30.0
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings, storage: Storage) -> None:
-        self.pool, self.settings, self.storage = pool, settings, storage
+    def __init__(self, ctx: Context, pool: asyncpg.Pool) -> None:
+        self.ctx, self.pool, self.storage = ctx, pool, ctx.storage()
 
     async def run(self) -> None:
         here = str(self.storage.location)
         tables = await ledger_rows.sweep_tables(self.pool, here)
         if tables:  # an ADBC session only when there may be work: most sweeps find none
-            await asyncio.to_thread(self._sweep, sorted(tables))
+            await self.ctx.on(self.ctx.settings.database_url, lambda c: self._sweep(c, tables))
 
-    def _sweep(self, tables: list[str]) -> None:
-        settings = self.settings
-        with connect_bulk(settings.database_url) as conn:
-            ledger.sweep(conn, self.storage, settings.effective_source_url)
-            for table in tables:
-                ledger.reap_now(conn, self.storage, table)
+    def _sweep(self, conn: BulkConnection, tables: list[str]) -> None:
+        ledger.sweep(self.ctx, conn)
+        for table in sorted(tables):
+            ledger.reap_now(conn, self.storage, table)

@@ -19,11 +19,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from archiver import db, ledger, outcome, runtime
-from archiver.bulk import BulkConnection, fetch_in_transaction, on_source
+from archiver import db, ledger
+from archiver.bulk import BulkConnection, fetch_in_transaction
 from archiver.config import ConfigFile, Settings
+from archiver.context import Context
 from archiver.errors import ArchiverError, InputError
 from archiver.ident import TableName
 from archiver.lifecycle.compact import PERIODS, Chunk, Plan, chunks_of, plan
@@ -33,9 +33,6 @@ from archiver.store import archive_files
 from archiver.text import counted
 
 __all__ = ["Compacted", "Options", "Plan", "compact_table", "options_for", "resolve"]
-
-if TYPE_CHECKING:
-    from archiver.storage.seam import Storage
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +100,10 @@ class Compacted:
     apart: int = 0  # groups left: their files' columns were archived differently
 
 
-async def resolve(settings: Settings, table: str) -> str:
+async def resolve(ctx: Context, table: str) -> str:
     """`table` as the catalog names it (schema.table); one line if none or several."""
 
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         named = await archive_files.catalogued_tables(conn, table)
     if len(named) > 1:
         raise InputError(f"compact: {table!r} is ambiguous ({', '.join(named)}): name the schema")
@@ -116,7 +113,7 @@ async def resolve(settings: Settings, table: str) -> str:
 
 
 async def compact_table(
-    settings: Settings,
+    ctx: Context,
     table: str,
     options: Options,
     *,
@@ -128,27 +125,21 @@ async def compact_table(
     groups, each committed on its own, until the budget is spent or a command holds the
     table; then (`publish`) its Delta tables published, so readers see the merge when
     this returns."""
-    name = await resolve(settings, table)
-    storage = runtime.storage(settings)
-    done = await on_source(
-        settings.database_url,
-        lambda conn: _compact(conn, storage, name, options, settings.delta, dry_run, report),
+    name = await resolve(ctx, table)
+    done = await ctx.on(
+        ctx.settings.database_url,
+        lambda conn: _compact(ctx, conn, name, options, dry_run, report),
     )
     if done.merged and publish:
         tables = {name} | {f.source_table for g in done.plan.groups for c in g for f in c.children}
-        await make_visible(settings, tables, no_wait=False, report=report)
+        await make_visible(ctx, tables, no_wait=False, report=report)
     return done
 
 
 def _compact(
-    conn: BulkConnection,
-    storage: Storage,
-    table: str,
-    options: Options,
-    publishing: bool,
-    dry_run: bool,
-    report: Report,
+    ctx: Context, conn: BulkConnection, table: str, options: Options, dry_run: bool, report: Report
 ) -> Compacted:
+    storage, publishing = ctx.storage(), ctx.settings.delta
     here = str(storage.location)
     rows = archive_files.compactable(conn, here, table)
     files = [CatalogFile.from_row(r) for r in rows]
@@ -170,20 +161,20 @@ def _compact(
         if options.budget and done.bytes_in >= options.budget:
             break
         try:
-            _merge_group(conn, storage, table, group, done, report)
+            _merge_group(ctx, conn, table, group, done, report)
         except Yielded as exc:
             done.yielded = str(exc)
             report(f"{table}: {exc}")
             break
         # a failure from here on leaves the merges so far standing, the rest undone
-        outcome.committed(
+        ctx.committed(
             f"{counted(len(done.merged), 'merge')} committed (ledger "
             f"{', '.join(map(str, done.merged))})",
             "the workers' next compaction merges the rest",
             partial=True,
         )
     if done.merged:
-        outcome.committed(
+        ctx.committed(
             f"{counted(len(done.merged), 'merge')} committed",
             "the workers' next publication shows readers the merged files",
         )
@@ -191,8 +182,8 @@ def _compact(
 
 
 def _merge_group(
+    ctx: Context,
     conn: BulkConnection,
-    storage: Storage,
     table: str,
     group: list[Chunk],
     done: Compacted,
@@ -202,6 +193,7 @@ def _merge_group(
     the roots' into one, committed together (or yielded, or left apart)."""
     from archiver.lifecycle.merge import Apart, fetch, merge
 
+    storage = ctx.storage()
     here = str(storage.location)
     tables = sorted({f.source_table for chunk in group for f in chunk.files})
 
@@ -238,9 +230,7 @@ def _merge_group(
 
         request = {"table": table, "files": len(inputs)}
         try:
-            operation, taken = ledger.take_out(
-                conn, storage, "compact", tables, request, write, free
-            )
+            operation, taken = ledger.take_out(ctx, conn, "compact", tables, request, write, free)
         except ledger.FilesGone:  # a command took some out while this merged: it wins
             raise Yielded(
                 "some of its files left the archive meanwhile (a restore, erase or purge); "

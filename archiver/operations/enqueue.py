@@ -10,9 +10,9 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from archiver import db, runtime
-from archiver.bulk import BulkConnection, on_source
-from archiver.config import ConfigFile, Settings
+from archiver.bulk import BulkConnection
+from archiver.config import ConfigFile
+from archiver.context import Context
 from archiver.errors import ConfigError, InputError
 from archiver.limits import window_opens
 from archiver.model import ArchiveRequest, Mode
@@ -48,15 +48,15 @@ def parse_cutoff(text: str, option: str = "--before") -> str:
 
 
 async def plan(
-    settings: Settings, request: ArchiveRequest, limits: dict[str, Any] | None = None
+    ctx: Context, request: ArchiveRequest, limits: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
     from archiver.archive.pacing import rate_limited
     from archiver.archive.plan import BacklogRule, plan_archive
 
-    rule, throttled = BacklogRule.of(settings), rate_limited(limits)
-    result: dict[str, Any] = await on_source(
-        settings.effective_source_url,
+    rule, throttled = BacklogRule.of(ctx.settings), rate_limited(limits)
+    result: dict[str, Any] = await ctx.on(
+        ctx.settings.effective_source_url,
         lambda conn: plan_archive(
             conn, request, list_triggers=True, backlog=rule, throttled=throttled
         ).to_json(),
@@ -65,7 +65,7 @@ async def plan(
 
 
 async def enqueue_archive(
-    settings: Settings,
+    ctx: Context,
     request: ArchiveRequest,
     *,
     parallel: int,
@@ -76,16 +76,16 @@ async def enqueue_archive(
     """Check the archive on the source and the storage, then queue its jobs (see
     archive_parts), all or none: (the group id or None, the jobs, a warning for the
     operator or None)."""
-    storage = runtime.storage(settings)
+    storage = ctx.storage()
 
     def check(conn: BulkConnection) -> tuple[str | None, list[jobs.Part], str | None]:
         group, parts = archive_parts(conn, request, parallel)
         return group, parts, unindexed_cutoff(conn, request)
 
-    group, parts, warning = await on_source(settings.effective_source_url, check)
+    group, parts, warning = await ctx.on(ctx.settings.effective_source_url, check)
     await asyncio.to_thread(storage.check)
     run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
-    async with db.connection(settings.database_url) as conn, conn.transaction():
+    async with ctx.catalog() as conn, conn.transaction():
         queued = await jobs.enqueue_parts(
             conn,
             parts,
@@ -148,9 +148,7 @@ def archive_parts(
     return None, [(request, request.keys())]
 
 
-async def checked_policies(
-    settings: Settings, config: ConfigFile | None
-) -> list[tuple[Policy, str]]:
+async def checked_policies(ctx: Context, config: ConfigFile | None) -> list[tuple[Policy, str]]:
     """The config file's policies, each with its table checked on the source database."""
     from archiver.policy import parse_policies
 
@@ -182,5 +180,5 @@ async def checked_policies(
             checked.append((policy, info.qualified))
         return checked
 
-    result: list[tuple[Policy, str]] = await on_source(settings.effective_source_url, check)
+    result: list[tuple[Policy, str]] = await ctx.on(ctx.settings.effective_source_url, check)
     return result

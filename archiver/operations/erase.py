@@ -10,9 +10,8 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from archiver import db, runtime
-from archiver.bulk import BulkConnection, on_source
-from archiver.config import Settings
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.errors import InputError, first_line
 from archiver.ident import as_typed
 from archiver.lifecycle.predicate import Predicate
@@ -46,7 +45,7 @@ class Erased:
 
 
 async def erase_rows(
-    settings: Settings,
+    ctx: Context,
     table: str,
     where: str,
     *,
@@ -59,19 +58,19 @@ async def erase_rows(
     """Erase the archived rows of `table` matching `where` (and, with_children, the rows
     of its aggregate's tables referencing them) from every file holding them; the tables
     held against compaction meanwhile (selection.hold_tables)."""
-    name, _ = await table_files(settings, table, "erase")
+    name, _ = await table_files(ctx, table, "erase")
     held = [name]
     if with_children:  # theirs too: a compaction of one of them retires their files
-        held += (await aggregate_children(settings, [name])).get(name, [])
-    async with hold_tables(settings, held):
+        held += (await aggregate_children(ctx, [name])).get(name, [])
+    async with hold_tables(ctx, held):
         return await _erase(
-            settings, name, where, with_children=with_children, dry_run=dry_run,
+            ctx, name, where, with_children=with_children, dry_run=dry_run,
             reason=reason, report=report, no_wait=no_wait,
         )  # fmt: skip
 
 
 async def _erase(
-    settings: Settings,
+    ctx: Context,
     table: str,
     where: str,
     *,
@@ -84,30 +83,30 @@ async def _erase(
     from archiver.lifecycle import erase as eraser
     from archiver.restore.target import parents_first_today
 
-    name, every = await stored_table_files(settings, table, "erase")
-    integer_keys = await on_source(settings.effective_source_url, lambda c: _integers(c, name))
+    name, every = await stored_table_files(ctx, table, "erase")
+    integer_keys = await ctx.on(ctx.settings.effective_source_url, lambda c: _integers(c, name))
     # one file at least: the predicate is checked on it
     files = _may_match(every, where, integer_keys) or every[:1]
     per_table = {name: files}
     keys: list[ForeignKey] = []
     if with_children:
-        children = (await aggregate_children(settings, [name])).get(name, [])
+        children = (await aggregate_children(ctx, [name])).get(name, [])
         if not children:
             raise InputError(f"erase: --with-children: no table references {name} today")
-        ordered, keys = await on_source(
-            settings.effective_source_url,
+        ordered, keys = await ctx.on(
+            ctx.settings.effective_source_url,
             lambda conn: parents_first_today(conn, [name, *children]),
         )
-        here = str(settings.storage_location())
+        here = str(ctx.settings.storage_location())
         for child in ordered[1:]:
-            stored = await FileSelection(table=as_typed(child)).files(settings, "committed")
+            stored = await FileSelection(table=as_typed(child)).files(ctx, "committed")
             per_table[child] = [f for f in stored if f.storage_url == here]
-    elif await chunk_children(settings, every):
+    elif await chunk_children(ctx, every):
         raise InputError(
             f"erase: {name} was archived with the rows that reference it (--with-children): "
             "give --with-children, or those rows would stay archived without their parents"
         )
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         running = await jobs.running_archive(conn, name)
     if running:
         raise InputError(
@@ -116,13 +115,13 @@ async def _erase(
             f"`archiver pause --table {as_typed(name)}`), then erase"
         )
     refuse_offline("erase", [f for fs in per_table.values() for f in fs])
-    storage = runtime.storage(settings)
-    location = settings.storage_location()
+    storage = ctx.storage()
+    location = ctx.settings.storage_location()
 
     def find() -> tuple[eraser.ErasePlan, eraser.Found]:
         import duckdb
 
-        with engine(settings, location) as con:
+        with engine(ctx.settings, location) as con:
             try:
                 eraser.open_view(con, storage, files)
                 predicate = Predicate.check(con, where, eraser.VIEW, name)
@@ -147,12 +146,12 @@ async def _erase(
                 f"{t}: {rows[t]} rows would be erased from {counts[t][0]} of {counts[t][1]} files"
             )
         return Erased(None, rows, counts)
-    ledger_id = await on_source(
-        settings.database_url, lambda conn: eraser.erase(conn, storage, plan, found, report)
+    ledger_id = await ctx.on(
+        ctx.settings.database_url, lambda conn: eraser.erase(ctx, conn, plan, found, report)
     )
     if found.total:
         tables = [t for t in per_table if found.positions.get(t)]
-        await make_visible(settings, tables, no_wait=no_wait, report=report)
+        await make_visible(ctx, tables, no_wait=no_wait, report=report)
     return Erased(ledger_id, rows, counts)
 
 

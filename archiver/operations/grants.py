@@ -4,8 +4,9 @@ archive (see archiver.grants for the statements themselves)."""
 from __future__ import annotations
 
 from archiver import db
-from archiver.bulk import BulkConnection, on_source
-from archiver.config import ConfigFile, Settings
+from archiver.bulk import BulkConnection
+from archiver.config import ConfigFile
+from archiver.context import Context
 from archiver.errors import InputError
 from archiver.grants import TableAccess, grant_script
 from archiver.ident import TableName
@@ -16,9 +17,7 @@ from archiver.source.tables import TableInfo, describe_table
 from archiver.source.triggers import DeleteTrigger, delete_triggers
 
 
-async def grants(
-    settings: Settings, role: str, tables: list[str], config: ConfigFile | None
-) -> str:
+async def grants(ctx: Context, role: str, tables: list[str], config: ConfigFile | None) -> str:
     """The GRANT script for `role`: the queue, and each of `tables` (default: the config
     file's policy tables) with the tables it is moved with."""
 
@@ -30,7 +29,7 @@ async def grants(
     if not wanted and config is not None:
         wanted = [
             (p.table, p.with_children, p.mode == Mode.MOVE)
-            for p, _ in await checked_policies(settings, config)
+            for p, _ in await checked_policies(ctx, config)
         ]
 
     def describe(
@@ -65,10 +64,10 @@ async def grants(
         return list(access.values()), schemas, triggers, refused
 
     described = (
-        await on_source(settings.effective_source_url, describe) if wanted else ([], set(), [], [])
+        await ctx.on(ctx.settings.effective_source_url, describe) if wanted else ([], set(), [], [])
     )
     access, schemas, triggers, refused = described
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         schema = await conn.fetchval(db.query("queue_schema"))
     if schema is None:
         raise InputError("no archiver schema in the queue database; run `archiver migrate` first")
@@ -76,7 +75,7 @@ async def grants(
         str(schema),
         role,
         access,
-        settings.same_database,
+        ctx.settings.same_database,
         type_schemas=sorted(schemas),
         triggers=triggers,
         refused=refused,

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import datetime as dt
 
-from archiver import db
-from archiver.bulk import BulkConnection, on_source
-from archiver.config import Settings
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.ident import TableName
 from archiver.source.aggregates import children_of
 from archiver.source.tables import describe_table, find_table
 
 
-async def qualified_table(settings: Settings, name: str) -> str:
+async def qualified_table(ctx: Context, name: str) -> str:
     """`schema.table` of a table of the source database, found as enqueue finds it."""
     table = TableName.parse(name)
-    qualified: str = await on_source(
-        settings.effective_source_url, lambda conn: ".".join(find_table(conn, table)[:2])
+    qualified: str = await ctx.on(
+        ctx.settings.effective_source_url, lambda conn: ".".join(find_table(conn, table)[:2])
     )
     return qualified
 
 
-async def aggregate_children(settings: Settings, tables: list[str]) -> dict[str, list[str]]:
+async def aggregate_children(ctx: Context, tables: list[str]) -> dict[str, list[str]]:
     """Each table's children: the tables `--with-children` moves with it."""
 
     def read(conn: BulkConnection) -> dict[str, list[str]]:
@@ -33,14 +32,14 @@ async def aggregate_children(settings: Settings, tables: list[str]) -> dict[str,
         return found
 
     children: dict[str, list[str]] = (
-        await on_source(settings.effective_source_url, read) if tables else {}
+        await ctx.on(ctx.settings.effective_source_url, read) if tables else {}
     )
     return children
 
 
-async def vacuumed_since(settings: Settings, table: str, since: dt.datetime) -> str:
+async def vacuumed_since(ctx: Context, table: str, since: dt.datetime) -> str:
     """Whether (auto)vacuum has run on `table` since `since`, as its statistics say."""
-    async with db.connection(settings.effective_source_url) as conn:
+    async with ctx.source() as conn:
         row = await conn.fetchrow(
             "SELECT last_autovacuum, last_vacuum FROM pg_stat_user_tables "
             "WHERE relid = to_regclass($1)",

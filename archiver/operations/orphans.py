@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 
-from archiver import ledger, runtime
-from archiver.bulk import BulkConnection, on_source
-from archiver.config import Settings
+from archiver import ledger
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.errors import InputError
 from archiver.lifecycle.orphans import Orphans, remove
 
@@ -21,7 +21,7 @@ Report = Callable[[Orphans], None]
 
 
 async def remove_orphans(
-    settings: Settings,
+    ctx: Context,
     table: str | None,
     *,
     grace: dt.timedelta | None = None,
@@ -32,12 +32,12 @@ async def remove_orphans(
     schema has), deleted unless `dry_run`; `report` is told each table's as it is done.
     What dead operations left is settled first (unless `dry_run`), as the workers' ledger
     sweep would: a killed erasure's rewrites are its own until then, kept as "busy"."""
-    storage = runtime.storage(settings)
-    wait = grace if grace is not None else dt.timedelta(seconds=settings.orphan_grace)
+    storage = ctx.storage()
+    wait = grace if grace is not None else dt.timedelta(seconds=ctx.settings.orphan_grace)
 
     def run(conn: BulkConnection) -> list[Orphans]:
         if not dry_run:
-            ledger.sweep(conn, storage, settings.effective_source_url)
+            ledger.sweep(ctx, conn)
         root = storage.object_name("")
         by_table = by_folder(storage.list(root), root)  # one listing of the whole storage
         tables = sorted(by_table) if table is None else [_one(table, sorted(by_table))]
@@ -47,7 +47,7 @@ async def remove_orphans(
             report(done[-1])
         return done
 
-    return await on_source(settings.database_url, run)
+    return await ctx.on(ctx.settings.database_url, run)
 
 
 def by_folder(objects: Iterable[StoredObject], root: str) -> dict[str, list[StoredObject]]:

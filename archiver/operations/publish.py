@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from archiver import db, runtime
-from archiver.bulk import on_source
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import InputError, PublisherBusy, error_line
 from archiver.ident import as_typed
 from archiver.store import archive_files, jobs
@@ -19,7 +17,7 @@ if TYPE_CHECKING:
 
 
 async def publish_table(
-    settings: Settings,
+    ctx: Context,
     table: str,
     *,
     rebuild: bool = False,
@@ -32,7 +30,7 @@ async def publish_table(
     PublisherBusy."""
     from archiver.delta.publish import publish_table_on
 
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         found = [
             t
             for t in await archive_files.catalogued_tables(conn, table)
@@ -42,18 +40,16 @@ async def publish_table(
         raise InputError(f"publish: no archived files of table {table!r} in the catalog")
     if len(found) > 1:
         raise InputError(f"publish: {table!r} is ambiguous ({', '.join(found)}): name the schema")
-    storage = runtime.storage(settings)
-    return await on_source(
-        settings.database_url,
+    return await ctx.on(
+        ctx.settings.database_url,
         lambda conn: publish_table_on(
-            conn, settings, storage, found[0],
-            rebuild=rebuild, sweep_only=sweep_only, lock_wait=lock_wait,
+            ctx, conn, found[0], rebuild=rebuild, sweep_only=sweep_only, lock_wait=lock_wait
         ),
-    )  # fmt: skip
+    )
 
 
 async def make_visible(
-    settings: Settings, tables: Iterable[str], *, no_wait: bool, report: Callable[[str], None]
+    ctx: Context, tables: Iterable[str], *, no_wait: bool, report: Callable[[str], None]
 ) -> None:
     """After a command changed the archive (restore's move back, erase, purge,
     rehydrate): publish each table's change to its Delta table now and delete the files
@@ -66,13 +62,13 @@ async def make_visible(
     (storage or the database restarting, a lock held too long) does not undo it and is
     not the command's failure. It is said, in a line that says the change stands, and
     queued for the workers, whose publication finishes it."""
-    here = str(settings.storage_location())
+    here = str(ctx.settings.storage_location())
     names = sorted(set(tables))
     if not names:
         return
     if no_wait:
-        async with db.connection(settings.database_url) as conn:
-            await jobs.enqueue_publications(conn, here, delta=settings.delta)
+        async with ctx.catalog() as conn:
+            await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)
         report(
             f"{', '.join(names)}: left to the workers (--no-wait): Delta readers see the "
             "change after their next publication"
@@ -83,12 +79,12 @@ async def make_visible(
         finishes = f"the workers' next publication finishes it, or `archiver publish --table {as_typed(table)}`"
         try:
             done = await publish_table(
-                settings,
+                ctx,
                 as_typed(table),
-                sweep_only=not settings.delta,
-                lock_wait=settings.publish_wait,
+                sweep_only=not ctx.settings.delta,
+                lock_wait=ctx.settings.publish_wait,
             )
-            async with db.connection(settings.database_url) as conn:
+            async with ctx.catalog() as conn:
                 retired = await archive_files.retired_left(conn, here, table)
             left = [path for path, kept_on_purpose in retired if not kept_on_purpose]
             kept = sum(1 for _, kept_on_purpose in retired if kept_on_purpose)
@@ -123,7 +119,7 @@ async def make_visible(
             report(f"{table}: readers see it now{version}, the retired files deleted")
     if unfinished:
         try:
-            async with db.connection(settings.database_url) as conn:
-                await jobs.enqueue_publications(conn, here, delta=settings.delta)
+            async with ctx.catalog() as conn:
+                await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)
         except Exception as exc:  # the workers' periodic publication still finds it
             report(f"the publications could not be queued ({error_line(exc)})")

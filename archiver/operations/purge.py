@@ -10,9 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from archiver import runtime
-from archiver.bulk import on_source
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import InputError
 from archiver.lifecycle.purge import PurgePlan, purge
 from archiver.lifecycle.retention import Age, Expired, expired, protected
@@ -39,7 +37,7 @@ class Purged:
 
 
 async def purge_table(
-    settings: Settings,
+    ctx: Context,
     table: str,
     age: Age,
     *,
@@ -54,20 +52,20 @@ async def purge_table(
     with them): retired, out of the Delta table, deleted; the table held against
     compaction meanwhile (selection.hold_tables)."""
     try:
-        name, _ = await table_files(settings, table, "purge")
+        name, _ = await table_files(ctx, table, "purge")
     except InputError:
         if missing_ok:  # a policy's purge before its table's first archive
             return Purged(None, 0, 0, 0, None, None)
         raise
-    async with hold_tables(settings, [name]):
+    async with hold_tables(ctx, [name]):
         return await _purge(
-            settings, name, age, dry_run=dry_run, skip_protected=skip_protected,
+            ctx, name, age, dry_run=dry_run, skip_protected=skip_protected,
             report=report, now=now or dt.datetime.now(dt.UTC), no_wait=no_wait,
         )  # fmt: skip
 
 
 async def _purge(
-    settings: Settings,
+    ctx: Context,
     table: str,
     age: Age,
     *,
@@ -78,7 +76,7 @@ async def _purge(
     no_wait: bool,
 ) -> Purged:
 
-    name, files = await stored_table_files(settings, table, "purge")
+    name, files = await stored_table_files(ctx, table, "purge")
     rooted = [f for f in files if f.cutoff_column]
     if not rooted:
         raise InputError(
@@ -87,8 +85,8 @@ async def _purge(
         )
     before = age.before(now)
     split = expired(rooted, before)
-    storage = runtime.storage(settings)
-    groups = await chunk_groups(settings, split.going)
+    storage = ctx.storage()
+    groups = await chunk_groups(ctx, split.going)
     # a chunk goes whole or stays whole: kept when any of its files is protected, as
     # the catalog recorded it or as the storage reports it now
     chunks = [[root, *groups.get(root.path, [])] for root in split.going]
@@ -112,9 +110,9 @@ async def _purge(
             span = f"{f.min_cutoff_value} .. {f.max_cutoff_value}" if f.cutoff_column else ""
             report(f"{f.path}: {f.row_count} rows, {span or 'with its chunk of ' + name}")
         return result
-    ledger_id, _ = await on_source(
-        settings.database_url, lambda conn: purge(conn, storage, plan, report)
+    ledger_id, _ = await ctx.on(
+        ctx.settings.database_url, lambda conn: purge(ctx, conn, plan, report)
     )
     tables = {f.source_table for f in files_going}
-    await make_visible(settings, tables, no_wait=no_wait, report=report)
+    await make_visible(ctx, tables, no_wait=no_wait, report=report)
     return Purged(ledger_id, rows, len(files_going), result.spanning, result.kept_until, skipped)

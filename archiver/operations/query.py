@@ -3,14 +3,13 @@ catalog snapshot, in a thread holding an ADBC connection."""
 
 from __future__ import annotations
 
-from archiver.bulk import on_source
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.query import engine, statement
 from archiver.query.answer import answer
 
 
 async def query(
-    settings: Settings,
+    ctx: Context,
     sql: str,
     fmt: str,
     output: str | None,
@@ -21,11 +20,11 @@ async def query(
 
     statement.refuse_writes(sql)  # before anything runs
     engine.check_format(fmt, output)
-    result = await on_source(
-        settings.database_url,
+    result = await ctx.on(
+        ctx.settings.database_url,
         lambda conn: answer(
             conn,
-            settings,
+            ctx.settings,
             sql,
             lambda con: engine.execute(con, sql, fmt, output, explain=explain, live=with_live),
             live=with_live,

@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import failpoints, ledger, outcome, runtime
-from archiver.bulk import BulkConnection, connect_bulk, on_source
-from archiver.config import Settings
+from archiver import failpoints, ledger
+from archiver.bulk import BulkConnection
+from archiver.context import Context
 from archiver.errors import InputError, OfflineError
 from archiver.ident import TableName
 from archiver.lifecycle.retention import protected
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 async def restore(
-    settings: Settings,
+    ctx: Context,
     selection: FileSelection,
     *,
     into: str | None,
@@ -58,26 +58,26 @@ async def restore(
     compaction meanwhile (selection.hold_tables)."""
     if into is not None:  # as a user wrote it: archiver's record of it from here on
         into = str(TableName.parse(into))
-    files = await _selected(settings, selection)
-    async with hold_tables(settings, {f.source_table for f in files}):
+    files = await _selected(ctx, selection)
+    async with hold_tables(ctx, {f.source_table for f in files}):
         return await _restore(
-            settings, selection, await _selected(settings, selection), into=into,
+            ctx, selection, await _selected(ctx, selection), into=into,
             keep_archive=keep_archive, skip_conflicts=skip_conflicts, dry_run=dry_run,
             ignore_dropped_columns=ignore_dropped_columns, report=report, no_wait=no_wait,
         )  # fmt: skip
 
 
-async def _selected(settings: Settings, selection: FileSelection) -> list[CatalogFile]:
-    files = await selection.files(settings, state="committed")
+async def _selected(ctx: Context, selection: FileSelection) -> list[CatalogFile]:
+    files = await selection.files(ctx, state="committed")
     if not files:
         raise InputError("no archived files match")
     if selection.job_id is None:
-        files += await chunk_children(settings, files)
+        files += await chunk_children(ctx, files)
     return files
 
 
 async def _restore(
-    settings: Settings,
+    ctx: Context,
     selection: FileSelection,
     files: list[CatalogFile],
     *,
@@ -93,7 +93,7 @@ async def _restore(
 
     moves_back = into is None and not keep_archive
     refuse_offline("restore", files)
-    storage = runtime.storage(settings)
+    storage = ctx.storage()
     if moves_back:
         why = protected(await asyncio.to_thread(as_stored, storage, files), dt.datetime.now(dt.UTC))
         if why:
@@ -126,12 +126,12 @@ async def _restore(
         if not moves_back:
             done = restore(conn, storage, plan, workdir, report)
             if not dry_run:
-                outcome.committed(f"{counted(done.rows, 'row')} restored into {into or tables[0]}")
+                ctx.committed(f"{counted(done.rows, 'row')} restored into {into or tables[0]}")
             return done
         # the catalog in another database (ARCHIVER_SOURCE_URL): its own connection, and
         # the ledger's intent bridges the two transactions (archiver.ledger)
-        apart = not settings.same_database
-        with connect_bulk(settings.database_url) if apart else nullcontext(conn) as catalog:
+        apart = not ctx.settings.same_database
+        with ctx.bulk(ctx.settings.database_url) if apart else nullcontext(conn) as catalog:
             if dry_run:
                 return restore(conn, storage, plan, workdir, report, catalog if apart else None)
             operation = ledger.begin(catalog, "restore", str(storage.location), tables, request)
@@ -141,7 +141,7 @@ async def _restore(
             except BaseException:  # abandoned (not if the source decides), or left to the sweep
                 ledger.give_up(catalog, storage, operation, tables)
                 raise
-            outcome.committed(
+            ctx.committed(
                 f"{counted(done.rows, 'row')} moved back out of the archive (ledger {operation})",
                 "the workers' next publication and sweep finish it",
             )
@@ -156,10 +156,10 @@ async def _restore(
         return done
 
     try:
-        done: Restored = await on_source(settings.effective_source_url, run)
+        done: Restored = await ctx.on(ctx.settings.effective_source_url, run)
     except OfflineError as exc:  # moved by a lifecycle rule: the catalog learns it
-        await mark_offline(settings, [exc.name])
+        await mark_offline(ctx, [exc.name])
         raise InputError(f"restore refused, nothing changed: {exc}") from None
     if moves_back and not dry_run and done.retired:
-        await make_visible(settings, tables, no_wait=no_wait, report=report)
+        await make_visible(ctx, tables, no_wait=no_wait, report=report)
     return done, files

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from archiver import db
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import as_typed
 from archiver.model import CatalogFile
@@ -27,19 +27,18 @@ if TYPE_CHECKING:
 
 
 @contextlib.asynccontextmanager
-async def hold_tables(settings: Settings, tables: Iterable[str]) -> AsyncIterator[None]:
+async def hold_tables(ctx: Context, tables: Iterable[str]) -> AsyncIterator[None]:
     """Hold `tables` for a command that takes their files out of the archive, rewrites
     or moves them, for its duration: a compaction of one of them then yields rather than
     retire files under it (archiver.operations.compact). Files selected before this must
     be selected again inside it: a merge may have committed meanwhile."""
-    here = str(settings.storage_location())
-    conn = await db.connect(settings.database_url)
-    try:
-        for table in sorted(set(tables)):
+    here, held = str(ctx.settings.storage_location()), sorted(set(tables))
+    async with ctx.session_apart(ctx.settings.database_url) as conn:
+        for table in held:
             await conn.execute(db.query("table_hold"), here, table)
         yield
-    finally:
-        await conn.close()  # the locks go with the session
+        for table in held:  # on a failure, the session's end or the pool's reset does
+            await conn.execute(db.query("table_release"), here, table)
 
 
 @dataclass(frozen=True)
@@ -52,8 +51,8 @@ class FileSelection:
     cutoff_from: str | None = None  # ISO 8601, inclusive
     cutoff_to: str | None = None  # ISO 8601, exclusive
 
-    async def files(self, settings: Settings, state: str | None = None) -> list[CatalogFile]:
-        async with db.connection(settings.database_url) as conn:
+    async def files(self, ctx: Context, state: str | None = None) -> list[CatalogFile]:
+        async with ctx.catalog() as conn:
             return await archive_files.archived_files(
                 conn,
                 job_id=self.job_id,
@@ -66,22 +65,22 @@ class FileSelection:
             )
 
 
-async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, list[CatalogFile]]:
+async def table_files(ctx: Context, table: str, verb: str) -> tuple[str, list[CatalogFile]]:
     """`table` as the catalog names it, and its committed files; one line if none or
     if the bare name is in several schemas."""
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         named = await archive_files.catalogued_tables(conn, table)
     found = {
         t: fs
         for t in named
-        if (fs := await FileSelection(table=as_typed(t)).files(settings, "committed"))
+        if (fs := await FileSelection(table=as_typed(t)).files(ctx, "committed"))
     }
     if not found:
         raise InputError(f"{verb}: no archived files of table {table!r}")
     if len(found) > 1:
         raise InputError(f"{verb}: {table!r} is ambiguous ({', '.join(found)}): name the schema")
     [(name, files)] = found.items()
-    here = str(settings.storage_location())
+    here = str(ctx.settings.storage_location())
     elsewhere = sorted({f.storage_url for f in files if f.storage_url != here})
     if elsewhere:  # written before ARCHIVER_STORAGE_URL changed: acted on where they are
         log.warning(
@@ -96,12 +95,10 @@ async def table_files(settings: Settings, table: str, verb: str) -> tuple[str, l
     return name, files
 
 
-async def stored_table_files(
-    settings: Settings, table: str, verb: str
-) -> tuple[str, list[CatalogFile]]:
+async def stored_table_files(ctx: Context, table: str, verb: str) -> tuple[str, list[CatalogFile]]:
     """table_files of a table as archiver records it (schema.table, as table_files returns
     it), not as a user types it."""
-    return await table_files(settings, as_typed(table), verb)
+    return await table_files(ctx, as_typed(table), verb)
 
 
 def refuse_offline(verb: str, files: list[CatalogFile]) -> None:
@@ -117,17 +114,15 @@ def refuse_offline(verb: str, files: list[CatalogFile]) -> None:
         )
 
 
-async def chunk_children(settings: Settings, files: list[CatalogFile]) -> list[CatalogFile]:
+async def chunk_children(ctx: Context, files: list[CatalogFile]) -> list[CatalogFile]:
     """The files of referencing tables archived in the same chunks as `files`
     (`--with-children`)."""
     chosen = {f.path for f in files}
-    groups = await chunk_groups(settings, files)
+    groups = await chunk_groups(ctx, files)
     return [c for children in groups.values() for c in children if c.path not in chosen]
 
 
-async def chunk_groups(
-    settings: Settings, files: list[CatalogFile]
-) -> dict[str, list[CatalogFile]]:
+async def chunk_groups(ctx: Context, files: list[CatalogFile]) -> dict[str, list[CatalogFile]]:
     """Each root file of `files` (one with a cutoff column) with the files of
     referencing tables archived in its chunk: a chunk's files are consecutive parts,
     the root's last, and only the root's has a cutoff column."""
@@ -135,7 +130,7 @@ async def chunk_groups(
     groups: dict[str, list[CatalogFile]] = {}
     for job_id in dict.fromkeys(f.job_id for f in files):
         pending: list[CatalogFile] = []
-        job_files = await FileSelection(job_id=uuid.UUID(job_id)).files(settings, "committed")
+        job_files = await FileSelection(job_id=uuid.UUID(job_id)).files(ctx, "committed")
         for f in sorted(job_files, key=lambda f: f.part):
             if f.cutoff_column:  # a chunk's root file closes it
                 if f.path in chosen:
@@ -159,12 +154,12 @@ def as_stored(storage: Storage, files: list[CatalogFile]) -> list[CatalogFile]:
     return found
 
 
-async def mark_offline(settings: Settings, paths: list[str]) -> None:
+async def mark_offline(ctx: Context, paths: list[str]) -> None:
     """Files a read found in the Archive tier (moved by a lifecycle rule, say): offline
     in the catalog, so their Delta tables leave them out until they are rehydrated."""
-    here = str(settings.storage_location())
-    async with db.connection(settings.database_url) as conn:
+    here = str(ctx.settings.storage_location())
+    async with ctx.catalog() as conn:
         ids = await archive_files.ids_at(conn, here, paths)
         await archive_files.going_offline(conn, ids)
         await archive_files.set_tier(conn, ids, "Archive")
-        await jobs.enqueue_publications(conn, here, delta=settings.delta)
+        await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)

@@ -16,8 +16,8 @@ import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from archiver import db, failpoints, outcome, runtime
-from archiver.config import Settings
+from archiver import failpoints
+from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import as_typed
 from archiver.lifecycle.retention import Age, expired
@@ -29,7 +29,7 @@ from archiver.operations.selection import (
     stored_table_files,
     table_files,
 )
-from archiver.storage.seam import ARCHIVE_TIER, Storage
+from archiver.storage.seam import ARCHIVE_TIER
 from archiver.store import archive_files, publisher_lock
 from archiver.text import counted
 
@@ -37,16 +37,16 @@ Report = Callable[[str], None]
 
 
 async def _selected(
-    settings: Settings, table: str, age: Age | None, verb: str
+    ctx: Context, table: str, age: Age | None, verb: str
 ) -> tuple[str, list[CatalogFile]]:
     """The table's committed files, or those wholly older than `age` with the files
     archived in their chunks."""
-    name, files = await stored_table_files(settings, table, verb)
+    name, files = await stored_table_files(ctx, table, verb)
     if age is None:
         return name, files
     rooted = [f for f in files if f.cutoff_column]
     going = expired(rooted, age.before(dt.datetime.now(dt.UTC))).going
-    return name, going + await chunk_children(settings, going)
+    return name, going + await chunk_children(ctx, going)
 
 
 @dataclass(frozen=True)
@@ -57,27 +57,27 @@ class Tiered:
 
 
 async def set_tier(
-    settings: Settings, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
+    ctx: Context, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
 ) -> Tiered:
     """Move the selected files to `tier`. To Archive only files `archiver verify` found
     sound (they cannot be read there), after they left the Delta table. The table is
     held against compaction meanwhile, as by rehydrate and protect."""
-    async with _held(settings, table, "tier") as name:
-        return await _set_tier(settings, name, age, tier, dry_run=dry_run, report=report)
+    async with _held(ctx, table, "tier") as name:
+        return await _set_tier(ctx, name, age, tier, dry_run=dry_run, report=report)
 
 
 @contextlib.asynccontextmanager
-async def _held(settings: Settings, table: str, verb: str) -> AsyncIterator[str]:
+async def _held(ctx: Context, table: str, verb: str) -> AsyncIterator[str]:
     """The table's name as the catalog has it, held (selection.hold_tables)."""
-    name, _ = await table_files(settings, table, verb)
-    async with hold_tables(settings, [name]):
+    name, _ = await table_files(ctx, table, verb)
+    async with hold_tables(ctx, [name]):
         yield name
 
 
 async def _set_tier(
-    settings: Settings, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
+    ctx: Context, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
 ) -> Tiered:
-    name, files = await _selected(settings, table, age, "tier")
+    name, files = await _selected(ctx, table, age, "tier")
     offline = [f for f in files if f.offline]
     if offline and tier != ARCHIVE_TIER:
         raise InputError(
@@ -86,7 +86,7 @@ async def _set_tier(
         )
     # to Archive: also those a killed run marked offline but did not move
     todo = [f for f in files if f.tier != tier and (tier == ARCHIVE_TIER or not f.offline)]
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         if tier == ARCHIVE_TIER and todo:
             unverified = await archive_files.unverified(conn, [f.id for f in todo])
             if unverified:
@@ -98,29 +98,29 @@ async def _set_tier(
         if dry_run:
             report(f"{len(todo)} files of {name} would move to {tier}")
             return Tiered(0, len(files) - len(todo), len(offline))
-        storage = runtime.storage(settings)
         if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
             await archive_files.going_offline(conn, [f.id for f in todo])
-            outcome.committed(
+            ctx.committed(
                 f"{counted(len(todo), 'file')} of {name} marked offline (their rows out of "
                 "reach until they are rehydrated), none moved yet",
                 f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves them, `archiver "
                 f"rehydrate --table {as_typed(name)}` brings them back",
                 partial=True,
             )
-            await _publish_now(settings, {f.source_table for f in todo}, report)
+            await _publish_now(ctx, {f.source_table for f in todo}, report)
     again = f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves the rest"
-    moved = await asyncio.to_thread(_move, storage, todo, tier, report, again)
-    async with db.connection(settings.database_url) as conn:
+    moved = await asyncio.to_thread(_move, ctx, todo, tier, report, again)
+    async with ctx.catalog() as conn:
         await archive_files.set_tier(conn, [f.id for f in todo], tier)
     offline_now = len(offline) + (len(todo) if tier == ARCHIVE_TIER else 0)
     return Tiered(moved, len(files) - len(todo), offline_now)
 
 
-def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report, again: str) -> int:
+def _move(ctx: Context, files: list[CatalogFile], tier: str, report: Report, again: str) -> int:
+    storage = ctx.storage()
     for i, f in enumerate(files, 1):
         storage.set_tier(f.path, tier)
-        outcome.committed(f"{i} of {counted(len(files), 'file')} moved to {tier}", again,
+        ctx.committed(f"{i} of {counted(len(files), 'file')} moved to {tier}", again,
                           partial=True)  # fmt: skip
         failpoints.reach("tier_moved")
         if i % 100 == 0 or i == len(files):
@@ -128,12 +128,12 @@ def _move(storage: Storage, files: list[CatalogFile], tier: str, report: Report,
     return len(files)
 
 
-async def _publish_now(settings: Settings, tables: set[str], report: Report) -> None:
+async def _publish_now(ctx: Context, tables: set[str], report: Report) -> None:
     """Publish each table now, so its offline files are out of its Delta log (with
     publishing off too: a Delta table that exists must not list an unreadable file)."""
 
     for table in sorted(tables):
-        done = await publish_table(settings, as_typed(table), sweep_only=not settings.delta)
+        done = await publish_table(ctx, as_typed(table), sweep_only=not ctx.settings.delta)
         if done.version is not None:
             report(f"{table}: Delta version {done.version}, the files going offline removed")
 
@@ -146,25 +146,25 @@ class Rehydrated:
 
 
 async def rehydrate(
-    settings: Settings, table: str, tier: str, priority: str, report: Report, no_wait: bool = False
+    ctx: Context, table: str, tier: str, priority: str, report: Report, no_wait: bool = False
 ) -> Rehydrated:
     """Start rehydrating the table's Archive-tier files to `tier`; those the service
     says are online again are marked so in the catalog (run it again to follow)."""
-    async with _held(settings, table, "rehydrate") as name:
-        return await _rehydrate_table(settings, name, tier, priority, report, no_wait)
+    async with _held(ctx, table, "rehydrate") as name:
+        return await _rehydrate_table(ctx, name, tier, priority, report, no_wait)
 
 
 async def _rehydrate_table(
-    settings: Settings, table: str, tier: str, priority: str, report: Report, no_wait: bool
+    ctx: Context, table: str, tier: str, priority: str, report: Report, no_wait: bool
 ) -> Rehydrated:
-    name, files = await stored_table_files(settings, table, "rehydrate")
-    storage = runtime.storage(settings)
+    name, files = await stored_table_files(ctx, table, "rehydrate")
+    storage = ctx.storage()
     # the catalog's offline files, and any a lifecycle rule moved without telling it
     candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files
-    states = await asyncio.to_thread(_rehydrate, storage, candidates, tier, priority, name)
+    states = await asyncio.to_thread(_rehydrate, ctx, candidates, tier, priority, name)
     online = [f for f, state in zip(candidates, states, strict=True) if state == "online"]
     offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         if offline:  # found offline: out of the Delta table until they are back
             await archive_files.going_offline(conn, [f.id for f in offline])
             await archive_files.set_tier(conn, [f.id for f in offline], ARCHIVE_TIER)
@@ -177,7 +177,7 @@ async def _rehydrate_table(
                 await archive_files.back_online(conn, ids, tier)
                 await publisher_lock.release_on(conn, here, t)
     if back:  # they rejoin their Delta tables
-        await make_visible(settings, {f.source_table for f in back}, no_wait=no_wait, report=report)
+        await make_visible(ctx, {f.source_table for f in back}, no_wait=no_wait, report=report)
     result = Rehydrated(states.count("started"), states.count("pending"), len(back))
     report(
         f"{name}: {result.started} files rehydrating now, {result.pending} still "
@@ -187,10 +187,11 @@ async def _rehydrate_table(
 
 
 def _rehydrate(
-    storage: Storage, files: list[CatalogFile], tier: str, priority: str, name: str
+    ctx: Context, files: list[CatalogFile], tier: str, priority: str, name: str
 ) -> list[str]:
     """Each file's state: online, pending (rehydrating) or started (asked now; Azurite
     answers at once, Azure in up to 15 hours, 1 at High priority)."""
+    storage = ctx.storage()
     states: list[str] = []
     for f in files:
         stored = storage.stat(f.path)
@@ -202,7 +203,7 @@ def _rehydrate(
             states.append("pending")
         else:
             storage.set_tier(f.path, tier, priority)
-            outcome.committed(
+            ctx.committed(
                 f"rehydration asked for {states.count('started') + 1} of "
                 f"{counted(len(files), 'file')}",
                 f"`archiver rehydrate --table {as_typed(name)}` again goes on",
@@ -215,7 +216,7 @@ def _rehydrate(
 
 
 async def protect(
-    settings: Settings,
+    ctx: Context,
     table: str,
     age: Age | None,
     until: dt.datetime | None,
@@ -225,27 +226,27 @@ async def protect(
     """Set a per-blob immutability policy and/or a legal hold on the selected files,
     then record it (purge and erase refuse them). The container needs version-level
     write-once storage (`archiver doctor` says)."""
-    async with _held(settings, table, "protect") as name:
-        return await _protect(settings, name, age, until, legal_hold, report)
+    async with _held(ctx, table, "protect") as name:
+        return await _protect(ctx, name, age, until, legal_hold, report)
 
 
 async def _protect(
-    settings: Settings,
+    ctx: Context,
     table: str,
     age: Age | None,
     until: dt.datetime | None,
     legal_hold: bool | None,
     report: Report,
 ) -> int:
-    name, files = await _selected(settings, table, age, "protect")
-    storage = runtime.storage(settings)
+    name, files = await _selected(ctx, table, age, "protect")
+    storage = ctx.storage()
     done: list[int] = []
     try:
         for f in files:
             await asyncio.to_thread(storage.protect, f.path, until, legal_hold)
             done.append(f.id)
     finally:
-        async with db.connection(settings.database_url) as conn:
+        async with ctx.catalog() as conn:
             await archive_files.protected(conn, done, until, legal_hold)
     report(f"{name}: {len(done)} files protected")
     return len(done)

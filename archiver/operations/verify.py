@@ -10,8 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from archiver import db, runtime
-from archiver.config import Settings
+from archiver.context import Context
 from archiver.delta.check import delta_problems as check
 from archiver.delta.check import is_delta_log
 from archiver.delta.location import storage_options
@@ -28,15 +27,15 @@ if TYPE_CHECKING:
 
 
 async def verify(
-    settings: Settings, selection: FileSelection, *, skip_offline: bool = False
+    ctx: Context, selection: FileSelection, *, skip_offline: bool = False
 ) -> tuple[int, list[str]]:
     """Check the selected files against the catalog, and look for objects the catalog
     does not know where those files live: (files checked, problems). Archive-tier
     files cannot be read: refused in one line, or with `skip_offline` checked by what
     the service reports of them (size and MD5). Each file found sound is marked so
     (`archiver tier --tier Archive` takes only those)."""
-    files = await selection.files(settings)
-    storage = runtime.storage(settings)
+    files = await selection.files(ctx)
+    storage = ctx.storage()
     table = selection.table
     if table and not files and "." not in table:
         raise InputError(f"no archived files of table {table!r}; give schema.table")
@@ -46,36 +45,34 @@ async def verify(
     # whole catalog (100,000 files read for one table's 10, before)
     if selection.job_id:
         job = str(selection.job_id)
-        tables = await job_tables(settings, selection.job_id, files)
+        tables = await job_tables(ctx, selection.job_id, files)
         prefixes = [names.job_prefix(t, job) for t in tables]
-        known = [f for t in tables for f in await FileSelection(table=as_typed(t)).files(settings)]
+        known = [f for t in tables for f in await FileSelection(table=as_typed(t)).files(ctx)]
     elif table:
         listed = files[0].source_table if files else str(TableName.parse(table))
         prefixes = [names.job_prefix(listed)]
-        known = await FileSelection(table=as_typed(listed) if files else table).files(settings)
+        known = await FileSelection(table=as_typed(listed) if files else table).files(ctx)
     else:
         prefixes = [""]
-        known = await FileSelection().files(settings)
+        known = await FileSelection().files(ctx)
     prefixes = [storage.object_name(p) for p in prefixes]
     problems, sound, offline, unknown = await asyncio.to_thread(
         _verify, storage, files, known, prefixes
     )
-    problems += [
-        f"{name}: not in the catalog" for name in await _strays(settings, storage, unknown)
-    ]
+    problems += [f"{name}: not in the catalog" for name in await _strays(ctx, storage, unknown)]
     if offline:  # moved to the Archive tier outside archiver (a lifecycle rule)
-        await mark_offline(settings, offline)
+        await mark_offline(ctx, offline)
         if not skip_offline:
             refuse_offline("verify", [replace(f, offline=True) for f in files if f.path in offline])
-    if settings.delta and not selection.job_id:
-        problems += await delta_problems(settings, storage, {f.source_table for f in files})
+    if ctx.settings.delta and not selection.job_id:
+        problems += await delta_problems(ctx, storage, {f.source_table for f in files})
     if selection.job_id:
         scope, checked = f"job {selection.job_id}", tables
     elif table:
         scope, checked = f"table {listed}", [listed]
     else:
         scope, checked = "all", []
-    async with db.connection(settings.database_url) as conn:  # the console shows it
+    async with ctx.catalog() as conn:  # the console shows it
         await archive_files.verified(
             conn, sound, actor=audit.actor(), scope=scope, checked=checked, files=len(files),
             problems=problems,
@@ -83,28 +80,28 @@ async def verify(
     return len(files), problems
 
 
-async def delta_problems(settings: Settings, storage: Storage, tables: set[str]) -> list[str]:
+async def delta_problems(ctx: Context, storage: Storage, tables: set[str]) -> list[str]:
     """Each published table's Delta log against the catalog (archiver.delta.check)."""
 
     here = str(storage.location)
     problems: list[str] = []
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         published = {t: await archive_files.published_paths(conn, here, t) for t in sorted(tables)}
-    options = storage_options(settings, storage.location)
+    options = storage_options(ctx.settings, storage.location)
     for table, paths in published.items():
         if paths:
             problems += await asyncio.to_thread(check, storage, options, table, paths)
     return problems
 
 
-async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogFile]) -> list[str]:
+async def job_tables(ctx: Context, job_id: uuid.UUID, files: list[CatalogFile]) -> list[str]:
     """Every table a job may have uploaded files of: those of its catalogued files, its
     table (or partition) and, with --with-children, its children as the source has them
     now. A failed job may have catalogued nothing, and an attempt's uploads of a child
     come before its root's."""
     tables = {f.source_table: None for f in files}
     try:
-        async with db.connection(settings.database_url) as conn:
+        async with ctx.catalog() as conn:
             job = await jobs.get_job(conn, job_id)
     except JobStateError:  # pruned (retention): its files are what is left
         if not files:
@@ -116,14 +113,14 @@ async def job_tables(settings: Settings, job_id: uuid.UUID, files: list[CatalogF
     tables[request.partition or request.table] = None
     if request.with_children:
         try:
-            children = await aggregate_children(settings, [request.table])
+            children = await aggregate_children(ctx, [request.table])
         except InputError:  # the table is gone or changed: its catalogued files still count
             children = {}
         tables.update(dict.fromkeys(children.get(request.table, [])))
     return list(tables)
 
 
-async def _strays(settings: Settings, storage: Storage, unknown: list[str]) -> list[str]:
+async def _strays(ctx: Context, storage: Storage, unknown: list[str]) -> list[str]:
     """Of the objects the catalog did not hold when read, those nobody will catalogue:
     not a running job's upload or a running operation's rewrite or merge (their writer
     catalogues or deletes them; `archiver verify` while the nightly jobs run said "not
@@ -132,7 +129,7 @@ async def _strays(settings: Settings, storage: Storage, unknown: list[str]) -> l
     if not unknown:
         return []
     writers = {n: names.writer_of(n) for n in unknown}
-    async with db.connection(settings.database_url) as conn:
+    async with ctx.catalog() as conn:
         known = [w for w in writers.values() if w is not None]
         working = await jobs.writers_at_work(conn, *names.split_writers(known))
         rest = [n for n in unknown if writers[n] not in working]

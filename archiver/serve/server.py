@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import ConfigError, first_line
 from archiver.serve import scram, wire
 from archiver.serve.archive import ServedArchive
@@ -334,8 +335,12 @@ def _peer(peer: object) -> str:
     return str(peer)
 
 
-async def serve(settings: Settings, bind: str) -> None:
-    """Run `archiver serve` until SIGTERM or SIGINT."""
+async def serve(ctx: Context, bind: str) -> None:
+    """Run `archiver serve` until SIGTERM or SIGINT. Its sessions are its own, held as
+    long as it runs: the catalog's (the files, archiver.serve.definitions), the
+    definitions server's (libpq, archiver.serve.upstream) and DuckDB's reads of the
+    storage (archiver.serve.archive)."""
+    settings = ctx.settings
     listen = check(settings, bind)
     archive = await asyncio.to_thread(ServedArchive, settings, settings.storage_location())
     upstream = Upstream(

@@ -4,7 +4,7 @@
 
 -- name: session_advisory_locks
 -- How many advisory locks this session holds: a shared session given back with one is
--- closed, not handed on (db.connection, bulk.BulkPool).
+-- closed, not handed on (archiver.context, bulk.BulkPool).
 SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 
 -- name: key_collations

@@ -32,7 +32,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from archiver import db, text
-from archiver.config import ConfigFile, Settings
+from archiver.config import ConfigFile
+from archiver.context import Context
 from archiver.errors import (
     DatabaseUnavailable,
     InputError,
@@ -102,16 +103,17 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def create_app(settings: Settings, config: ConfigFile | None = None) -> Starlette:
-    return Console(settings, config).app()
+def create_app(ctx: Context, config: ConfigFile | None = None) -> Starlette:
+    return Console(ctx, config).app()
 
 
 class Console:
     """One console process: its settings and policies, its tokens and login throttle,
     its templates and (from the lifespan on) its pool; each route a method."""
 
-    def __init__(self, settings: Settings, config: ConfigFile | None) -> None:
-        self.settings, self.config = settings, config
+    def __init__(self, ctx: Context, config: ConfigFile | None) -> None:
+        settings = ctx.settings
+        self.ctx, self.settings, self.config = ctx, settings, config
         self.auth = Auth(settings.console_admin_token, settings.console_viewer_token)
         self.throttle = LoginThrottle()  # in this process: one console per deployment
         self.templates = Jinja2Templates(env=environment())
@@ -121,11 +123,11 @@ class Console:
     async def lifespan(self, _: Starlette) -> AsyncIterator[None]:
         # lazy: a console started while PostgreSQL is away answers 503 until it is back,
         # rather than exit with a traceback (and, restarted by supervisord, give up)
-        self._pool = await db.create_pool(self.settings.database_url, size=4, lazy=True)
+        self._pool = await self.ctx.open_pool(size=4, lazy=True)
         try:
             yield
         finally:
-            await self._pool.close()
+            await self.ctx.aclose()
 
     @property
     def pool(self) -> asyncpg.Pool:

@@ -6,6 +6,7 @@ import logging
 import signal
 
 from archiver.config import ConfigFile, Settings
+from archiver.context import Context
 from archiver.errors import ConfigError
 from archiver.web.auth import MIN_TOKEN
 from archiver.web.middleware import is_loopback
@@ -72,19 +73,20 @@ def check_access(settings: Settings, host: str) -> str:
     return "reading with " + " or ".join(ways)
 
 
-async def serve(settings: Settings, config: ConfigFile | None, bind: str, root_path: str) -> None:
-    """Run the console until SIGTERM or SIGINT."""
+async def serve(ctx: Context, config: ConfigFile | None, bind: str, root_path: str) -> None:
+    """Run the console until SIGTERM or SIGINT, its pool opened on `ctx`."""
     import uvicorn
 
     from archiver.web.app import create_app
 
     host, port = parse_bind(bind)
+    settings = ctx.settings
     readers = check_access(settings, host)
     acting = "actions with the admin token" if settings.console_admin_token else "no actions"
     log.info("console on http://%s:%d%s (%s; %s)", host, port, root_path, readers, acting)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings, config),
+            create_app(ctx, config),
             host=host,
             port=port,
             root_path=root_path,

@@ -230,7 +230,7 @@ def test_bench_and_tests_do_not_import_each_other() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     (  # entry points
         "archiver.__main__", "archiver.cli", "archiver.commands", "archiver.operations", "archiver.doctor", "archiver.grants", "archiver.query",
-        "archiver.interrupt", "archiver.runtime", "archiver.web", "archiver.serve", "archiver.worker",
+        "archiver.interrupt", "archiver.web", "archiver.serve", "archiver.worker",
         "archiver.scheduler", "archiver.maintenance", "archiver.metrics", "archiver.terminal",
         "archiver.kinds",
     ),
@@ -240,7 +240,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "archiver.source", "archiver.pgtypes", "archiver.parquet", "archiver.storage",
         "archiver.catalog", "archiver.restore", "archiver.verify", "archiver.delta",
         "archiver.ledger", "archiver.driver_check",
-        "archiver.files", "archiver.lifecycle",
+        "archiver.files", "archiver.lifecycle", "archiver.context",
     ),
     ("archiver.store", "archiver.bulk", "archiver.db"),  # the store and its two drivers
     (  # foundations
@@ -285,6 +285,93 @@ def importing_test_modules(edges: dict[str, frozenset[str]]) -> list[str]:
         for other in imported
         if is_test(other)
     )
+
+
+# What opens a PostgreSQL session or the archive's storage: the context (archiver.context)
+# with the drivers and the storage it opens them through, and besides it only cli's signal
+# handling (archiver.interrupt: ending a command's sessions from another) and serve, whose
+# sessions to the catalog and to its definitions server are its own, held as it runs.
+# Everything else is handed a context. The testing seams stand beside the house.
+OPENS_SESSIONS = (
+    "archiver.context", "archiver.db", "archiver.bulk", "archiver.storage",
+    "archiver.interrupt", "archiver.serve", "archiver.testing",
+)  # fmt: skip
+_DRIVERS = {"db", "asyncpg", "psycopg", "pq", "PGconn", "dbapi", "adbc_driver_postgresql"}
+_OPENERS = {"open_bulk", "open_storage", "BulkPool", "AzureStorage", "LocalStorage"}
+
+
+def _opens(call: ast.Call, drivers_connect: set[str]) -> str | None:
+    """The call's name when it opens a session or a storage (a driver's connect or
+    create_pool, whether called through its module or imported by name, and archiver's
+    own openers), else None."""
+    func, names = call.func, []
+    while isinstance(func, ast.Attribute):
+        names.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        names.append(func.id)
+    names.reverse()
+    if not names:
+        return None
+    opener = names[-1] in _OPENERS or (
+        names[-1] in ("connect", "create_pool") and len(names) > 1 and names[-2] in _DRIVERS
+    )
+    return (
+        ".".join(names) if opener or names == [n for n in names if n in drivers_connect] else None
+    )
+
+
+def ambient_state_and_own_sessions(sources: dict[str, str]) -> list[str]:
+    """Where a module reads a ContextVar (or makes one), or opens a session or a storage
+    of its own, outside OPENS_SESSIONS: "module: what"."""
+    found = []
+    for name, source in sorted(sources.items()):
+        tree = ast.parse(source)
+        drivers_connect = {  # connect or create_pool imported by name from a driver
+            a.asname or a.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in _DRIVERS
+            for a in node.names
+            if a.name in ("connect", "create_pool")
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                module = node.module if isinstance(node, ast.ImportFrom) else None
+                if "contextvars" in {module, *(a.name for a in node.names)}:
+                    found.append(f"{name}: imports contextvars")
+            elif (
+                isinstance(node, ast.Call)
+                and not _under(name, OPENS_SESSIONS)
+                and (opened := _opens(node, drivers_connect)) is not None
+            ):
+                found.append(f"{name}: {opened}()")
+    return found
+
+
+def test_nothing_below_the_entry_points_finds_its_sessions_on_its_own() -> None:
+    """Sessions and storage come from the context a module is handed, never from ambient
+    state (a ContextVar) nor opened on the spot (docs/architecture.md, "The context")."""
+    sources = {n: p.read_text() for n, p in modules().items() if _under(n, ("archiver",))}
+    assert ambient_state_and_own_sessions(sources) == []
+    caught = ambient_state_and_own_sessions(
+        {
+            "archiver.ok": "async def f(ctx):\n    async with ctx.catalog() as c: ...",
+            "archiver.a": "from contextvars import ContextVar",
+            "archiver.b": "from archiver import db\nasync def f(u):\n    await db.connect(u)",
+            "archiver.c": "def f(s):\n    return open_storage(s)",
+            "archiver.d": "import psycopg\ndef f(u):\n    psycopg.connect(u)",
+            "archiver.e": "from archiver.db import connect as c\nasync def f(u):\n    await c(u)",
+            "archiver.f": "def f(connect):\n    connect()",
+            "archiver.serve.e": "def f(u):\n    open_bulk(u)",
+        }
+    )
+    assert caught == [
+        "archiver.a: imports contextvars",
+        "archiver.b: db.connect()",
+        "archiver.c: open_storage()",
+        "archiver.d: psycopg.connect()",
+        "archiver.e: c()",
+    ]
 
 
 def test_every_archiver_module_has_a_layer() -> None:

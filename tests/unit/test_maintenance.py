@@ -11,7 +11,8 @@ from typing import Any, cast
 import asyncpg
 
 from archiver.config import Settings
-from archiver.maintenance import Duties, Maintenance, prune
+from archiver.context import Context
+from archiver.maintenance import Maintenance, prune
 from archiver.maintenance.prune import Pruner
 from archiver.maintenance.rescue import Rescuer
 from archiver.model import Status
@@ -28,10 +29,11 @@ SETTINGS = dataclasses.replace(
 
 def test_a_worker_runs_each_duty_its_queue_and_storage_allow() -> None:
     q = MemoryQueue()
-    on_memory = Maintenance(Duties(q, SETTINGS, lambda: None))
+    ctx = Context(SETTINGS, storage=MemoryStorage())
+    on_memory = Maintenance(ctx, q, lambda: None)
     assert [d.name for d in on_memory.duties] == ["rescuer", "pruner"]
-    pool = cast(asyncpg.Pool, object())  # never used: nothing runs here
-    real = Maintenance(Duties(q, SETTINGS, lambda: None, None, pool, MemoryStorage()))
+    ctx.pool = cast(asyncpg.Pool, object())  # never used: nothing runs here
+    real = Maintenance(ctx, q, lambda: None)
     assert [d.name for d in real.duties] == [
         "rescuer", "pruner", "ledger sweep", "publication sweep", "orphan sweep", "compaction",
     ]  # fmt: skip

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from archiver.config import Settings
+from archiver.context import Context
 from archiver.errors import ArchiverError
-from archiver.kinds import KINDS, JobRun, Kind, Resources
+from archiver.kinds import KINDS, JobRun, Kind
 from archiver.model import Progress, Status
 from archiver.testing.memory import MemoryStorage
 from archiver.testing.queue import MemoryQueue
@@ -59,20 +60,20 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
     payload['ok']) and `wait` (on the loop, until the worker stops it)."""
     seen = Seen()
 
-    def sleep(w: Resources, run: JobRun, request: dict[str, Any]) -> Progress:
+    def sleep(ctx: Context, run: JobRun, request: dict[str, Any]) -> Progress:
         seen.enter(run.job.payload)
         time.sleep(run.job.payload.get("s", 0))
         seen.leave()
         return Progress(rows=1)
 
-    async def flaky(w: Resources, run: JobRun, request: dict[str, Any]) -> Progress:
+    async def flaky(ctx: Context, run: JobRun, request: dict[str, Any]) -> Progress:
         seen.enter(run.job.payload)
         seen.leave()
         if run.job.attempts < request["ok"]:
             raise ArchiverError(f"attempt {run.job.attempts} refused")
         return Progress(rows=run.job.attempts)
 
-    def wait(w: Resources, run: JobRun, request: dict[str, Any]) -> Progress:
+    def wait(ctx: Context, run: JobRun, request: dict[str, Any]) -> Progress:
         seen.enter(run.job.payload)
         while run.interrupt is None:
             time.sleep(0.01)
@@ -90,9 +91,8 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
 
 
 def work(queue: MemoryQueue, *, concurrency: int = 1, burst: bool = True) -> Worker:
-    return Worker(
-        SETTINGS, MemoryStorage(), concurrency=concurrency, burst=burst, name="w", queue=queue
-    )
+    ctx = Context(SETTINGS, storage=MemoryStorage())
+    return Worker(ctx, concurrency=concurrency, burst=burst, name="w", queue=queue)
 
 
 async def put(q: MemoryQueue, kind: str, key: str, lock: str | None = None, **payload: Any) -> Any:
@@ -199,9 +199,8 @@ def test_an_idle_worker_claims_once_a_poll_interval() -> None:
 
     async def scenario() -> None:
         q = Counted()
-        worker = Worker(
-            dataclasses.replace(SETTINGS, poll_interval=0.1), MemoryStorage(), name="w", queue=q
-        )
+        settings = dataclasses.replace(SETTINGS, poll_interval=0.1)
+        worker = Worker(Context(settings, storage=MemoryStorage()), name="w", queue=q)
         running = asyncio.create_task(worker.run())
         await asyncio.sleep(1.0)
         worker.request_stop()
