@@ -28,7 +28,7 @@ import pytest
 
 from archiver.config import Settings
 from archiver.context import Context
-from archiver.operations import restore as restore_op
+from archiver.operations import restore_files as restore_op
 from archiver.operations.selection import FileSelection
 from archiver.restore import Restored
 from archiver.testing.reference import seed_orders

@@ -46,10 +46,10 @@ from archiver import failpoints, memory
 from archiver.archive.chunk import cdc_content, rollback_quietly
 from archiver.archive.commit import CommitStrategy
 from archiver.archive.context import FileOf, JobContext
-from archiver.archive.files import archive_file, chunk_cursor
 from archiver.archive.pacing import Interrupt, Waited, back_off, pace, rate_limited
 from archiver.archive.plan import BACKLOG
 from archiver.archive.snapshot import import_snapshot, lock_tables, open_snapshot
+from archiver.archive.upload import archive_file, chunk_cursor
 from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
 from archiver.errors import LockBusy, StorageError

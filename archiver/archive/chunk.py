@@ -13,13 +13,13 @@ from typing import Any
 
 from archiver import failpoints, memory
 from archiver.archive.context import JobContext
-from archiver.archive.files import chunk_cursor
 from archiver.archive.take import (
     RowLockWaitOver,
     take_aggregate,
     take_partition,
     take_rows,
 )
+from archiver.archive.upload import chunk_cursor
 from archiver.bulk import BulkConnection
 from archiver.errors import LockBusy, StorageError
 from archiver.model import ArchivedFile, Mode, Progress

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from archiver import failpoints
 from archiver.archive.context import FileOf, JobContext
-from archiver.archive.files import archive_file, chunk_cursor
+from archiver.archive.upload import archive_file, chunk_cursor
 from archiver.bulk import BulkConnection, BulkCursor
 from archiver.model import ArchivedFile, KeyRange, Mode, Progress
 from archiver.source.binding import bind_chunk, set_lock_timeout

@@ -1,6 +1,6 @@
 """The `archiver` subcommands, by family. Every command is added one way:
 
-- in its family's module (`setup`, `queue`, `services`, `dataset`, `lifecycle`), a
+- in its family's module (`setup`, `queue`, `services`, `dataset`, `housekeeping`), a
   parser in that module's `add_parsers(sub)`, ending `p.set_defaults(func=cmd_<name>)`;
 - beside it, `async def cmd_<name>(args, ctx) -> int`: it calls what does the work
   (archiver.operations, shared with the console) and prints what that returns; bad input
@@ -12,10 +12,10 @@ declares no command itself (tests/unit/test_layout.py holds every command to thi
 
 from __future__ import annotations
 
-from archiver.commands import dataset, lifecycle, queue, services, setup
+from archiver.commands import dataset, housekeeping, queue, services, setup
 from archiver.commands.args import Subcommands
 
-FAMILIES = (setup, queue, services, dataset, lifecycle)
+FAMILIES = (setup, queue, services, dataset, housekeeping)
 
 
 def add_parsers(sub: Subcommands) -> None:

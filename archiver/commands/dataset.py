@@ -12,10 +12,10 @@ from archiver.context import Context
 from archiver.errors import InputError, VerificationError
 from archiver.model import parse_job_id
 from archiver.operations import enqueue
-from archiver.operations import restore as restore_op
+from archiver.operations import restore_files as restore_op
 from archiver.operations import verify as verify_op
+from archiver.operations.archive_query import query
 from archiver.operations.publish import publish_table
-from archiver.operations.query import query
 from archiver.operations.selection import FileSelection
 
 

@@ -14,7 +14,7 @@ from archiver.errors import InputError, StorageError, first_line
 from archiver.ident import as_typed
 from archiver.query import catalog, engine, statement
 from archiver.query.catalog import Snapshot
-from archiver.query.source import attached, import_snapshot, pin_scans
+from archiver.query.live import attached, import_snapshot, pin_scans
 from archiver.query.views import create_views
 
 RETRIES = 3

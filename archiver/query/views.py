@@ -14,7 +14,7 @@ from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query.catalog import File, Snapshot
 from archiver.query.engine import SOURCE, delta_scan
-from archiver.query.source import LIVE_DB
+from archiver.query.live import LIVE_DB
 
 
 @dataclass(frozen=True)

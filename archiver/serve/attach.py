@@ -27,8 +27,8 @@ import asyncpg
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
 from archiver.ident import TableName, quote_ident
-from archiver.serve.archive import FILE_ID
 from archiver.serve.fileset import KEPT
+from archiver.serve.selects import FILE_ID
 
 SOURCE_COLUMN = "_archiver_source"
 

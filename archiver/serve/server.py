@@ -20,7 +20,7 @@ from archiver.config import Settings
 from archiver.context import Context
 from archiver.errors import ConfigError, first_line
 from archiver.serve import scram, wire
-from archiver.serve.archive import ServedArchive
+from archiver.serve.selects import ServedArchive
 from archiver.serve.session import Session
 from archiver.serve.statements import REPORTED
 from archiver.serve.upstream import Upstream
@@ -339,7 +339,7 @@ async def serve(ctx: Context, bind: str) -> None:
     """Run `archiver serve` until SIGTERM or SIGINT. Its sessions are its own, held as
     long as it runs: the catalog's (the files, archiver.serve.definitions), the
     definitions server's (libpq, archiver.serve.upstream) and DuckDB's reads of the
-    storage (archiver.serve.archive)."""
+    storage (archiver.serve.selects)."""
     settings = ctx.settings
     listen = check(settings, bind)
     archive = await asyncio.to_thread(ServedArchive, settings, settings.storage_location())

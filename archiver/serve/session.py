@@ -2,7 +2,7 @@
 protocols, transactions (read-only, no state but their status and cursors), cursors
 (DECLARE / FETCH / CLOSE, and the extended protocol's portals), the session's settings
 (SET / SHOW / RESET, DISCARD), and each statement answered where it belongs: a SELECT of
-the archive by DuckDB (archiver.serve.archive, in the server's threads), one that reads
+the archive by DuckDB (archiver.serve.selects, in the server's threads), one that reads
 only PostgreSQL's catalogs by PostgreSQL (archiver.serve.upstream). Every error is an
 ErrorResponse with a SQLSTATE and one line, after which the connection stays usable (a
 protocol error closes it: archiver.serve.server)."""
@@ -22,9 +22,9 @@ from typing import Any
 from archiver.errors import ArchiverError, InputError, StorageError, first_line, redact
 from archiver.ident import quote_ident
 from archiver.serve import binary, statements, text, types, wire
-from archiver.serve.archive import Result, ServedArchive
 from archiver.serve.columns import Origin
 from archiver.serve.registry import Registry
+from archiver.serve.selects import Result, ServedArchive
 from archiver.serve.statements import REPORTED, SETTINGS, Statement
 from archiver.serve.types import Column
 from archiver.serve.upstream import Answer, Upstream

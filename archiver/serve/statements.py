@@ -3,7 +3,7 @@ pglast): a transaction's or a cursor's statement, SET / SHOW / RESET, DISCARD, w
 serve answers itself (archiver.serve.session); a SELECT of PostgreSQL's catalogs or of
 no table at all, which the definitions database answers (archiver.serve.definitions);
 or a statement over the archive, for DuckDB, which reads one SELECT and refuses
-everything else with PostgreSQL's SQLSTATE for it (archiver.serve.archive). A statement
+everything else with PostgreSQL's SQLSTATE for it (archiver.serve.selects). A statement
 PostgreSQL's grammar cannot read (DuckDB's own syntax) goes to DuckDB as written."""
 
 from __future__ import annotations

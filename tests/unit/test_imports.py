@@ -21,7 +21,7 @@ def test_the_cli_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
         "import archiver.cli, archiver.store.jobs, archiver.terminal, archiver.bulk\n"
-        "import archiver.operations.enqueue, archiver.operations.restore, archiver.operations.verify\n"
+        "import archiver.operations.enqueue, archiver.operations.restore_files, archiver.operations.verify\n"
         "import archiver.operations.inspect, archiver.operations.grants\n"
         "import archiver.model, archiver.limits, archiver.config, archiver.doctor\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"

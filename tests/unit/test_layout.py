@@ -240,7 +240,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "archiver.source", "archiver.pgtypes", "archiver.parquet", "archiver.storage",
         "archiver.catalog", "archiver.restore", "archiver.verify", "archiver.delta",
         "archiver.ledger", "archiver.driver_check",
-        "archiver.files", "archiver.lifecycle", "archiver.context",
+        "archiver.files", "archiver.lifecycle", "archiver.context", "archiver.iceberg",
     ),
     ("archiver.store", "archiver.bulk", "archiver.db"),  # the store and its two drivers
     (  # foundations
@@ -372,6 +372,21 @@ def test_nothing_below_the_entry_points_finds_its_sessions_on_its_own() -> None:
         "archiver.d: psycopg.connect()",
         "archiver.e: c()",
     ]
+
+
+def test_no_module_is_named_like_a_package_it_is_not_part_of() -> None:
+    """`archiver/serve/archive.py` read as part of `archiver/archive/`: a reader following
+    a name should land in the package it names."""
+    ours = {n: p for n, p in modules().items() if _under(n, ("archiver",))}
+    packages = {n.rsplit(".", 1)[-1] for n, p in ours.items() if p.name == "__init__.py"}
+    wrong = sorted(
+        n
+        for n, p in ours.items()
+        if p.name != "__init__.py"
+        and p.stem in packages
+        and not n.startswith(f"archiver.{p.stem}.")
+    )
+    assert wrong == []
 
 
 def test_every_archiver_module_has_a_layer() -> None:
@@ -528,9 +543,9 @@ def test_every_command_is_declared_one_way() -> None:
     [sub] = [a for a in build_parser()._actions if isinstance(a.choices, dict)]
     assert every == set(sub.choices or {})  # every command the CLI has is in a family
     # the rule sees the old shape: a handler in one module, its arguments in another
-    old = {"archiver.commands.lifecycle": {"purge": ("cmd_purge", "archiver.commands_x")}}
+    old = {"archiver.commands.housekeeping": {"purge": ("cmd_purge", "archiver.commands_x")}}
     assert commands_not_declared_one_way(old, 'p = sub.add_parser("migrate")') == [
-        "purge: runs archiver.commands_x.cmd_purge, declared in archiver.commands.lifecycle",
+        "purge: runs archiver.commands_x.cmd_purge, declared in archiver.commands.housekeeping",
         "archiver/cli.py declares a command",
     ]
 
