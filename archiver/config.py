@@ -190,6 +190,17 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
     return parse
 
 
+def _catalog_name(variable: str, raw: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", raw):
+        raise ConfigError(f"{variable}: expected a name of letters, digits and _, got {raw[:70]!r}")
+    return raw
+
+
+def connection_string_parts(text: str) -> dict[str, str]:
+    """An Azure connection string's `Key=value;` parts (AccountKey values hold `=`)."""
+    return dict(item.split("=", 1) for item in text.split(";") if "=" in item)
+
+
 REQUIRED = ""  # the default of a setting that must be given
 
 
@@ -291,6 +302,25 @@ class Settings:
         "publish the files of each move as a Delta Lake table at their table's folder (`<prefix>/<schema>.<table>/_delta_log/`), which Fabric, Databricks, Synapse, Spark and DuckDB read; `false` keeps plain Parquet files (`enqueue --no-delta` for one job; see [Delta Lake](delta.md))",
         _flag,
         shown="true",
+    )
+    iceberg: bool = _setting(
+        False,
+        "ARCHIVER_ICEBERG",
+        "also publish each Delta table as an Iceberg (v2) table from the same files, its metadata beside `_delta_log/` and its catalog in the catalog database (the JDBC catalog's tables), for Snowflake, Trino, Spark, Flink, pyiceberg and DuckDB; needs `ARCHIVER_DELTA` and the `iceberg` extra (see [Iceberg](iceberg.md))",
+        _flag,
+        shown="false",
+    )
+    iceberg_snapshot_retention: float = _setting(
+        86400.0,
+        "ARCHIVER_ICEBERG_SNAPSHOT_RETENTION",
+        "seconds an Iceberg table's snapshots are kept after a newer one (an erasure expires every older one at once): readers that planned on one before still find its manifests (see [Iceberg](iceberg.md))",
+        _number(float, 0.0),
+    )
+    iceberg_catalog: str = _setting(
+        "archive",
+        "ARCHIVER_ICEBERG_CATALOG",
+        "the Iceberg catalog's name: the `catalog_name` of its rows in `iceberg_tables`, the name an engine's JDBC catalog is given",
+        _catalog_name,
     )
     publish_wait: float = _setting(
         120.0,
@@ -587,6 +617,11 @@ class Settings:
         if "heartbeat_seconds" not in values:
             lease = values.get("lease_seconds", cls.lease_seconds)
             values["heartbeat_seconds"] = min(5.0, lease / 4)
+        if values.get("iceberg") and not values.get("delta", cls.delta):
+            raise ConfigError(
+                "ARCHIVER_ICEBERG=true needs ARCHIVER_DELTA=true: the Iceberg table mirrors "
+                "the Delta table's files"
+            )
         return cls(**values)
 
 

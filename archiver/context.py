@@ -25,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -79,6 +80,8 @@ class Context:
         self._storage = storage
         self.pool: asyncpg.Pool | None = None  # the catalog database's, once a service opened it
         self._held: dict[str, _Held] | None = {} if shared_sessions else None
+        self._iceberg: Any = None  # the Iceberg SQL catalog, once asked for
+        self._iceberg_lock = threading.Lock()  # asked for by job threads at once
         self.bulk_pool = BulkPool(HELD_IDLE_SECONDS) if shared_sessions else BulkPool()
 
     # -- storage -------------------------------------------------------------------------
@@ -88,6 +91,15 @@ class Context:
         if self._storage is None:
             self._storage = open_storage(self.settings)
         return self._storage
+
+    def iceberg(self, open_catalog: Callable[[Settings], Any]) -> Any:
+        """The process's Iceberg catalog, made by `open_catalog`
+        (archiver.iceberg.catalog's) when first asked for: pyiceberg's SqlCatalog over the
+        catalog database, its SQLAlchemy pool closed by `aclose`."""
+        with self._iceberg_lock:
+            if self._iceberg is None:
+                self._iceberg = open_catalog(self.settings)
+            return self._iceberg
 
     # -- asyncpg sessions ----------------------------------------------------------------
 
@@ -220,3 +232,6 @@ class Context:
             pool, self.pool = self.pool, None
             await pool.close()
         await asyncio.to_thread(self.bulk_pool.close)
+        if self._iceberg is not None:
+            catalog, self._iceberg = self._iceberg, None
+            await asyncio.to_thread(catalog.engine.dispose)

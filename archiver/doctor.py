@@ -23,13 +23,15 @@ from archiver import db
 from archiver.config import ConfigFile
 from archiver.context import Context
 from archiver.driver_check import driver_round_trip
-from archiver.errors import ArchiverError, first_line
+from archiver.errors import ArchiverError, ConfigError, first_line
 from archiver.grants import QUEUE_TABLES
 from archiver.ident import TableName
 from archiver.model import Mode
 from archiver.operations.enqueue import checked_policies
 from archiver.operations.inspect import aggregate_children
 from archiver.storage.seam import put_file
+from archiver.store import publications
+from archiver.text import counted
 
 MAX_CLOCK_SKEW = 5.0  # seconds; leases use the database's clock, schedules the worker's
 
@@ -90,9 +92,31 @@ async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
     for table, mode in policies:
         checks.append(await _check(f"privileges on {table}", _privileges_on(ctx, table, mode)))
     checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, ctx)))
+    if ctx.settings.iceberg:
+        checks.append(await _check("iceberg", lambda: asyncio.to_thread(_iceberg, ctx)))
     if checks[-1].ok:
         checks += await asyncio.to_thread(_storage_features, ctx)
     return checks
+
+
+def _iceberg(ctx: Context) -> str:
+    """The Iceberg catalog opens, and how far each table's Iceberg table is behind its
+    Delta log (a lag is no failure: the next publication catches up)."""
+    try:
+        from archiver.iceberg.catalog import open_catalog
+    except ImportError as exc:
+        raise ConfigError(
+            f"ARCHIVER_ICEBERG=true needs the iceberg extra (pip install 'archiver[iceberg]'): {exc}"
+        ) from None
+    catalog = ctx.iceberg(open_catalog)
+    with ctx.bulk(ctx.settings.database_url) as conn:
+        mirrors = publications.iceberg_mirrors(conn, str(ctx.storage().location))
+    behind = [f"{m.table} {counted(m.lag, 'publication')} behind" for m in mirrors if m.lag]
+    listed = sum(len(catalog.list_tables(ns)) for ns in catalog.list_namespaces())
+    said = f"catalog {ctx.settings.iceberg_catalog}: {counted(listed, 'table')}"
+    return (
+        f"{said}; {', '.join(behind)} its Delta log" if behind else f"{said}, each at its Delta log"
+    )
 
 
 def _storage_features(ctx: Context) -> list[Check]:

@@ -32,6 +32,7 @@ NAMES = (
     "copy_snapshot_open",  # a copy job's snapshot taken, its first chunk not yet read
     "before_delta_commit",  # a publication (archiver.delta.publish)
     "after_delta_commit",
+    "after_iceberg_commit",  # its Iceberg table's commit (archiver.iceberg.publish), not recorded
     "restore_before_commit",  # a move back (archiver.restore): its rewrites uploaded
     "restore_committed",  # its transaction committed, the retired files not yet deleted
     "restore_intent_recorded",  # catalog in another database: its intent recorded

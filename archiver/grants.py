@@ -26,6 +26,8 @@ QUEUE_TABLES = (
     ("archiver_audit", "SELECT, INSERT", "who cancelled, retried, paused, throttled what"),
     ("archiver_maintenance", "SELECT, INSERT, UPDATE", "when each maintenance duty last ran"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
+    ("iceberg_tables", "SELECT, INSERT, UPDATE, DELETE", "Iceberg: each table's metadata file"),
+    ("iceberg_namespace_properties", "SELECT, INSERT", "Iceberg: each schema's namespace"),
 )
 QUEUE_VIEWS = (
     "archiver_job_summary",

@@ -55,5 +55,5 @@ def setup_logging(log_format: str, verbose: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    for noisy in ("azure", "asyncio", "apscheduler.executors", "urllib3"):
+    for noisy in ("azure", "asyncio", "apscheduler.executors", "urllib3", "pyiceberg"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

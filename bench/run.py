@@ -26,6 +26,7 @@ from bench import (
     console,
     data,
     footprint,
+    iceberg,
     jobs,
     lifecycle,
     live,
@@ -40,7 +41,7 @@ from bench.core import Bench
 
 SECTIONS = (
     "queue", "data", "memory", "footprint", "restore", "partitions", "scale", "catalog",
-    "console", "erase", "live", "tpch", "years", "serve",
+    "console", "erase", "live", "tpch", "years", "iceberg", "serve",
 )  # fmt: skip
 
 
@@ -155,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             tpch.tpch_with_live(bench)
         if "years" not in args.skip:
             years.years_on(bench)
+        if "iceberg" not in args.skip:
+            iceberg.iceberg_year(bench)
         if "serve" not in args.skip:
             serve.serve_figures(bench)
     print(bench.table())

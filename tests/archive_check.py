@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from azure.storage.blob import BlobServiceClient
 
+from archiver.files.names import is_format_object
 from tests.support import sql
 
 
@@ -34,11 +35,16 @@ def rows_in_db(url: str, query: str) -> dict[int, dict[str, Any]]:
 
 
 def blob_names(connection_string: str, container: str, *, delta_log: bool = False) -> list[str]:
-    """The container's blobs: archived files (and strays); with `delta_log`, the Delta
-    logs' objects instead."""
+    """The container's blobs: archived files (and strays); with `delta_log`, the table
+    formats' objects instead (the Delta logs', the Iceberg tables' metadata)."""
     service = BlobServiceClient.from_connection_string(connection_string)
     names = (b.name for b in service.get_container_client(container).list_blobs())
-    return sorted(n for n in names if ("/_delta_log/" in n) == delta_log)
+    return sorted(n for n in names if _format_object(n) == delta_log)
+
+
+def _format_object(name: str) -> bool:
+    """archive/<schema.table>/_delta_log/... or .../metadata/...: a table format's."""
+    return is_format_object(name.split("/", 2)[-1])
 
 
 def rows_in_blobs(connection_string: str, container: str, names: list[str]) -> list[dict[str, Any]]:

@@ -137,6 +137,21 @@ def kill_at_failpoint(env: dict[str, str], point: str, log: Path) -> None:
     worker.wait(10)
 
 
+def wait_for_killed_leases(url: str) -> None:
+    """Wait until no running job's lease is fresh: the leases (2 s, fast_env) of workers
+    killed at a failpoint ran out, so a burst worker rescues their jobs as it starts."""
+    wait_until(
+        lambda: (
+            not sql_value(
+                url,
+                "SELECT count(*) FROM background_jobs WHERE status = 'running' "
+                "AND heartbeat_at > now() - interval '2 seconds'",
+            )
+        ),
+        what="the killed workers' leases to expire",
+    )
+
+
 def reap_started() -> None:
     """Kill whatever a test started and left running."""
     while STARTED:

@@ -19,8 +19,8 @@ from tests.support import (
     kill_at_failpoint,
     start_process,
     start_worker,
+    wait_for_killed_leases,
     wait_for_text,
-    wait_until,
 )
 
 CUTOFF = "2024-12-28"  # of 8,000 seeded orders: 3,680 older
@@ -43,16 +43,7 @@ def test_a_move_is_one_delta_table_exactly_once_through_crashes(d: Harness, tmp_
     d.enqueue("--table", "orders", "--before", CUTOFF, "--chunk-rows", "500", "--parallel", "2")
     kill_at_failpoint(fast, "before_delta_commit", tmp_path / "a.log")
     kill_at_failpoint(fast, "after_delta_commit", tmp_path / "b.log")
-    # the killed workers' leases (2 s) run out: burst workers rescue their jobs at start
-    wait_until(
-        lambda: (
-            not d.value(
-                "SELECT count(*) FROM background_jobs WHERE status = 'running' "
-                "AND heartbeat_at > now() - interval '2 seconds'"
-            )
-        ),
-        what="the killed workers' leases to expire",
-    )
+    wait_for_killed_leases(d.url)
     workers = [start_worker(fast, "--burst") for _ in range(2)]
     assert all(w.wait(120) == 0 for w in workers)
     assert d.value("SELECT count(*) FROM background_jobs WHERE status <> 'completed'") == 0

@@ -24,8 +24,8 @@ from tests.support import (
     kill_at_failpoint,
     start_process,
     start_worker,
+    wait_for_killed_leases,
     wait_for_text,
-    wait_until,
 )
 
 SECRET = "zebediah.quux@example.org"  # customer 42's email, on each of its orders
@@ -219,15 +219,7 @@ def test_a_publication_killed_after_its_delta_commit_still_forgets_the_history(
     fast = fast_env(h.env)
     kill_at_failpoint(fast, "after_delta_commit", tmp_path / "worker.log")
     assert any(SECRET in t for t in log_objects(h))  # committed, not yet cleaned
-    wait_until(  # the killed worker's lease (2 s) runs out: a burst worker rescues its job
-        lambda: (
-            not h.value(
-                "SELECT count(*) FROM background_jobs WHERE status = 'running' "
-                "AND heartbeat_at > now() - interval '2 seconds'"
-            )
-        ),
-        what="the killed worker's lease to expire",
-    )
+    wait_for_killed_leases(h.url)
     erased_everywhere(
         h.with_env(**{k: v for k, v in fast.items() if k.startswith("ARCHIVER_")}),
         [done.stdout, done.stderr],

@@ -12,11 +12,6 @@ from archiver.storage.seam import Storage
 LOG_DIR = "_delta_log"
 
 
-def is_delta_log(name: str) -> bool:
-    """An object of a Delta log (not a catalogued file, nor a stray one)."""
-    return f"/{LOG_DIR}/" in f"/{name}"
-
-
 def delta_problems(
     storage: Storage, options: dict[str, str], table: str, published: set[str]
 ) -> list[str]:

@@ -4,7 +4,7 @@ worker uploads with (never logged: they hold the account key or a token)."""
 
 from __future__ import annotations
 
-from archiver.config import Settings, StorageLocation
+from archiver.config import Settings, StorageLocation, connection_string_parts
 from archiver.errors import ConfigError
 from archiver.storage.seam import join_name
 
@@ -14,11 +14,6 @@ def table_uri(location: StorageLocation, table: str) -> str:
     if location.scheme == "file":
         return f"{location.container.rstrip('/')}/{table}"
     return f"az://{location.container}/{join_name(location.prefix, table)}"
-
-
-def connection_string_parts(text: str) -> dict[str, str]:
-    """An Azure connection string's `Key=value;` parts (AccountKey values hold `=`)."""
-    return dict(item.split("=", 1) for item in text.split(";") if "=" in item)
 
 
 def storage_options(settings: Settings, location: StorageLocation) -> dict[str, str]:

@@ -62,6 +62,7 @@ class Published:
     removed: int = 0  # retired files taken out
     version: int | None = None
     refused: list[str] = field(default_factory=list)
+    iceberg_snapshot: int | None = None  # the Iceberg table's, when ARCHIVER_ICEBERG is on
 
 
 class Publisher:
@@ -93,18 +94,39 @@ class Publisher:
         publisher_lock.take(self.conn, self.url, self.table, lock_wait)
         try:
             if sweep_only and not publications.removals_pending(self.conn, self.url, self.table):
+                self._mirror(done)
                 ledger.reap(self.conn, self.storage, self.table)
                 return done
             if rebuild or publications.rebuilding(self.conn, self.url, self.table):  # or cut short
                 self._forget()
             while (number := self._number()) is not None:
                 self._publish(number, done)
+            self._mirror(done)  # before the reap: a retired file's blob waits for both
             ledger.reap(self.conn, self.storage, self.table)
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
             publisher_lock.release(self.conn, self.url, self.table)
         return done
+
+    def _mirror(self, done: Published) -> None:
+        """The table's Iceberg table made to hold the log's files (archiver.iceberg); with
+        ARCHIVER_ICEBERG off, one it had taken out of the catalog, no longer kept."""
+        settings = self.ctx.settings
+        if settings.iceberg:
+            from archiver.iceberg.publish import mirror  # pyiceberg: only where it is on
+
+            mirrored = mirror(self.ctx, self.conn, self.table)
+            done.iceberg_snapshot = mirrored.snapshot if mirrored is not None else None
+        elif publications.iceberg_state(self.conn, self.url, self.table)[1] is not None:
+            publications.iceberg_dropped(self.conn, self.url, self.table, settings.iceberg_catalog)
+            log.warning(
+                "%s: ARCHIVER_ICEBERG is off: its Iceberg table is out of catalog %s, no "
+                "longer kept (its metadata files stay)",
+                self.table,
+                settings.iceberg_catalog,
+            )
+        self.conn.commit()
 
     def _still_locked(self) -> None:
         """Raise unless this session still holds the table's publisher lock: a session

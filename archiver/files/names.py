@@ -78,3 +78,13 @@ def operation_of(name: str) -> int | None:
     """The ledger operation that wrote `name` (a rewrite, a merge); None for a job's."""
     match = _OPERATION.search(name)
     return int(match.group(1) or match.group(2)) if match else None
+
+
+# A table folder's subfolders of its table formats' own objects, not archived files: the
+# Delta log's, and the Iceberg table's metadata (archiver.iceberg).
+FORMAT_FOLDERS = ("_delta_log/", "metadata/")
+
+
+def is_format_object(rest: str) -> bool:
+    """Whether `rest`, an object's name under its table's folder, is a table format's."""
+    return rest.startswith(FORMAT_FOLDERS)

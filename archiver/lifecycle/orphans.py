@@ -11,7 +11,8 @@ transaction then rolled back, with no later attempt to delete it; a rewrite uplo
 a process whose operation the sweep had abandoned (its session killed, the process not:
 a soak's find); a process killed between an upload and its commit.
 
-The Delta log's own objects (`_delta_log/`) are the publisher's. A name archiver does
+The Delta log's own objects (`_delta_log/`) and the Iceberg table's (`metadata/`) are
+the publisher's. A name archiver does
 not make is never deleted: it is counted, for the operator to look at."""
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def find(
     candidates: list[tuple[StoredObject, str]] = []
     for stored in listed:
         rest = stored.name[len(prefix) :] if stored.name.startswith(prefix) else "/"
-        if rest.startswith("_delta_log/"):
+        if names.is_format_object(rest):
             continue
         writer = names.writer_of(stored.name)
         if "/" in rest or writer is None:

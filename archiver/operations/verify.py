@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from archiver.context import Context
 from archiver.delta.check import delta_problems as check
-from archiver.delta.check import is_delta_log
 from archiver.delta.location import storage_options
 from archiver.errors import InputError, JobStateError, OfflineError
 from archiver.files import names
@@ -66,6 +65,13 @@ async def verify(
             refuse_offline("verify", [replace(f, offline=True) for f in files if f.path in offline])
     if ctx.settings.delta and not selection.job_id:
         problems += await delta_problems(ctx, storage, {f.source_table for f in files})
+    if ctx.settings.iceberg and not selection.job_id:
+        from archiver.iceberg.check import iceberg_problems  # pyiceberg: only where it is on
+
+        named = {f.source_table for f in files}
+        problems += await ctx.on(
+            ctx.settings.database_url, lambda conn: iceberg_problems(ctx, conn, named)
+        )
     if selection.job_id:
         scope, checked = f"job {selection.job_id}", tables
     elif table:
@@ -161,10 +167,11 @@ def _verify(
         if not found and not f.offline and f.path not in offline:
             sound.append(f.id)
     paths = {f.path for f in known if f.storage_url == here}
+    root = storage.object_name("")  # a table's folder is the first name under it
     unknown = [
         o.name
         for prefix in prefixes
         for o in storage.list(prefix)
-        if o.name not in paths and not is_delta_log(o.name)
+        if o.name not in paths and not names.is_format_object(o.name[len(root) :].partition("/")[2])
     ]
     return problems, sound, offline, unknown

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from archiver.config import Settings, StorageLocation
-from archiver.delta.location import connection_string_parts, table_uri
+from archiver.config import Settings, StorageLocation, connection_string_parts
+from archiver.delta.location import table_uri
 from archiver.errors import ConfigError, InputError, first_line
 
 SOURCE = "_archiver_source"  # the column archiver.live's views add: 'live' or 'archive'

@@ -148,12 +148,13 @@ WHERE l.id = $1::bigint AND l.operation = 'erase' AND f.storage_url = l.storage_
 SELECT EXISTS (SELECT 1 FROM archive_files WHERE storage_url = $1 AND path = $2)
 
 -- name: reapable
--- Retired files of a table whose blobs can go: out of its Delta log (never in it, or
--- their removal published).
+-- Retired files of a table whose blobs can go: out of its Delta log and its Iceberg
+-- table (never in them, or their removal published in both).
 SELECT f.id, f.path FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
-  AND (f.publication IS NULL OR f.unpublication <= d.published) AND f.id > $3::bigint
+  AND (f.publication IS NULL OR f.unpublication <= least(d.published, d.iceberg_published))
+  AND f.id > $3::bigint
   AND (f.kept_until IS NULL OR f.kept_until <= now()) AND NOT archiver_seen_committed(f.retired_xid)
 ORDER BY f.id LIMIT 1000
 

@@ -1,21 +1,37 @@
 """delta_tables, each table's publications into its Delta log (numbered, then
-published, exactly once: archiver.delta.publish says how): the only code that writes
-it. Every statement is named in store/publications.sql, with the advisory lock that
+published, exactly once: archiver.delta.publish says how) and what its Iceberg table
+mirrors of them (archiver.iceberg): the only code that writes it. Every statement is named in store/publications.sql, with the advisory lock that
 keeps one publisher per table (archiver.store.publisher_lock).
 
 Three statements here write archive_files too, by design in the same statement as
 delta_tables: numbering a publication (which files it adds and removes, and the table's
 count), marking one published (a compaction's inputs kept a day for readers of the log
 before it) and forgetting a table's log for a rebuild. Split in two, a crash or a
-concurrent restore between the halves would leave files and count disagreeing; the
-single-writer test lists these three by name."""
+concurrent restore between the halves would leave files and count disagreeing. A fourth
+takes a table no longer kept out of the Iceberg catalog (iceberg_tables, which pyiceberg
+writes otherwise) as it stops waiting for it. The single-writer test lists the four."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from archiver.bulk import BulkConnection, run_in_transaction
 from archiver.db import query
+
+
+class Mirror(NamedTuple):
+    """What a table's Iceberg table holds, as the catalog records it."""
+
+    table: str
+    published: int  # the Delta log's publication
+    mirrored: int  # the one the Iceberg table holds
+    snapshot: int | None
+    at: Any  # when it was recorded
+
+    @property
+    def lag(self) -> int:
+        """Publications of the Delta log the Iceberg table does not hold yet."""
+        return self.published - self.mirrored
 
 
 class Removal(NamedTuple):
@@ -82,8 +98,53 @@ def removals(conn: BulkConnection, url: str, table: str, publication: int) -> li
     return [Removal(str(p), int(s), None if m is None else int(m)) for p, s, m in rows]
 
 
-def erasure_out(conn: BulkConnection, url: str, table: str, publication: int) -> int | None:
+def erasure_out(
+    conn: BulkConnection, url: str, table: str, publication: int, *, iceberg: bool = False
+) -> int | None:
     """The newest erasure whose history can go once publication `publication` is in the
-    log (store/publications.sql, delta_erasures_out), None: none."""
-    found = run_in_transaction(conn, query("delta_erasures_out"), (url, table, publication))[0][0]
+    log, or in the Iceberg table (store/publications.sql, delta_erasures_out), None: none."""
+    params = (url, table, publication, iceberg)
+    found = run_in_transaction(conn, query("delta_erasures_out"), params)[0][0]
     return None if found is None else int(found)
+
+
+def iceberg_state(conn: BulkConnection, url: str, table: str) -> tuple[int, int | None]:
+    """(the publication in the Delta log, the one the Iceberg table mirrors: None, none)."""
+    rows = run_in_transaction(conn, query("iceberg_state"), (url, table))
+    if not rows:
+        return 0, None
+    published, mirrored = rows[0]
+    return int(published), None if mirrored is None else int(mirrored)
+
+
+def iceberg_files(conn: BulkConnection, url: str, table: str, publication: int) -> list[str]:
+    """The paths of the files in the Delta log after publication `publication`."""
+    return [
+        str(r[0])
+        for r in run_in_transaction(conn, query("iceberg_files"), (url, table, publication))
+    ]
+
+
+def iceberg_published(
+    conn: BulkConnection, url: str, table: str, publication: int, snapshot: int | None
+) -> None:
+    """The Iceberg table holds publication `publication`'s files, at `snapshot`."""
+    run_in_transaction(conn, query("iceberg_published"), (url, table, publication, snapshot))
+
+
+def iceberg_dropped(conn: BulkConnection, url: str, table: str, catalog: str) -> None:
+    """The table's Iceberg table out of catalog `catalog`, no longer kept."""
+    run_in_transaction(conn, query("iceberg_dropped"), (url, table, catalog))
+
+
+def iceberg_history_forgotten(conn: BulkConnection, url: str, table: str, erased: int) -> None:
+    """The Iceberg table's snapshots before erasure `erased` are expired."""
+    run_in_transaction(conn, query("iceberg_history_forgotten"), (url, table, erased))
+
+
+def iceberg_mirrors(conn: BulkConnection, url: str) -> list[Mirror]:
+    """Every table of storage `url` with an Iceberg table, and what it holds."""
+    rows = run_in_transaction(conn, query("iceberg_tables_state"), (url,))
+    return [
+        Mirror(str(t), int(p), int(m), None if s is None else int(s), a) for t, p, m, s, a in rows
+    ]

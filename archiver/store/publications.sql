@@ -78,9 +78,9 @@ SELECT EXISTS (
 
 -- name: delta_erasures_out
 -- The newest erasure of table $2 whose history can go once publication $3 is in the
--- Delta log: it and every erasure before it not yet forgotten find every file retired
--- by then (by it or an earlier operation, whose rows it may also have held) out of the
--- log. NULL: none.
+-- Delta log (in its Iceberg table, $4): it and every erasure before it not yet forgotten
+-- there find every file retired by then (by it or an earlier operation, whose rows it
+-- may also have held) out of the log. NULL: none.
 WITH erasures AS (
     SELECT l.id, l.status = 'done' AND NOT EXISTS (
         SELECT 1 FROM archive_files f
@@ -91,7 +91,8 @@ WITH erasures AS (
     FROM archive_ledger l JOIN delta_tables d ON d.storage_url = l.storage_url
     WHERE l.storage_url = $1 AND d.source_table = $2 AND $2 = ANY (l.tables)
       AND l.operation = 'erase' AND l.status <> 'abandoned'
-      AND l.id > d.history_forgotten_through
+      AND l.id > CASE WHEN $4::boolean THEN d.iceberg_forgotten_through
+                      ELSE d.history_forgotten_through END
 )
 SELECT max(id) FROM erasures
 WHERE out AND id < COALESCE((SELECT min(id) FROM erasures WHERE NOT out), 9223372036854775807)
@@ -144,3 +145,41 @@ SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND state
 -- The publisher's lock (delta_lock), if free: whoever deletes retired files holds it,
 -- so none is deleted while a publication that may still add it is under way.
 SELECT pg_try_advisory_lock(hashtextextended('archiver.delta ' || $1 || ' ' || $2, 0))
+
+-- name: iceberg_state
+-- (the Delta publication in the log, the one the Iceberg table mirrors: NULL for none)
+SELECT published, iceberg_published FROM delta_tables WHERE storage_url = $1 AND source_table = $2
+
+-- name: iceberg_files
+-- The files in the table's Delta log after publication $3: what its Iceberg table holds.
+SELECT path FROM archive_files
+WHERE storage_url = $1 AND source_table = $2 AND publication <= $3::bigint
+  AND (unpublication IS NULL OR unpublication > $3::bigint)
+ORDER BY id
+
+-- name: iceberg_published
+UPDATE delta_tables
+SET iceberg_published = $3::bigint, iceberg_snapshot = $4::bigint, iceberg_published_at = now()
+WHERE storage_url = $1 AND source_table = $2
+
+-- name: iceberg_dropped
+-- The table's Iceberg table no longer kept (ARCHIVER_ICEBERG turned off): out of the
+-- catalog $3, so no engine reads files its blobs may lose, and no longer waited for.
+WITH gone AS (
+    DELETE FROM iceberg_tables
+    WHERE catalog_name = $3 AND table_namespace = split_part($2, '.', 1)
+      AND table_name = substr($2, length(split_part($2, '.', 1)) + 2)
+)
+UPDATE delta_tables SET iceberg_published = NULL, iceberg_snapshot = NULL
+WHERE storage_url = $1 AND source_table = $2
+
+-- name: iceberg_history_forgotten
+UPDATE delta_tables SET iceberg_forgotten_through = $3::bigint
+WHERE storage_url = $1 AND source_table = $2
+
+-- name: iceberg_tables_state
+-- Each table with an Iceberg table: its Delta publication, the one the Iceberg table
+-- mirrors, its snapshot and when (doctor, verify, the console).
+SELECT source_table, published, iceberg_published, iceberg_snapshot, iceberg_published_at
+FROM delta_tables WHERE storage_url = $1 AND iceberg_published IS NOT NULL
+ORDER BY source_table

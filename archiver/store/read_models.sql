@@ -115,7 +115,8 @@ FROM background_jobs WHERE payload->>'group' = $1 ORDER BY created_at, id
 SELECT * FROM archiver_archive_files WHERE source_table = $1
 
 -- name: table_delta
-SELECT storage_url, publications, published, delta_version, published_at
+SELECT storage_url, publications, published, delta_version, published_at,
+       iceberg_published, iceberg_snapshot, iceberg_published_at
 FROM delta_tables WHERE source_table = $1
 
 -- name: table_schemas

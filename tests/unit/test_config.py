@@ -37,6 +37,17 @@ def test_a_bad_value_names_its_variable(variable: str, value: str, message: str)
     assert str(error.value).startswith(message)
 
 
+def test_iceberg_needs_the_delta_table_it_mirrors() -> None:
+    with pytest.raises(ConfigError, match="ARCHIVER_ICEBERG=true needs ARCHIVER_DELTA=true"):
+        Settings.from_env(
+            {"ARCHIVER_DATABASE_URL": URL, "ARCHIVER_ICEBERG": "true", "ARCHIVER_DELTA": "false"}
+        )
+    on = Settings.from_env({"ARCHIVER_DATABASE_URL": URL, "ARCHIVER_ICEBERG": "true"})
+    assert on.iceberg and on.iceberg_catalog == "archive"
+    with pytest.raises(ConfigError, match="ARCHIVER_ICEBERG_CATALOG: expected a name"):
+        Settings.from_env({"ARCHIVER_DATABASE_URL": URL, "ARCHIVER_ICEBERG_CATALOG": "a b"})
+
+
 def test_missing_database_and_secret_free_errors() -> None:
     with pytest.raises(ConfigError, match="ARCHIVER_DATABASE_URL"):
         Settings.from_env({})

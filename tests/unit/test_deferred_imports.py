@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFERRED = (
     "pyarrow", "azure", "apscheduler", "adbc_driver_postgresql", "duckdb", "deltalake",
     "starlette", "uvicorn", "jinja2", "pglast", "psycopg", "polars", "pandas",
-    "prometheus_client",
+    "prometheus_client", "pyiceberg", "sqlalchemy",
 )  # fmt: skip
 PIPELINE = "archiver.archive"
 

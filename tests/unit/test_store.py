@@ -23,6 +23,10 @@ OWNERS = {
     "archive_ledger": "ledger",
     "delta_tables": "publications",
     "archiver_audit": "audit",
+    # the Iceberg JDBC catalog's tables: pyiceberg writes them through its SqlCatalog;
+    # archiver's one statement on them drops a table no longer kept (iceberg_dropped)
+    "iceberg_tables": "publications",
+    "iceberg_namespace_properties": "publications",
 }
 # Statements that write a second table in the same statement, by design (see
 # store/publications.py): named here, so a fourth is a decision, not a slip.
@@ -30,6 +34,7 @@ JOINT = {
     "delta_number": {"delta_tables", "archive_files"},
     "delta_published": {"delta_tables", "archive_files"},
     "delta_forget": {"delta_tables", "archive_files"},
+    "iceberg_dropped": {"delta_tables", "iceberg_tables"},
 }
 _WRITE = re.compile(
     r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?|MERGE\s+INTO|COPY)"
