@@ -92,10 +92,10 @@ async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
     for table, mode in policies:
         checks.append(await _check(f"privileges on {table}", _privileges_on(ctx, table, mode)))
     checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, ctx)))
-    if ctx.settings.iceberg:
-        checks.append(await _check("iceberg", lambda: asyncio.to_thread(_iceberg, ctx)))
     if checks[-1].ok:
         checks += await asyncio.to_thread(_storage_features, ctx)
+    if ctx.settings.iceberg:
+        checks.append(await _check("iceberg", lambda: asyncio.to_thread(_iceberg, ctx)))
     return checks
 
 

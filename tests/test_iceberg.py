@@ -264,3 +264,36 @@ def test_verify_finds_an_iceberg_table_out_of_step_and_a_publication_mends_it(
     ok(i.cli("publish", "--table", "orders"))  # reconciled: the file back, once
     ok(i.cli("verify", "--table", "orders"))
     assert ids(rows(i)) == archived_ids(i)
+    ok(i.cli("publish", "--table", "orders", "--rebuild"))  # the log numbered anew
+    ok(i.cli("verify", "--table", "orders"))
+    assert ids(rows(i)) == archived_ids(i)
+    assert i.value("SELECT iceberg_published = published AND published > 0 FROM delta_tables")
+
+
+PARTITIONED = """
+CREATE TABLE events (id bigint NOT NULL, created_at date NOT NULL, note text,
+                     PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);
+CREATE TABLE events_2023_01 PARTITION OF events FOR VALUES FROM ('2023-01-01') TO ('2023-02-01');
+CREATE TABLE events_2023_02 PARTITION OF events FOR VALUES FROM ('2023-02-01') TO ('2023-03-01');
+CREATE TABLE events_2024 PARTITION OF events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+INSERT INTO events SELECT g, date '2023-01-01' + g % 28, 'n' || g FROM generate_series(1, 500) g;
+INSERT INTO events SELECT g, date '2024-06-01', 'live' FROM generate_series(501, 600) g;
+"""
+
+
+def test_an_empty_partitions_file_is_held_once(i: Harness) -> None:
+    """A partition archived whole while empty leaves a file of no rows (restore recreates
+    the partition from it): the Iceberg table holds it once, publication after
+    publication (a scan's plan lists no such file: the table's manifests are read)."""
+    from archiver.iceberg.catalog import live_files
+
+    i.sql(PARTITIONED)
+    i.enqueue("--table", "events", "--before", "2024-01-01", "--partitions", "detach")
+    i.drain()
+    assert i.value("SELECT count(*) FROM archive_files WHERE row_count = 0") == 1
+    for _ in range(2):
+        ok(i.cli("publish", "--table", "events"))
+        ok(i.cli("verify", "--table", "events"))
+        files = live_files(table(i, "public.events"))
+        assert len(files) == committed_files(i) == 2
+    assert sorted(rows(i, "public.events").column("id").to_pylist()) == list(range(1, 501))

@@ -43,10 +43,24 @@ def table_location(settings: Settings, location: StorageLocation, table: str) ->
 
 
 def object_name(location: StorageLocation, uri: str) -> str:
-    """The stored object's name of a URI `file_uri` made."""
+    """The stored object's name of a URI `file_uri` made (its part after the container,
+    as it is: a table's name may hold `#` or `?`)."""
     if location.scheme == "file":
         return uri.removeprefix(location.container.rstrip("/") + "/")
-    return urlsplit(uri).path.lstrip("/")
+    return uri.split("://", 1)[-1].split("/", 1)[-1]
+
+
+def live_files(tbl: Any) -> dict[str, Any]:
+    """The data files of the table's current snapshot by URI, read from its manifests:
+    every one, an empty file's too (a scan's plan leaves out files of no rows)."""
+    snapshot = tbl.current_snapshot()
+    if snapshot is None:
+        return {}
+    return {
+        entry.data_file.file_path: entry.data_file
+        for manifest in snapshot.manifests(tbl.io)
+        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True)
+    }
 
 
 def io_properties(settings: Settings, location: StorageLocation) -> dict[str, str]:

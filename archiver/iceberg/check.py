@@ -48,8 +48,10 @@ def iceberg_problems(ctx: Context, conn: BulkConnection, tables: set[str]) -> li
                 f"the catalog says {mirror.mirrored}"
             )
         counts = Counter(
-            object_name(location, task.file.file_path) for task in tbl.scan().plan_files()
-        )
+            object_name(location, entry.data_file.file_path)
+            for manifest in (snapshot.manifests(tbl.io) if snapshot is not None else [])
+            for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True)
+        )  # every entry: a file twice is two
         problems += [f"{p}: in the Iceberg table {n} times" for p, n in counts.items() if n > 1]
         problems += [
             f"{p}: in the Iceberg table, not in its publication" for p in counts.keys() - expected

@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.table import TableProperties
@@ -44,6 +44,7 @@ from archiver.errors import ArchiverError
 from archiver.iceberg.catalog import (
     file_uri,
     identifier,
+    live_files,
     object_name,
     open_catalog,
     table_location,
@@ -90,20 +91,20 @@ def mirror(ctx: Context, conn: BulkConnection, table: str) -> Mirrored | None:
     None when the log holds none yet. The caller holds the table's publisher lock."""
     settings, storage = ctx.settings, ctx.storage()
     location, url = storage.location, str(storage.location)
-    published, _ = publications.iceberg_state(conn, url, table)
+    published, mirrored = publications.iceberg_state(conn, url, table)
     paths = publications.iceberg_files(conn, url, table, published)
+    if mirrored is None and paths:  # before its first commit: nothing reaped meanwhile
+        publications.iceberg_published(conn, url, table, 0, None)
     conn.commit()
     catalog = ctx.iceberg(open_catalog)
     want = {file_uri(settings, location, p): p for p in paths}
     tbl = _table(catalog, table, table_location(settings, location, table), list(want))
-    if tbl is None:
+    if tbl is None:  # none, and nothing to hold: nothing of the table's is waited for
+        publications.iceberg_dropped(conn, url, table, settings.iceberg_catalog)
+        conn.commit()
         return None
     done = Mirrored(table, published)
-    current = (
-        {task.file.file_path: task.file for task in tbl.scan().plan_files()}
-        if tbl.current_snapshot() is not None
-        else {}
-    )
+    current = live_files(tbl)
     adds = [uri for uri in want if uri not in current]
     removes = [data_file for uri, data_file in current.items() if uri not in want]
     if adds or removes:
@@ -144,10 +145,7 @@ def _table(catalog: Any, table: str, location: str, uris: list[str]) -> Any:
     except NoSuchTableError:
         if not uris:
             return None
-    try:
-        catalog.load_namespace_properties(ident[0])
-    except NoSuchNamespaceError:
-        catalog.create_namespace_if_not_exists(ident[0])
+    catalog.create_namespace_if_not_exists(ident[0])
     schema = _arrow_schema(load_file_io(catalog.properties, location), uris[0])
     return catalog.create_table_if_not_exists(
         ident, schema=schema, location=location, properties=TABLE_PROPERTIES
@@ -215,15 +213,12 @@ def _expire(tbl: Any, retention: dt.timedelta, *, everything_before_current: boo
     current = tbl.current_snapshot()
     if current is None:
         return 0
-    oldest = (
-        current.timestamp_ms + 1
-        if everything_before_current
-        else int((dt.datetime.now(dt.UTC) - retention).timestamp() * 1000)
-    )
-    ids = [
+    oldest = int((dt.datetime.now(dt.UTC) - retention).timestamp() * 1000)
+    ids = [  # after an erasure every one, whatever the clock of the host that wrote it
         s.snapshot_id
         for s in tbl.snapshots()
-        if s.snapshot_id != current.snapshot_id and s.timestamp_ms < oldest
+        if s.snapshot_id != current.snapshot_id
+        and (everything_before_current or s.timestamp_ms < oldest)
     ]
     if ids:
         tbl.maintenance.expire_snapshots().by_ids(ids).commit()

@@ -149,11 +149,15 @@ SELECT EXISTS (SELECT 1 FROM archive_files WHERE storage_url = $1 AND path = $2)
 
 -- name: reapable
 -- Retired files of a table whose blobs can go: out of its Delta log and its Iceberg
--- table (never in them, or their removal published in both).
+-- table (never in them, or their removal published in both). LEAST ignores a NULL
+-- iceberg_published (no Iceberg table); 0 means one whose first commit, or whose first
+-- after a rebuild (which makes every file unpublished), is not recorded yet: nothing
+-- of the table is reaped meanwhile.
 SELECT f.id, f.path FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'retired'
-  AND (f.publication IS NULL OR f.unpublication <= least(d.published, d.iceberg_published))
+  AND (CASE WHEN f.publication IS NULL THEN coalesce(d.iceberg_published, 1) <> 0
+            ELSE f.unpublication <= least(d.published, d.iceberg_published) END)
   AND f.id > $3::bigint
   AND (f.kept_until IS NULL OR f.kept_until <= now()) AND NOT archiver_seen_committed(f.retired_xid)
 ORDER BY f.id LIMIT 1000

@@ -88,5 +88,6 @@ UNION
 SELECT DISTINCT f.source_table FROM archive_files f
 LEFT JOIN delta_tables d USING (storage_url, source_table)
 WHERE f.storage_url = $1 AND f.state = 'retired'
-  AND (f.publication IS NULL OR f.unpublication <= least(d.published, d.iceberg_published))
+  AND (CASE WHEN f.publication IS NULL THEN coalesce(d.iceberg_published, 1) <> 0
+            ELSE f.unpublication <= least(d.published, d.iceberg_published) END)
   AND (f.kept_until IS NULL OR f.kept_until <= now()) AND NOT archiver_seen_committed(f.retired_xid)

@@ -119,13 +119,16 @@ WITH files AS (
     WHERE storage_url = $1 AND source_table = $2
 )
 UPDATE delta_tables SET publications = 0, published = 0, delta_version = NULL,
-                        rebuilding = false
+                        rebuilding = false,
+                        -- its Iceberg table still lists the old files: none is reaped
+                        -- until it holds the new numbering's (reapable)
+                        iceberg_published = CASE WHEN iceberg_published IS NOT NULL THEN 0 END
 WHERE storage_url = $1 AND source_table = $2
 
 -- name: delta_pending_tables
 -- Tables on storage $1 with committed files not yet in their Delta log ($2: publishing
--- is on), whose last publication a crash interrupted, or with retired or offline files
--- their Delta log still lists (partial indexes answer each part). Retired files never
+-- is on), whose last publication a crash interrupted, whose Iceberg table is behind it,
+-- or with retired or offline files their Delta log still lists (partial indexes answer each part). Retired files never
 -- published, and what dead operations left, are the ledger sweep's (sweep_tables).
 SELECT DISTINCT source_table FROM archive_files
 WHERE $2::boolean AND storage_url = $1 AND publication IS NULL AND delta
@@ -136,6 +139,9 @@ WHERE storage_url = $1 AND offline AND publication IS NOT NULL AND unpublication
 UNION
 SELECT source_table FROM delta_tables
 WHERE $2::boolean AND storage_url = $1 AND publications > published
+UNION  -- an Iceberg table behind its Delta log (its mirror failed or was killed)
+SELECT source_table FROM delta_tables
+WHERE storage_url = $1 AND iceberg_published < published
 UNION
 SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND state = 'retired'
   AND publication IS NOT NULL
