@@ -303,12 +303,12 @@ def sweep(ctx: Context, conn: BulkConnection) -> None:
     catalog's (only such a restore records an intent) is settled by its source
     transaction's fate (pg_xact_status in the source database): committed, its intent
     is applied; aborted, it is abandoned; in progress or forgotten, it is left, and said."""
-    storage, source_status = ctx.storage(), _source_status(ctx, ctx.settings.effective_source_url)
+    storage = ctx.storage()
     for operation, tables, xid, intent in ledger_rows.take_dead(conn, str(storage.location)):
         conn.commit()
         try:
             if intent is not None:
-                status = source_status(str(xid))
+                status = _source_status(ctx, str(xid))
                 if status == "committed":
                     settle(conn, int(operation))
                     log.warning(
@@ -374,13 +374,9 @@ def reap(conn: BulkConnection, storage: Storage, table: str) -> int:
     return total
 
 
-def _source_status(ctx: Context, url: str) -> Callable[[str], str | None]:
-    """pg_xact_status of a transaction of the source database at `url` (None: too old
-    for it to remember), on a connection taken when asked: how the sweep learns the
-    fate of a dead restore into another database."""
-
-    def status(xid: str) -> str | None:
-        with ctx.bulk(url) as conn:
-            return transaction_status(conn, xid)
-
-    return status
+def _source_status(ctx: Context, xid: str) -> str | None:
+    """pg_xact_status of a transaction of the source database (None: too old for it to
+    remember), on a connection taken when asked: how the sweep learns the fate of a dead
+    restore into another database."""
+    with ctx.bulk(ctx.settings.effective_source_url) as conn:
+        return transaction_status(conn, xid)

@@ -7,6 +7,7 @@ absolute paths on file storage. The credentials it is given never reach a log.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,17 +51,19 @@ def object_name(location: StorageLocation, uri: str) -> str:
     return uri.split("://", 1)[-1].split("/", 1)[-1]
 
 
-def live_files(tbl: Any) -> dict[str, Any]:
-    """The data files of the table's current snapshot by URI, read from its manifests:
-    every one, an empty file's too (a scan's plan leaves out files of no rows)."""
+def data_files(tbl: Any) -> Iterator[Any]:
+    """The data files of the table's current snapshot, one per manifest entry, read from
+    its manifests: every one, an empty file's too (a scan's plan leaves out files of no
+    rows)."""
     snapshot = tbl.current_snapshot()
-    if snapshot is None:
-        return {}
-    return {
-        entry.data_file.file_path: entry.data_file
-        for manifest in snapshot.manifests(tbl.io)
-        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True)
-    }
+    for manifest in snapshot.manifests(tbl.io) if snapshot is not None else []:
+        for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True):
+            yield entry.data_file
+
+
+def live_files(tbl: Any) -> dict[str, Any]:
+    """`data_files` by URI."""
+    return {data_file.file_path: data_file for data_file in data_files(tbl)}
 
 
 def io_properties(settings: Settings, location: StorageLocation) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from archiver.bulk import BulkConnection
 from archiver.context import Context
-from archiver.iceberg.catalog import identifier, object_name, open_catalog
+from archiver.iceberg.catalog import data_files, identifier, object_name, open_catalog
 from archiver.iceberg.publish import PUBLICATION
 from archiver.store import publications
 
@@ -47,11 +47,8 @@ def iceberg_problems(ctx: Context, conn: BulkConnection, tables: set[str]) -> li
                 f"{mirror.table}: the Iceberg table's snapshot holds publication {held}, "
                 f"the catalog says {mirror.mirrored}"
             )
-        counts = Counter(
-            object_name(location, entry.data_file.file_path)
-            for manifest in (snapshot.manifests(tbl.io) if snapshot is not None else [])
-            for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=True)
-        )  # every entry: a file twice is two
+        # every entry: a file twice is two
+        counts = Counter(object_name(location, f.file_path) for f in data_files(tbl))
         problems += [f"{p}: in the Iceberg table {n} times" for p, n in counts.items() if n > 1]
         problems += [
             f"{p}: in the Iceberg table, not in its publication" for p in counts.keys() - expected

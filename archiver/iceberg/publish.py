@@ -100,8 +100,9 @@ def mirror(ctx: Context, conn: BulkConnection, table: str) -> Mirrored | None:
     want = {file_uri(settings, location, p): p for p in paths}
     tbl = _table(catalog, table, table_location(settings, location, table), list(want))
     if tbl is None:  # none, and nothing to hold: nothing of the table's is waited for
-        publications.iceberg_dropped(conn, url, table, settings.iceberg_catalog)
-        conn.commit()
+        if mirrored is not None:
+            publications.iceberg_dropped(conn, url, table, settings.iceberg_catalog)
+            conn.commit()
         return None
     done = Mirrored(table, published)
     current = live_files(tbl)
@@ -110,17 +111,15 @@ def mirror(ctx: Context, conn: BulkConnection, table: str) -> Mirrored | None:
     if adds or removes:
         if not publisher_lock.held(conn, url, table):  # its session died: another may redo it
             raise RuntimeError(f"{table}: the publisher lock was lost; no Iceberg commit")
-        _commit(tbl, adds, removes, published)
+        _commit(tbl, adds, removes, published)  # `tbl` is the committed table after it
         done.added, done.removed = len(adds), len(removes)
-        tbl = catalog.load_table(identifier(table))
     failpoints.reach("after_iceberg_commit")
     erased = publications.erasure_out(conn, url, table, published, iceberg=True)
     conn.commit()
     retention = dt.timedelta(seconds=settings.iceberg_snapshot_retention)
     done.expired = _expire(tbl, retention, everything_before_current=erased is not None)
-    if done.expired:
-        tbl = catalog.load_table(identifier(table))
-    done.deleted = _clean(ctx, tbl, table, only_current_metadata=erased is not None)
+    if adds or removes or done.expired:  # what a commit or an expiry left behind goes
+        done.deleted = _clean(ctx, tbl, table, only_current_metadata=erased is not None)
     snapshot = tbl.current_snapshot()
     done.snapshot = snapshot.snapshot_id if snapshot is not None else None
     if erased is not None:

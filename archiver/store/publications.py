@@ -13,7 +13,7 @@ writes otherwise) as it stops waiting for it. The single-writer test lists the f
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from archiver.bulk import BulkConnection, run_in_transaction
 from archiver.db import query
@@ -26,7 +26,6 @@ class Mirror(NamedTuple):
     published: int  # the Delta log's publication
     mirrored: int  # the one the Iceberg table holds
     snapshot: int | None
-    at: Any  # when it was recorded
 
     @property
     def lag(self) -> int:
@@ -145,6 +144,4 @@ def iceberg_history_forgotten(conn: BulkConnection, url: str, table: str, erased
 def iceberg_mirrors(conn: BulkConnection, url: str) -> list[Mirror]:
     """Every table of storage `url` with an Iceberg table, and what it holds."""
     rows = run_in_transaction(conn, query("iceberg_tables_state"), (url,))
-    return [
-        Mirror(str(t), int(p), int(m), None if s is None else int(s), a) for t, p, m, s, a in rows
-    ]
+    return [Mirror(str(t), int(p), int(m), None if s is None else int(s)) for t, p, m, s in rows]

@@ -185,7 +185,7 @@ WHERE storage_url = $1 AND source_table = $2
 
 -- name: iceberg_tables_state
 -- Each table with an Iceberg table: its Delta publication, the one the Iceberg table
--- mirrors, its snapshot and when (doctor, verify, the console).
-SELECT source_table, published, iceberg_published, iceberg_snapshot, iceberg_published_at
+-- mirrors, and its snapshot (doctor, verify).
+SELECT source_table, published, iceberg_published, iceberg_snapshot
 FROM delta_tables WHERE storage_url = $1 AND iceberg_published IS NOT NULL
 ORDER BY source_table
