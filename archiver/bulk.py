@@ -259,11 +259,6 @@ def open_bulk(url: str) -> BulkConnection:
     with _absent("polars"):
         import adbc_driver_postgresql.dbapi  # noqa: F401  (imports pyarrow: only for bulk work)
 
-    # pyarrow converts each statement's parameters by trying `import
-    # dateutil.relativedelta`, and Python does not remember a failed import: without
-    # dateutil every statement searched sys.path again.
-    if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
-        sys.modules["dateutil.relativedelta"] = None  # type: ignore[assignment]
     try:
         conn = _DATABASES.connect(_driver, url)
     except adbc_driver_manager.Error as exc:

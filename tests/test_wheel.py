@@ -1,12 +1,16 @@
 """Installed the way production installs it: a wheel built from this checkout, into a fresh
 virtualenv outside it, then `archiver migrate` on an empty database, a real move, and the
-moved rows read back through `archiver serve` and `archiver attach` (postgres_fdw)."""
+moved rows read back through `archiver serve` and `archiver attach` (postgres_fdw). Then
+the same venv beside numpy, then beside numpy and pandas, as data teams' environments hold
+them: a worker, serve and the console start and work in each (pyarrow's pandas shim and
+DuckDB look for pandas on their own; nothing archiver plants may change what they find)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -84,3 +88,61 @@ def test_wheel_migrates_an_empty_database_and_moves_rows(tmp_path: Path) -> None
             serve.terminate()
             serve.wait(30)
         assert "Traceback" not in log.read_text(), log.read_text()
+
+        pip = str(venv / "bin" / "pip")
+        for beside, first in ((["numpy"], 2_001), (["pandas"], 4_001)):
+            run([pip, "install", "-q", *beside], tmp_path)
+            seed_orders(url, 2_000, first)
+            services_work(archiver, env, outside, url, tmp_path / "-".join(beside))
+
+
+def services_work(archiver: str, env: dict[str, str], cwd: Path, url: str, logs: Path) -> None:
+    """A worker moves the rows enqueued (its ADBC binds parameters), serve answers a
+    parameterized read of them and the console its health check, each from `archiver`."""
+    logs.mkdir()
+    job = run([archiver, "enqueue", "--table", "orders", "--before", "2024-12-31"], cwd, env)
+    run([archiver, "worker", "--burst"], cwd, env)
+    status = "SELECT status FROM background_jobs WHERE id = $1::uuid"
+    assert sql_value(url, status, job.split()[-1]) == "completed"
+    moved = sql_value(url, "SELECT sum(row_count) FROM archive_files")
+    services = {
+        "serve": [archiver, "serve", "--bind", f"127.0.0.1:{free_port()}"],
+        "console": [archiver, "console", "--bind", f"127.0.0.1:{free_port()}"],
+    }
+    env = {**env, "ARCHIVER_CONSOLE_VIEWER_TOKEN": "wheel-viewer-token-0123456789"}
+    started = {}
+    for name, args in services.items():
+        with open(logs / f"{name}.log", "w") as out:
+            started[name] = subprocess.Popen(
+                args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+    try:
+        serve_port, console_port = (int(a[-1].rsplit(":", 1)[1]) for a in services.values())
+        deadline = time.monotonic() + 60
+        while "listening on" not in (logs / "serve.log").read_text():
+            assert started["serve"].poll() is None, (logs / "serve.log").read_text()
+            assert time.monotonic() < deadline, (logs / "serve.log").read_text()
+            time.sleep(0.1)
+        import psycopg
+
+        dsn = f"host=127.0.0.1 port={serve_port} dbname=archive user=archiver sslmode=disable"
+        password = env["ARCHIVER_SERVE_PASSWORD"]
+        with psycopg.connect(dsn, password=password) as conn:
+            got = conn.execute("SELECT count(*) FROM orders WHERE id > %s", (0,)).fetchone()
+        assert got == (moved,)
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{console_port}/healthz") as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert started["console"].poll() is None, (logs / "console.log").read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        for proc in started.values():
+            proc.terminate()
+            proc.wait(30)
+    for name in services:
+        text = (logs / f"{name}.log").read_text()
+        assert "Traceback" not in text, text

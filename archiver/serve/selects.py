@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -94,7 +93,6 @@ class ServedArchive:
         self.location = location
         self.fileset = FileSet(settings.database_url, str(location))
         self.fileset.check_primary()
-        _no_pandas_lookups()
         self._files: dict[str, FileColumns] = {}
         self._parses: dict[str, tuple[str, dict[str, Any] | None, set[str]]] = {}
         self._lock = threading.Lock()
@@ -323,16 +321,6 @@ class ServedArchive:
                 + (f" WHERE {ranges}" if ranges else "")
             )
         return " UNION ALL BY NAME ".join(parts), held
-
-
-def _no_pandas_lookups() -> None:
-    """DuckDB's Python module tries `import pandas` on each parameterized statement; where
-    pandas is not installed, each try searches sys.path again. The absence is recorded
-    once instead (a None in sys.modules: Python's own way to say a module is absent)."""
-    import importlib.util
-
-    if importlib.util.find_spec("pandas") is None:
-        sys.modules["pandas"] = None  # type: ignore[assignment]
 
 
 class _FileGone(Exception):
