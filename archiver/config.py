@@ -485,15 +485,27 @@ class Settings:
     serve_user: str = _setting(
         "archiver",
         "ARCHIVER_SERVE_USER",
-        "the one user `archiver serve` lets read (any database name is accepted)",
+        "the one configured user of `archiver serve`, who reads every archived table (any database name is accepted); a role of that name signs in as this user",
         _text,
     )
     serve_password: str | None = _setting(
         None,
         "ARCHIVER_SERVE_PASSWORD",
-        "that user's password, checked by SCRAM-SHA-256; serve refuses to start without it (a secret: never logged or shown)",
+        "that user's password, checked by SCRAM-SHA-256; unset, that user does not sign in (a secret: never logged or shown)",
         _text,
         shown="—",
+    )
+    serve_roles: bool = _setting(
+        True,
+        "ARCHIVER_SERVE_ROLES",
+        "`true`: people sign in to `archiver serve` as the catalog server's login roles, with their own passwords, and read what the live tables' grants let them (docs/access.md); `false`: the configured user alone",
+        _flag,
+    )
+    audit_parameters: bool = _setting(
+        False,
+        "ARCHIVER_AUDIT_PARAMETERS",
+        "`true`: the read audit (archive_reads) records each statement's parameter values too; they can hold what the statement looks for (a customer's e-mail, say)",
+        _flag,
     )
     serve_tls_cert: str | None = _setting(
         None,

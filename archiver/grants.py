@@ -24,6 +24,8 @@ QUEUE_TABLES = (
     ("archive_ledger", "SELECT, INSERT, UPDATE", "restore: rows taken out of the archive"),
     ("archive_verifications", "SELECT, INSERT", "archiver verify: what it found"),
     ("archiver_audit", "SELECT, INSERT", "who cancelled, retried, paused, throttled what"),
+    ("archiver_reads", "SELECT, INSERT, DELETE", "serve's read audit: written, pruned, shown"),
+    ("archive_access", "SELECT, INSERT, UPDATE, DELETE", "archiver access: archive-only readers"),
     ("archiver_maintenance", "SELECT, INSERT, UPDATE", "when each maintenance duty last ran"),
     ("archiver_migrations", "SELECT", "archiver doctor: is the schema current"),
     ("iceberg_tables", "SELECT, INSERT, UPDATE, DELETE", "Iceberg: each table's metadata file"),
@@ -35,12 +37,14 @@ QUEUE_VIEWS = (
     "archiver_failed_jobs",
     "archiver_archive_files",
     "archiver_paused",
+    "archive_reads",
 )
 QUEUE_SEQUENCES = (
     "archive_files_id_seq",
     "archive_ledger_id_seq",
     "archive_verifications_id_seq",
     "archiver_audit_id_seq",
+    "archiver_reads_id_seq",
 )
 
 

@@ -303,7 +303,8 @@ def test_tls_when_configured_is_required(h: Harness, tmp_path: Path) -> None:
 
 def test_serve_refuses_to_start_unsafe(h: Harness, tmp_path: Path) -> None:
     no_password = {k: v for k, v in serve_env(h).items() if k != "ARCHIVER_SERVE_PASSWORD"}
-    assert_refused(run_cli(no_password, "serve"), "ARCHIVER_SERVE_PASSWORD is not set", code=1)
+    nobody = run_cli({**no_password, "ARCHIVER_SERVE_ROLES": "false"}, "serve")
+    assert_refused(nobody, "nobody could sign in", code=1)
     env = serve_env(h)
     wide = run_cli(env, "serve", "--bind", "0.0.0.0:6999")
     assert_refused(wide, "refusing to listen on 0.0.0.0", "without TLS", code=1)

@@ -43,6 +43,12 @@ def add_parsers(sub: Subcommands) -> None:
         "serve", help="answer SQL over the archive as a read-only PostgreSQL server until SIGTERM"
     )
     p.add_argument("--bind", help="HOST:PORT (default ARCHIVER_SERVE_BIND, 127.0.0.1:6432)")
+    p.add_argument(
+        "--auth-sql",
+        action="store_true",
+        help="print the SQL an administrator runs in the catalog database so that people sign "
+        "in as their own roles (docs/access.md), and exit",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(
@@ -125,6 +131,12 @@ async def cmd_console(args: argparse.Namespace, ctx: Context) -> int:
 async def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
     from archiver.serve.server import serve
 
+    if args.auth_sql:
+        from archiver.serve.signin import auth_sql
+
+        async with ctx.catalog() as conn:
+            print(auth_sql(await conn.fetchval("SELECT current_user")), end="")
+        return 0
     await serve(ctx, args.bind or ctx.settings.serve_bind)
     return 0
 

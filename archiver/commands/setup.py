@@ -1,4 +1,4 @@
-"""Setting a deployment up: `migrate`, `doctor`, `grants`, `policies`."""
+"""Setting a deployment up: `migrate`, `doctor`, `grants`, `access`, `policies`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from archiver import db
 from archiver.commands.args import Subcommands, positive_int
 from archiver.context import Context
 from archiver.doctor import run_checks
-from archiver.operations import enqueue, grants
+from archiver.errors import InputError
+from archiver.operations import access, enqueue, grants
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -27,6 +28,20 @@ def add_parsers(sub: Subcommands) -> None:
         help="a table to archive (repeat; default: the config file's policy tables)",
     )
     p.set_defaults(func=cmd_grants)
+
+    p = sub.add_parser(
+        "access",
+        help="archive-only readers: grant, revoke or list who reads a table's archive alone",
+    )
+    p.add_argument("action", choices=("grant", "revoke", "list"))
+    p.add_argument("--table", help="the archived table (schema.table)")
+    p.add_argument("--role", help="a role of the catalog's server")
+    p.add_argument(
+        "--column",
+        action="append",
+        help="grant: a column it may read (repeat; default: every column)",
+    )
+    p.set_defaults(func=cmd_access)
 
     p = sub.add_parser("policies", help="check the config file's policies; list next fire times")
     p.add_argument("--count", type=positive_int, default=3, help="fire times to list (default 3)")
@@ -49,6 +64,25 @@ async def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
 
 async def cmd_grants(args: argparse.Namespace, ctx: Context) -> int:
     print(await grants.grants(ctx, args.role, args.table or [], args.config_file))
+    return 0
+
+
+async def cmd_access(args: argparse.Namespace, ctx: Context) -> int:
+    if args.action == "list":
+        for row in await access.listed(ctx):
+            columns = ", ".join(row["columns"]) if row["columns"] else "every column"
+            print(f"{row['table_name']}\t{row['role']}\t{columns}\t{row['granted_by']}")
+        return 0
+    if not args.table or not args.role:
+        raise InputError(f"access {args.action}: give --table and --role")
+    if args.action == "grant":
+        print(await access.grant(ctx, args.table, args.role, args.column))
+    else:
+        if args.column:
+            raise InputError(
+                "access revoke: --column is for grant (revoke takes the role's access whole)"
+            )
+        print(await access.revoke(ctx, args.table, args.role))
     return 0
 
 

@@ -1,6 +1,7 @@
 """The pruner: finished jobs past the retention period deleted, in batches of their own
-transactions; then the ledger's finished housekeeping (compactions, conversions), and
-the count deltas the operator views read folded into a row each."""
+transactions; then the ledger's finished housekeeping (compactions, conversions) and
+the read audit's reads past it, and the count deltas the operator views read folded
+into a row each."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import asyncpg
 
 from archiver.config import Settings
-from archiver.store import archive_files, jobs, ledger
+from archiver.store import archive_files, jobs, ledger, read_audit
 from archiver.store.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -45,5 +46,7 @@ class Pruner:
             return
         if pruned := await ledger.prune(self.pool, self.days * 86400, BATCH):
             log.info("pruned %d finished compactions from the ledger", pruned)
+        if pruned := await read_audit.prune(self.pool, self.days * 86400, BATCH):
+            log.info("pruned %d reads from the read audit", pruned)
         await jobs.compact_counts(self.pool)
         await archive_files.compact_counts(self.pool)

@@ -41,6 +41,33 @@ class Verifier:
         server_key = hmac.digest(salted, b"Server Key", "sha256")
         return cls(salt, iterations, hashlib.sha256(client_key).digest(), server_key)
 
+    @classmethod
+    def parse(cls, secret: str | None) -> Verifier | None:
+        """A verifier as PostgreSQL stores one (`SCRAM-SHA-256$<iterations>:<salt>$<stored
+        key>:<server key>`), or None for anything else (no password, an md5 hash)."""
+        if not secret or not secret.startswith("SCRAM-SHA-256$"):
+            return None
+        try:
+            _, head, keys = secret.split("$")
+            iterations, salt = head.split(":")
+            stored, server = keys.split(":")
+            return cls(
+                base64.b64decode(salt, validate=True),
+                int(iterations),
+                base64.b64decode(stored, validate=True),
+                base64.b64decode(server, validate=True),
+            )
+        except ValueError:
+            return None
+
+    @classmethod
+    def mock(cls, key: bytes, user: str) -> Verifier:
+        """A verifier no password matches, the same for `user` at each attempt (its salt
+        derived from `key`): a role that does not exist, or may not sign in this way, is
+        asked the same questions as one that does (PostgreSQL's mock authentication)."""
+        salt = hmac.digest(key, user.encode(), "sha256")[:16]
+        return cls(salt, ITERATIONS, secrets.token_bytes(32), secrets.token_bytes(32))
+
     def postgres_secret(self) -> str:
         """The verifier as PostgreSQL stores one (pg_authid.rolpassword): `ALTER ROLE …
         PASSWORD` with it sets the password without the password reaching the server's
@@ -75,6 +102,7 @@ class Exchange:
         self._server_first = ""
         self._nonce = ""
         self._header = ""
+        self.client_key = b""  # the client's key, recovered from its proof once checked
 
     def first(self, client_first: str) -> str:
         flag, sep, rest = client_first.partition(",")
@@ -117,5 +145,6 @@ class Exchange:
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.sha256(client_key).digest(), self.verifier.stored_key):
             raise ScramError("wrong password")
+        self.client_key = client_key
         server_signature = hmac.digest(self.verifier.server_key, message, "sha256")
         return "v=" + base64.b64encode(server_signature).decode()

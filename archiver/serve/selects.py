@@ -63,6 +63,8 @@ class Result:
     _first: pa.RecordBatch | None
     _release: Callable[[], None]  # what the statement held beside its cursor
     closed: bool = field(default=False)
+    tables: list[str] = field(default_factory=list)  # schema.table read (the audit's)
+    read: list[str] = field(default_factory=list)  # schema.table.column named of them
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         if self._first is not None:
@@ -150,6 +152,7 @@ class ServedArchive:
             plain, kept = self.fileset.files(sql, params, tree)
             try:
                 result = self._execute(sql, params, referenced, plain, kept, started, tree)
+                result.tables, result.read = self._read_of(tree, referenced, plain, kept)
                 if names is not None and len(names) == len(result.columns):
                     result.columns = [
                         dataclasses.replace(c, name=n)
@@ -163,6 +166,24 @@ class ServedArchive:
                         "times; run it again"
                     ) from None
         raise AssertionError("unreachable")
+
+    def _read_of(
+        self,
+        tree: dict[str, Any] | None,
+        referenced: set[str],
+        *snapshots: Snapshot | None,
+    ) -> tuple[list[str], list[str]]:
+        """The tables a statement reads (schema.table), and schema.table.column of each
+        of their columns it names (every one where it selects `*`)."""
+        star = '"STAR"' in json.dumps(tree) if tree is not None else True
+        tables = sorted({t for s in snapshots if s is not None for t in s.files})
+        columns = []
+        for table in tables:
+            served = self.definitions.tables.get(table)
+            for column in served.columns if served is not None else ():
+                if star or column.name in referenced:
+                    columns.append(f"{table}.{column.name}")
+        return tables, columns
 
     def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str]]:
         """A statement in DuckDB's words, DuckDB's parse of it and the column names it

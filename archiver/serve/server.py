@@ -19,18 +19,20 @@ from dataclasses import dataclass
 from archiver.config import Settings
 from archiver.context import Context
 from archiver.errors import ConfigError, first_line
-from archiver.serve import scram, wire
+from archiver.serve import wire
+from archiver.serve.audit import ReadAudit
+from archiver.serve.privileges import Mirror
 from archiver.serve.selects import ServedArchive
 from archiver.serve.session import Session
+from archiver.serve.signin import SignIn
 from archiver.serve.statements import REPORTED
-from archiver.serve.upstream import Upstream
+from archiver.serve.upstream import PersonUpstream, Upstream
 from archiver.serve.wire import SqlError
 from archiver.web.middleware import is_loopback
 from archiver.web.server import parse_bind
 
 log = logging.getLogger(__name__)
 
-SCRAM = "SCRAM-SHA-256"
 MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's parameters
 AUTH_SECONDS = 10.0  # for the start-up and the password exchange
 STOP_SECONDS = 10.0  # for the connections to end when serve stops, then their sockets go
@@ -52,10 +54,10 @@ def check(settings: Settings, bind: str) -> Listen:
     password, a half-configured certificate, or a bind beyond loopback without TLS that
     ARCHIVER_SERVE_ALLOW_PLAINTEXT does not allow."""
     host, port = parse_bind(bind)
-    if not settings.serve_password:
+    if not settings.serve_password and not settings.serve_roles:
         raise ConfigError(
-            "serve: ARCHIVER_SERVE_PASSWORD is not set: every client must authenticate "
-            "(SCRAM-SHA-256; postgres_fdw refuses a non-superuser's server without one)"
+            "serve: nobody could sign in: set ARCHIVER_SERVE_PASSWORD (the configured user), "
+            "or ARCHIVER_SERVE_ROLES=true (each person as their own role)"
         )
     cert, key = settings.serve_tls_cert, settings.serve_tls_key
     if bool(cert) != bool(key):
@@ -84,9 +86,19 @@ class Server:
     """The listening socket's connections, each a Session after its start-up."""
 
     def __init__(
-        self, settings: Settings, listen: Listen, archive: ServedArchive, upstream: Upstream
+        self,
+        settings: Settings,
+        listen: Listen,
+        archive: ServedArchive,
+        upstream: Upstream,
+        signin: SignIn,
+        mirror: Mirror,
+        audit: ReadAudit,
     ) -> None:
         self.settings = settings
+        self.audit = audit
+        self.signin = signin
+        self.mirror = mirror
         self.listen = listen
         self.archive = archive
         self.upstream = upstream
@@ -97,7 +109,6 @@ class Server:
         self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._keys: dict[tuple[int, int], Session] = {}
         self._pids = itertools.count(1)
-        self._verifier = scram.Verifier.of(settings.serve_password or "")
 
     async def run(self, stop: asyncio.Event) -> None:
         loop_time = asyncio.get_running_loop().time
@@ -106,10 +117,14 @@ class Server:
         )
         names = ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
         log.info(
-            "serve: listening on %s (%s, user %s, at most %d connections)",
+            "serve: listening on %s (%s, %s, at most %d connections)",
             names,
             "TLS required" if self.listen.tls else "no TLS",
-            self.settings.serve_user,
+            ", ".join(
+                [f"user {self.settings.serve_user}"] * bool(self.settings.serve_password)
+                + ["people as their own roles"] * self.signin.enabled
+            )
+            or "nobody signs in",
             self.settings.serve_max_connections,
         )
         async with server:
@@ -146,20 +161,24 @@ class Server:
             return
         self.connections[task] = writer
         session: Session | None = None
+        person: PersonUpstream | None = None
         try:
-            reader, writer, user, parameters = await asyncio.wait_for(
+            reader, writer, user, parameters, person = await asyncio.wait_for(
                 self._start_up(reader, writer), AUTH_SECONDS
             )
             if user is None:
                 return
             session = Session(
                 self.archive,
-                self.upstream,
+                person or self.upstream,
                 self.executor,
                 writer.write,
                 writer.drain,
                 user=user,
                 statement_timeout=self.settings.serve_statement_timeout,
+                audit=self.audit,
+                address=_address(peer),
+                mirror=self.mirror if person is not None else None,
             )
             try:
                 await session.start(parameters)
@@ -192,6 +211,8 @@ class Server:
             # still end without being cancelled, or Python 3.11's stream callback logs a
             # traceback for it (task.exception() raises).
             try:
+                if session is None and person is not None:
+                    person.close()
                 if session is not None:
                     self._keys = {k: s for k, s in self._keys.items() if s is not session}
                     closing = asyncio.get_running_loop().run_in_executor(
@@ -211,9 +232,16 @@ class Server:
 
     async def _start_up(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str | None, dict[str, str]]:
-        """TLS if asked and configured, the start-up packet, the password: the user and
-        the packet's parameters, or None (refused, told why; or a cancel request, done)."""
+    ) -> tuple[
+        asyncio.StreamReader,
+        asyncio.StreamWriter,
+        str | None,
+        dict[str, str],
+        PersonUpstream | None,
+    ]:
+        """TLS if asked and configured, the start-up packet, the password: the user, the
+        packet's parameters and a person's own session (None for the configured user),
+        or no user (refused, told why; or a cancel request, done)."""
         encrypted = False
         while True:
             code, body = await wire.read_startup(reader)
@@ -233,7 +261,7 @@ class Server:
                     session = self._keys.get((pid, secret))
                     if session is not None:
                         session.cancel()
-                return reader, writer, None, {}
+                return reader, writer, None, {}, None
             if code != wire.PROTOCOL_3:
                 raise wire.ProtocolError(
                     f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}"
@@ -247,48 +275,13 @@ class Server:
                     "28000", "archiver serve requires TLS: connect with sslmode=require", "FATAL"
                 )
             )
-            return reader, writer, None, {}
-        if not await self._authenticate(reader, writer, user):
-            return reader, writer, None, {}
-        return reader, writer, user, params
-
-    async def _authenticate(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, user: str
-    ) -> bool:
-        """SCRAM-SHA-256 (archiver.serve.scram): the user of the start-up packet must be
-        the configured one, and the password its."""
-        writer.write(wire.authentication(10, SCRAM.encode() + b"\x00\x00"))
-        await writer.drain()
-        failed = wire.error("28P01", f'password authentication failed for user "{user}"', "FATAL")
-        message = await wire.read_message(reader, 8192)
-        if message.kind != b"p":
-            raise wire.ProtocolError("expected a password message")
-        read = wire.Reader(message.body)
-        mechanism = read.string()
-        size = read.int32()
-        first = read.take(size) if size >= 0 else b""
-        if mechanism != SCRAM:
-            writer.write(wire.error("28000", f"unsupported SASL mechanism {mechanism!r}", "FATAL"))
-            return False
-        exchange = scram.Exchange(self._verifier)
-        try:
-            writer.write(wire.authentication(11, exchange.first(first.decode()).encode()))
-            await writer.drain()
-            message = await wire.read_message(reader, 8192)
-            if message.kind != b"p":
-                raise wire.ProtocolError("expected a SASL response")
-            final = exchange.final(message.body.decode())
-        except (scram.ScramError, UnicodeDecodeError) as exc:
-            writer.write(failed)
-            log.warning("serve: password authentication failed for user %r: %s", user, exc)
-            return False
-        if not secrets.compare_digest(user.encode(), self.settings.serve_user.encode()):
-            writer.write(failed)
-            log.warning("serve: password authentication failed for user %r: no such user", user)
-            return False
-        writer.write(wire.authentication(12, final.encode()))
-        writer.write(wire.authentication(0))
-        return True
+            return reader, writer, None, {}, None
+        peer = _address(writer.get_extra_info("peername"))
+        signed = await self.signin.authenticate(reader, writer, user, params, peer, self.executor)
+        if signed is None:
+            return reader, writer, None, {}, None
+        person = None if isinstance(signed, bool) else PersonUpstream(self.upstream, signed)
+        return reader, writer, user, params, person
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
@@ -329,6 +322,11 @@ class Server:
             )
 
 
+def _address(peer: object) -> str | None:
+    """The client's address, as the audit records it."""
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
+
+
 def _peer(peer: object) -> str:
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
@@ -348,12 +346,23 @@ async def serve(ctx: Context, bind: str) -> None:
         min(settings.serve_max_connections, UPSTREAM_CONNECTIONS),
         settings.serve_statement_timeout,
     )
+    audit = ReadAudit(settings.database_url, settings.audit_parameters)
+    audit.start()
+    people = SignIn(archive.definitions.place, settings, audit)
+    mirror = Mirror(archive.definitions, settings.effective_source_url)
+    if settings.serve_roles:
+        await asyncio.to_thread(people.start)
+        if people.enabled:
+            await asyncio.to_thread(mirror.start)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Server(settings, listen, archive, upstream).run(stop)
+        await Server(settings, listen, archive, upstream, people, mirror, audit).run(stop)
     finally:
+        audit.close()
+        mirror.close()
+        people.close()
         upstream.close()
         archive.close()

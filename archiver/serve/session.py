@@ -22,12 +22,14 @@ from typing import Any
 from archiver.errors import ArchiverError, InputError, StorageError, first_line, redact
 from archiver.ident import quote_ident
 from archiver.serve import binary, statements, text, types, wire
+from archiver.serve.audit import ON_BEHALF, Read, ReadAudit
 from archiver.serve.columns import Origin
+from archiver.serve.privileges import Mirror
 from archiver.serve.registry import Registry
 from archiver.serve.selects import Result, ServedArchive
 from archiver.serve.statements import REPORTED, SETTINGS, Statement
 from archiver.serve.types import Column
-from archiver.serve.upstream import Answer, Upstream
+from archiver.serve.upstream import Answer, PersonUpstream, Upstream
 from archiver.serve.wire import SqlError
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,9 @@ class Portal:
     sent: int = 0
     done: bool = False
     hold: bool = False  # a cursor WITH HOLD: it outlives its transaction
+    audited: bool = True  # a read of the archive it runs is recorded (not a Describe's probe)
+    read: Read | None = None  # the read it runs, recorded when it ends
+    finish: Callable[[Read, str], None] | None = None
 
     def format_of(self, i: int) -> int:
         if not self.formats:
@@ -91,6 +96,8 @@ class Portal:
         if self.result is not None:
             self.result.close()
             self.result = None
+        if self.read is not None and self.finish is not None:
+            self.finish(self.read, "ok")  # closed before its last row: what it sent
 
 
 class Session:
@@ -109,9 +116,15 @@ class Session:
         *,
         user: str,
         statement_timeout: float,
+        audit: ReadAudit,
+        address: str | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         self.archive = archive
-        self.upstream = upstream
+        self.upstream = upstream  # a person's own (PersonUpstream), or the shared one
+        self.mirror = mirror  # for a person: each read checked as them first
+        self.audit = audit
+        self.address = address
         self.executor = executor
         self._write = write
         self._drain = drain
@@ -343,7 +356,7 @@ class Session:
                 self._check(statement)
                 self.send(wire.NO_DATA)
                 return
-            probe = Portal(_described_only(statement), [None] * len(oids), [])
+            probe = Portal(_described_only(statement), [None] * len(oids), [], audited=False)
             try:
                 await self._start(probe)
                 self.send(wire.row_description(probe.columns, [0] * len(probe.columns)))
@@ -410,10 +423,25 @@ class Session:
         kind = statement.kind
         self._check(statement)
         if kind == "select":
-            result = await self._run(statement, portal.params)
+            read = self._begun(portal)
+            try:
+                self.audit.check()
+                relations = await self._check_read(portal) if self.mirror is not None else None
+                result = await self._run(statement, portal.params)
+            except SqlError as exc:
+                if read is not None:
+                    self.audit.finish(read, exc.sqlstate)
+                raise
             result.columns = self._originated(statement, result.columns)
             portal.result, portal.columns = result, result.columns
             portal.rows = self._rows(result)
+            if read is not None:
+                read.tables = (
+                    sorted(f"{s}.{t}" for s, t in relations) if relations else result.tables
+                )
+                read.columns = result.read
+                portal.read, portal.finish = read, self.audit.finish
+                portal.rows = self._counted(read, portal.rows)
             return
         if kind == "catalog":
             answer = await self._upstream(
@@ -446,6 +474,52 @@ class Session:
         else:
             self._session_statement(statement)
         portal.done = True
+
+    def _begun(self, portal: Portal) -> Read | None:
+        """The audit's record of the read `portal` runs (None for a Describe's probe)."""
+        if not portal.audited:
+            return None
+        application = self.settings.get("application_name") or None
+        behalf = None
+        if application is not None and application.startswith(ON_BEHALF):
+            behalf = application[len(ON_BEHALF) :] or None
+        shown = None
+        if self.audit.parameters:
+            shown = [None if p is None else str(p) for p in portal.params]
+        return Read(self.user, behalf, self.address, application, portal.statement.text, shown)
+
+    def _counted(
+        self, read: Read, rows: Iterator[list[bytes | None]]
+    ) -> Iterator[list[bytes | None]]:
+        """`rows`, counted into `read`, which is recorded as they end (or fail)."""
+        read.rows = 0
+        try:
+            for row in rows:
+                read.rows += 1
+                yield row
+        except SqlError as exc:
+            self.audit.finish(read, exc.sqlstate)
+            raise
+        except Exception as exc:
+            self.audit.finish(read, _duckdb_state(exc))
+            raise
+        self.audit.finish(read, "ok")
+
+    async def _check_read(self, portal: Portal) -> set[tuple[str, str]]:
+        """PostgreSQL's check of a read of the archive, in the person's own session:
+        the (schema, table) it reads."""
+        assert isinstance(self.upstream, PersonUpstream) and self.mirror is not None
+        count = max(len(portal.raw), len(portal.params))
+        read: set[tuple[str, str]] = await self._upstream(
+            self.upstream.check_read,
+            portal.statement.text,
+            portal.raw or [None] * count,
+            portal.param_oids,
+            portal.param_formats if portal.raw else [],
+            dict(self.changed),
+            self.mirror.row_security,
+        )
+        return read
 
     def _originated(self, statement: Statement, columns: list[Column]) -> list[Column]:
         """The columns, each that plainly is a served table's column said to be it (its
@@ -851,6 +925,8 @@ class Session:
         """Everything the connection holds, released (the client went away)."""
         self._close_portals()
         self._close_cursors()
+        if isinstance(self.upstream, PersonUpstream):
+            self.upstream.close()
 
 
 def _column(f: Any) -> Column:

@@ -20,6 +20,7 @@ from psycopg.pq.abc import PGconn, PGresult
 from archiver.ident import quote_ident
 from archiver.serve.definitions import Definitions
 from archiver.serve.narrowing import narrowed
+from archiver.serve.privileges import RowSecurity, check_row_security, plan_of, relations_read
 from archiver.serve.wire import SqlError
 
 
@@ -198,6 +199,71 @@ class Upstream:
         answer = self.run(f"SHOW {quote_ident(name)}", [], [], [], [], settings, started)
         value = answer.rows[0][0] if answer.rows else None
         return answer.fields[0].name, "" if value is None else value.decode()
+
+
+class PersonUpstream(Upstream):
+    """One person's own session on the definitions database (archiver.serve.signin): the
+    catalog statements of their connection run there, as them, and so does the check of
+    each statement that reads the archive."""
+
+    def __init__(self, shared: Upstream, conn: PGconn) -> None:
+        super().__init__(shared.definitions, 1, shared.statement_timeout)
+        self._conn: PGconn | None = conn
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[PGconn]:
+        conn = self._conn
+        if conn is None or conn.status != pq.ConnStatus.OK:
+            raise SqlError(
+                "08006", "serve: your session on the definitions database was lost: connect again"
+            )
+        yield conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.finish()
+
+    def check_read(
+        self,
+        text: str,
+        params: Sequence[bytes | None],
+        param_oids: Sequence[int],
+        param_formats: Sequence[int],
+        settings: dict[str, str],
+        row_security: dict[tuple[str, str], RowSecurity],
+        started: Callable[[Any], None],
+    ) -> set[tuple[str, str]]:
+        """PostgreSQL's check of a statement that reads the archive, as this person:
+        `EXPLAIN` of it (PostgreSQL's 42501 where a table or a column it reads is not
+        theirs), then the live tables' row security; the (schema, table) it reads."""
+        prefix = "EXPLAIN (VERBOSE, FORMAT JSON) "
+        with self._transaction(settings, started) as conn:
+            try:
+                res = _check(conn.exec_params((prefix + text).encode(), list(params),
+                                              list(param_oids) or None,
+                                              list(param_formats) or None, 0))  # fmt: skip
+            except SqlError as exc:
+                if exc.position is not None and exc.position.isdigit():
+                    exc.position = str(max(1, int(exc.position) - len(prefix)))
+                raise
+            read = relations_read(plan_of([[res.get_value(0, 0)]]))
+
+            def exempt(rls: RowSecurity) -> bool:
+                found = _check(conn.exec_params(
+                    _EXEMPT, [rls.owner.encode(), b"t" if rls.forced else b"f"], None, None, 0))  # fmt: skip
+                return found.get_value(0, 0) == b"t"
+
+            check_row_security(read, row_security, exempt)
+            return read
+
+
+# Row security does not apply to BYPASSRLS roles, nor to the table's owner (a member of
+# the owner's role counts) unless it is forced; a superuser passes both.
+_EXEMPT = (
+    b"SELECT r.rolbypassrls OR r.rolsuper OR (pg_catalog.pg_has_role(current_user, $1::name, "
+    b"'USAGE') AND NOT $2::bool) FROM pg_catalog.pg_roles r WHERE r.rolname = current_user"
+)
 
 
 @contextmanager

@@ -7,6 +7,8 @@
     store/ledger.py         archive_ledger (operations that take rows out of the archive)
     store/publications.py   delta_tables (each table's publications into its Delta log)
     store/audit.py          archiver_audit (who changed what in the queue)
+    store/read_audit.py     archiver_reads (who read what of the archive, and who was refused)
+    store/access.py         archive_access (who may read a table's archive alone)
 
 and two that write nothing: store/reads.py (the reads spanning the state tables that the
 archive's readers and the orphan sweep make on an ADBC cursor) and store/read_models.py

@@ -654,7 +654,7 @@ def test_the_publisher_lock_has_one_owner() -> None:
 STATE_TABLES = (
     "background_jobs", "archive_files", "archive_ledger", "delta_tables", "archiver_audit",
     "archiver_paused_tables", "archiver_job_counts", "archiver_maintenance",
-    "archiver_file_counts", "archive_verifications",
+    "archiver_file_counts", "archive_verifications", "archiver_reads", "archive_access",
 )  # fmt: skip
 STATE_SQL = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+(" + "|".join(STATE_TABLES) + r")\b", re.I)
 
@@ -672,7 +672,7 @@ def inline_state_sql(source: str) -> list[str]:
 
 STATE_VIEWS = (
     "archiver_archive_files", "archiver_failed_jobs", "archiver_job_summary",
-    "archiver_paused", "archiver_running_jobs",
+    "archiver_paused", "archiver_running_jobs", "archive_reads",
 )  # fmt: skip
 STATE_READ = re.compile(
     r"\b(FROM|JOIN|UPDATE|INTO)\s+(" + "|".join(STATE_TABLES + STATE_VIEWS) + r")\b", re.I

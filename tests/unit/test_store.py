@@ -13,6 +13,8 @@ STORE = ROOT / "archiver" / "store"
 
 # Each state table (every table sql/ creates) and the store module that owns it.
 OWNERS = {
+    "archiver_reads": "read_audit",
+    "archive_access": "access",
     "background_jobs": "jobs",
     "archiver_paused_tables": "jobs",
     "archiver_job_counts": "jobs",
