@@ -11,6 +11,10 @@ application reads `archive.orders_all` after `archiver attach`: the reference ta
   WHERE id = :id`, 16 clients, the extended protocol, straight to serve) against
   DuckDB's own CPU per lookup of the same keys in one process over the same files with
   serve's settings (target <= 1.5x): serve's process alone, read from /proc;
+- a key lookup as a person (signed in as a role granted the table: PostgreSQL checks
+  each statement in the person's session, the read audit records it) against the same
+  as the configured user (recorded, not checked), pgbench's average latency on 4
+  clients (target <= 1.10x, the check <= 1 ms a statement);
 - serve's RSS with 20 connections each running a lookup loop for --serve-minutes: the
   highest, and the last minute's against the first (flat: ~1.0x; target <= 1 GB)."""
 
@@ -73,6 +77,12 @@ def serve_figures(bench: Bench) -> None:
         own = _duckdb_cpu(url, env, low, n, lookups)
         bench.add(f"serve: CPU per key lookup, pgbench, 16 clients, extended protocol, {label}",
                   per_lookup * 1000, own * 1000, "ms", "<= 1.5x DuckDB's own", per_lookup <= 1.5 * own)  # fmt: skip
+
+        person, user = _as_a_person(url, port, low, n, seconds)
+        bench.add(f"serve: key lookup as a person (privilege check, audit), pgbench, 4 clients, {label}",
+                  person, user, "ms", "<= 1.10x the configured user", person <= 1.10 * user)  # fmt: skip
+        bench.add("serve: the privilege check's cost per statement (person - configured user)",
+                  person - user, None, "ms", "<= 1 ms", person - user <= 1.0)  # fmt: skip
 
         aggregate = "SELECT count(*), sum(total) FROM orders"
         mine = min(
@@ -184,6 +194,41 @@ def _pgbench_cpu(pid: int, port: int, low: int, high: int, seconds: float) -> tu
     assert failed is None or int(failed.group(1)) == 0, done.stdout
     lookups = int(found.group(1))
     return spent / lookups, lookups
+
+
+def _as_a_person(url: str, port: int, low: int, high: int, seconds: float) -> tuple[float, float]:
+    """pgbench's average latency of a key lookup (ms, 4 clients, the extended protocol)
+    as a role granted the table, each statement checked by PostgreSQL in its own session
+    and recorded, and as the configured user, who is recorded and not checked: the
+    check's cost, the audit on both sides."""
+    reader = f"bench_reader_{os.getpid()}"
+    sql(url, f"CREATE ROLE {reader} LOGIN PASSWORD '{PASSWORD}'")
+    try:
+        sql(url, f"GRANT SELECT ON orders TO {reader}")
+        time.sleep(3)  # a pass of serve's mirror of the grants
+        person = _pgbench_latency(port, low, high, reader, seconds)
+        user = _pgbench_latency(port, low, high, "archiver", seconds)
+        return person, user
+    finally:
+        sql(url, f"REVOKE ALL ON orders FROM {reader}")
+        time.sleep(3)  # and its revoke, so that the role can go
+        sql(url, f"DROP OWNED BY {reader}")
+        sql(url, f"DROP ROLE IF EXISTS {reader}")
+
+
+def _pgbench_latency(port: int, low: int, high: int, user: str, seconds: float) -> float:
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write(f"\\set id random({low}, {high})\nSELECT * FROM orders WHERE id = :id;\n")
+        script.flush()
+        args = ["pgbench", "-n", "-M", "extended", "-c", "4", "-j", "2", "-f", script.name,
+                "-h", "127.0.0.1", "-p", str(port), "-U", user, "archive"]  # fmt: skip
+        env = {**os.environ, "PGPASSWORD": PASSWORD, "PGSSLMODE": "disable"}
+        subprocess.run([*args, "-t", "20"], env=env, check=True, capture_output=True)  # warm
+        done = subprocess.run([*args, "-T", str(int(seconds))], env=env, check=True,
+                              capture_output=True, text=True)  # fmt: skip
+    found = re.search(r"latency average = ([0-9.]+) ms", done.stdout)
+    assert found, done.stdout
+    return float(found.group(1))
 
 
 def _duckdb_cpu(url: str, env: dict[str, str], low: int, high: int, count: int) -> float:

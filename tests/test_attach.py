@@ -217,12 +217,16 @@ def test_attach_refuses_and_drops(h: Harness) -> None:
         try:
             attach(h, served, "orders", "--grant", role)
             assert h.value("SELECT count(*) FROM archive.orders_all") == 100
-            assert h.value("SELECT has_table_privilege($1, 'archive.orders_all', 'SELECT')", role)
-            # the user mapping's options (serve's password) are its owner's to read alone
-            assert (
-                h.value("SELECT count(*) FROM pg_user_mappings WHERE srvname = 'archiver_archive'")
-                == 1
+            # an archive-only reader: the archived rows, not the view that holds the live ones
+            assert h.value("SELECT has_table_privilege($1, 'archive.orders', 'SELECT')", role)
+            assert not h.value(
+                "SELECT has_table_privilege($1, 'archive.orders_all', 'SELECT')", role
             )
+            # the user mappings (the current role's, PUBLIC's): their options (serve's
+            # password) are the server owner's to read alone
+            mappings = "SELECT count(*) FROM pg_user_mappings WHERE srvname = 'archiver_archive'"
+            assert h.value(mappings) == 2
+            assert asyncio.run(options_shown_to(h.url, role)) == 0
         finally:
             h.sql(f'DROP OWNED BY "{role}"; DROP ROLE "{role}"')
         attach(h, served, "orders")  # again: replaced, not duplicated
@@ -230,6 +234,18 @@ def test_attach_refuses_and_drops(h: Harness) -> None:
         assert done.returncode == 0, done.stderr
         assert h.value("SELECT to_regclass('archive.orders_all')") is None
         assert h.value("SELECT to_regclass('archive.orders')") is None
+
+
+async def options_shown_to(url: str, role: str) -> int:
+    """How many user mappings show their options to `role`."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'SET ROLE "{role}"')
+        return int(
+            await conn.fetchval("SELECT count(*) FROM pg_user_mappings WHERE umoptions IS NOT NULL")
+        )
+    finally:
+        await conn.close()
 
 
 def moving(h: Harness) -> bool:

@@ -116,6 +116,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "serve: key lookup through archive.orders_all, p50, 1,800 archived rows in",
             "serve: key lookup through archive.orders_all, p99, 1,800 archived rows in",
             "serve: CPU per key lookup, pgbench, 16 clients, extended protocol, 1,800 archived rows in",
+            "serve: key lookup as a person (privilege check, audit), pgbench, 4 clients, 1,800 archived rows in",
+            "serve: the privilege check's cost per statement (person - configured user)",
             "serve: count(*), sum(total) over the foreign table, 1,800 archived rows in",
             "serve: RSS, 20 connections in lookup loops for 3 s",
             "serve: RSS, its last minute against its first (flat: 1.0x)",

@@ -15,6 +15,7 @@ import os
 import random
 import re
 import subprocess
+import time
 from typing import Any
 
 import psycopg
@@ -24,6 +25,7 @@ from pglast.stream import RawStream
 from archiver.serve import statements
 from archiver.serve.narrowing import narrowed
 from archiver.testing.reference import seed_orders
+from archiver.testing.services import with_database
 from tests.catalog_queries import GRAFANA, NPGSQL_TYPES, PGJDBC, SQLALCHEMY
 from tests.harness import Harness
 from tests.serve_support import definitions_database, serving
@@ -80,6 +82,16 @@ FUNCTIONS = (
     "pg_catalog.has_schema_privilege({oid}, 'USAGE')",
     "pg_catalog.pg_get_viewdef({oid})",
 )
+# what a role asks of its own privileges (the answers differ from role to role)
+PRIVILEGES = [
+    "SELECT has_table_privilege('public.orders', 'SELECT'), has_any_column_privilege('public.orders', 'SELECT')",
+    "SELECT attname, has_column_privilege('public.orders', attname, 'SELECT') FROM pg_attribute "
+    "WHERE attrelid = 'public.orders'::regclass AND attnum > 0 ORDER BY attnum",
+    "SELECT table_name, column_name, privilege_type FROM information_schema.column_privileges ORDER BY 1, 2, 3",
+    "SELECT relname, relacl FROM pg_class WHERE relname = 'orders'",
+    "SELECT current_user, session_user",
+]
+
 ALONE = (
     "SELECT pg_catalog.version()",
     "SELECT current_schema()",
@@ -203,29 +215,80 @@ def test_catalog_answers_are_postgresqls_and_show_nothing_else(h: Harness) -> No
             assert len(asked) > 500, len(asked)
             forbidden = _forbidden(h, name)
             (version,) = mine.execute("SELECT version()").fetchone() or ("",)
-            mismatched = []
-            for query in asked:
-                ours = _answer(mine, query)
-                _no_leak(ours, forbidden, name, query)
-                first = _answer(direct, narrowed(query, version))
-                if (ours == TIMED_OUT) != (first == TIMED_OUT):
-                    # near the timeout on a busy machine: both asked again, more patiently
-                    for conn in (mine, direct):
-                        conn.execute(f"SET statement_timeout = {int(PATIENT * 1000)}")
-                    ours = _answer(mine, query)
-                    _no_leak(ours, forbidden, name, query)
-                    first = _answer(direct, narrowed(query, version))
-                    for conn in (mine, direct):
-                        conn.execute(f"SET statement_timeout = {int(TIMEOUT * 1000)}")
-                again = _answer(direct, narrowed(query, version))
-                if first != again or VOLATILE.search(query):  # compare what does not move
-                    ours, first = ours[:2], first[:2]
-                if ours != first:
-                    mismatched.append((query, ours, first))
-            assert not mismatched, mismatched[:3]
+            assert not (mismatched := _compared(mine, direct, asked, forbidden, name, version)), (
+                mismatched[:3]
+            )
+            # and as a person signed in as their own role, granted two columns of orders:
+            # information_schema, psql's describe commands and the drivers' catalog reads
+            # answer what PostgreSQL answers that role
+            person = f"catalog_reader_{name[-12:]}"
+            h.sql(f"CREATE ROLE {person} LOGIN PASSWORD '{PASSWORD}'")
+            try:
+                h.sql(f"GRANT SELECT (id, status) ON orders TO {person}")
+                mirrored = (
+                    f"SELECT has_column_privilege('{person}', 'public.orders', 'id', 'SELECT')"
+                )
+                deadline = time.monotonic() + 10
+                while not direct.execute(mirrored).fetchone()[0]:  # type: ignore[index]
+                    assert time.monotonic() < deadline, "the grant mirrored"
+                    time.sleep(0.2)
+                theirs = psycopg.connect(
+                    host=admin.get("host", "127.0.0.1"), port=admin.get("port", 5432), dbname=name,
+                    user=person, password=PASSWORD, autocommit=True,
+                    options=f"-c statement_timeout={int(TIMEOUT * 1000)}",
+                )  # fmt: skip
+                ours = psycopg.connect(served.dsn(user=person, password=PASSWORD), autocommit=True)
+                ours.execute(f"SET statement_timeout = {int(TIMEOUT * 1000)}")
+                with theirs, ours:
+                    as_person = [f"SELECT * FROM information_schema.{v}" for v in views]
+                    as_person += (
+                        _psql_queries(served.dsn(user=person, password=PASSWORD))
+                        + list(PGJDBC)
+                        + list(SQLALCHEMY)
+                    )
+                    as_person += PRIVILEGES
+                    assert not (
+                        mismatched := _compared(ours, theirs, as_person, forbidden, name, version)
+                    ), mismatched[:3]
+            finally:
+                h.sql(f"DROP OWNED BY {person}")
+                sql(with_database(ADMIN_URL, name), f"DROP OWNED BY {person}")
+                h.sql(f"DROP ROLE {person}")
         still = served.psql("SELECT count(*) FROM orders")
         assert still.returncode == 0 and int(still.stdout) > 0, still.stderr
     assert "Traceback" not in served.log.read_text()
+
+
+def _compared(
+    mine: psycopg.Connection[Any],
+    direct: psycopg.Connection[Any],
+    asked: list[str],
+    forbidden: set[str],
+    name: str,
+    version: str,
+) -> list[tuple[str, Any, Any]]:
+    """The queries whose answer through serve (`mine`) differs from the definitions
+    database's own (`direct`), as the same role."""
+    mismatched = []
+    for query in asked:
+        ours = _answer(mine, query)
+        _no_leak(ours, forbidden, name, query)
+        first = _answer(direct, narrowed(query, version))
+        if (ours == TIMED_OUT) != (first == TIMED_OUT):
+            # near the timeout on a busy machine: both asked again, more patiently
+            for conn in (mine, direct):
+                conn.execute(f"SET statement_timeout = {int(PATIENT * 1000)}")
+            ours = _answer(mine, query)
+            _no_leak(ours, forbidden, name, query)
+            first = _answer(direct, narrowed(query, version))
+            for conn in (mine, direct):
+                conn.execute(f"SET statement_timeout = {int(TIMEOUT * 1000)}")
+        again = _answer(direct, narrowed(query, version))
+        if first != again or VOLATILE.search(query):  # compare what does not move
+            ours, first = ours[:2], first[:2]
+        if ours != first:
+            mismatched.append((query, ours, first))
+    return mismatched
 
 
 def _psql_queries(dsn: str) -> list[str]:

@@ -13,7 +13,7 @@ from archiver.commands.args import Subcommands, positive_int
 from archiver.config import sub_path
 from archiver.context import Context
 from archiver.errors import ConfigError
-from archiver.operations import enqueue
+from archiver.operations import access, enqueue
 from archiver.web.server import serve
 
 
@@ -82,7 +82,8 @@ def add_parsers(sub: Subcommands) -> None:
         action="append",
         default=[],
         metavar="ROLE",
-        help="a role that may read the view and the foreign table (repeat)",
+        help="a role that may read the table's archive whatever the live table grants it "
+        "(repeat; as `archiver access grant`)",
     )
     p.add_argument(
         "--drop", action="store_true", help="drop the table's view and foreign tables instead"
@@ -158,8 +159,10 @@ async def cmd_attach(args: argparse.Namespace, ctx: Context) -> int:
             schema=args.schema,
             server=args.server,
             sslmode=args.sslmode,
-            grants=tuple(args.grant),
         )
+    for role in args.grant:
+        print(await access.grant(ctx, done.table, role, None))
+    changed = await asyncio.to_thread(attach.mirror_grants, ctx.settings)
     names = f"{done.schema}.{done.table.split('.', 1)[1]}"
     print(
         f"{names}: the archived rows of {done.table} ({done.columns} columns), through {done.server}"
@@ -171,6 +174,7 @@ async def cmd_attach(args: argparse.Namespace, ctx: Context) -> int:
             f"no {names}_all view: the catalog is not in this database (ARCHIVER_SOURCE_URL), "
             "so no snapshot here sees which files hold the archived rows"
         )
-    if done.granted:
-        print(f"granted to: {', '.join(done.granted)}")
+    print(
+        f"the live table's grants mirrored onto them ({changed} changes); serve keeps them in step"
+    )
     return 0

@@ -1,7 +1,7 @@
 """`archiver access`: archive-only readers (an auditor who reads a table's archive and
 none of its live rows), checked before anything is recorded: the table catalogued, the
-role one of the catalog server's, the columns the table's. serve mirrors them beside the
-live tables' grants (archiver.serve.privileges)."""
+role one of the catalog server's, the columns the table's. serve and attach mirror them
+beside the live tables' grants (archiver.serve.privileges)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,29 @@ from archiver.store.audit import actor
 
 
 async def _catalogued(ctx: Context, table: str) -> str:
-    """`table` as the catalog names it (schema.table), or one line saying it is not."""
+    """`table` as the catalog names it (schema.table): an archived table, or a live one
+    not archived yet (attach's, say); one line saying it is neither."""
     name = TableName.parse(table)
     async with ctx.catalog() as conn:
         found = await archive_files.catalogued_tables(conn, name.name)
     if name.schema is not None:
         found = [t for t in found if t == str(name)]
-    if len(found) != 1:
-        said = ", ".join(found) if found else "none"
-        raise InputError(
-            f"access: {table} is not one archived table (archived of that name: {said})"
-        )
-    return found[0]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        async with ctx.source() as conn:
+            live = await conn.fetchval(
+                "SELECT n.nspname || '.' || c.relname FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')",
+                name.sql,
+            )
+        if live is not None:
+            return str(live)
+    said = ", ".join(found) if found else "none"
+    raise InputError(
+        f"access: {table} is not one archived or live table (archived of that name: {said})"
+    )
 
 
 async def grant(ctx: Context, table: str, role: str, columns: list[str] | None) -> str:

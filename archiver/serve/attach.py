@@ -1,7 +1,8 @@
 """`archiver attach`: a table's archive inside the application's own database, through
 postgres_fdw and `archiver serve`, made (or made again, or dropped) in one transaction:
 
-- the foreign server and the current role's user mapping, with serve's credential;
+- the foreign server and the user mappings (the current role's, and PUBLIC's), with
+  serve's credential; its application_name says on whose behalf each reads (`%u`);
 - `archive.<table>`: a foreign table of the archived rows (serve's `schema.table`: the
   committed files at serve's own catalog snapshot), the original column types;
 - `archive."<table>_kept"`: the same with `_archiver_file`, over serve's
@@ -15,6 +16,10 @@ postgres_fdw and `archiver serve`, made (or made again, or dropped) in one trans
   file while any snapshot may still see it committed (archiver_seen_committed), so the
   files the view asks for are there when its foreign scan reads them, whenever that is.
 
+Who reads them is the live table's grants, mirrored onto the foreign table and the view
+(table and column SELECT, the schema's USAGE) by attach and then by serve every few
+seconds (archiver.serve.privileges.mirror_attached).
+
 Every name reaches SQL quoted (ident.quote_ident), every value quoted by the server
 itself (quote_literal of a parameter)."""
 
@@ -27,10 +32,10 @@ import asyncpg
 from archiver.config import Settings
 from archiver.errors import InputError, first_line
 from archiver.ident import TableName, quote_ident
+from archiver.serve.audit import ATTACH_APPLICATION
 from archiver.serve.fileset import KEPT
-from archiver.serve.selects import FILE_ID
-
-SOURCE_COLUMN = "_archiver_source"
+from archiver.serve.selects import FILE_ID, SOURCE_COLUMN
+from archiver.store import access
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,6 @@ class Attached:
     columns: int
     view: bool  # the _all view was made (the catalog is in the source database)
     server: str
-    granted: tuple[str, ...]
 
 
 COLUMNS = """
@@ -76,7 +80,6 @@ async def attach(
     schema: str,
     server: str,
     sslmode: str,
-    grants: tuple[str, ...],
 ) -> Attached:
     """Create (or replace) the foreign tables and the view of `table_text` in the
     database `conn` is on, in one transaction."""
@@ -105,13 +108,16 @@ async def attach(
     async with conn.transaction():
         await _extension(conn)
         await _server(conn, server, host, port, sslmode)
-        on = f"FOR CURRENT_USER SERVER {quote_ident(server)}"
-        await conn.execute(
-            f"CREATE USER MAPPING IF NOT EXISTS {on} OPTIONS (user {user}, password {password})"
-        )
-        await conn.execute(
-            f"ALTER USER MAPPING {on} OPTIONS (SET user {user}, SET password {password})"
-        )
+        # the current role's, and everyone's: who reads what is the foreign tables' and
+        # the views' grants, the live table's (archiver.serve.privileges)
+        for whom in ("CURRENT_USER", "PUBLIC"):
+            on = f"FOR {whom} SERVER {quote_ident(server)}"
+            await conn.execute(
+                f"CREATE USER MAPPING IF NOT EXISTS {on} OPTIONS (user {user}, password {password})"
+            )
+            await conn.execute(
+                f"ALTER USER MAPPING {on} OPTIONS (SET user {user}, SET password {password})"
+            )
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}")
         await conn.execute(f"DROP VIEW IF EXISTS {everything}")
         await conn.execute(f"DROP FOREIGN TABLE IF EXISTS {live}, {kept}")
@@ -137,14 +143,21 @@ async def attach(
                 f"WHERE f.storage_url = {await literal(storage)} "
                 f"AND f.source_table = {await literal(table)} AND f.state = 'committed'), false)"
             )
-        for role in grants:
-            await conn.execute(
-                f"GRANT USAGE ON SCHEMA {quote_ident(schema)} TO {quote_ident(role)}"
-            )
-            readable = f"{live}, {everything}" if view else live
-            await conn.execute(f"GRANT SELECT ON {readable} TO {quote_ident(role)}")
         await _read_through(conn, live, host, port, sslmode)
-    return Attached(table, schema, len(columns), view, server, grants)
+    return Attached(table, schema, len(columns), view, server)
+
+
+def mirror_grants(settings: Settings) -> int:
+    """The live tables' grants, and the archive-only readers', onto what attach made (as
+    serve keeps them, every few seconds): how many changes."""
+    import psycopg
+
+    from archiver.serve.privileges import mirror_attached
+
+    with psycopg.connect(settings.database_url, autocommit=True) as catalog:
+        archive_only = access.mirrored(catalog)
+    with psycopg.connect(settings.effective_source_url, autocommit=True) as source:
+        return mirror_attached(source, archive_only)
 
 
 async def _read_through(
@@ -220,7 +233,7 @@ async def _server(
         "dbname": "archive",
         "sslmode": sslmode,
         "fetch_size": "10000",
-        "application_name": "archiver attach",
+        "application_name": ATTACH_APPLICATION,  # %u: on whose behalf, for serve's audit
     }
     exists = await conn.fetchval(
         "SELECT srvoptions FROM pg_foreign_server WHERE srvname = $1", server

@@ -31,6 +31,7 @@ DOOR = "serve"
 # an application_name that says on whose behalf the client reads: archiver attach's
 # foreign server sets it with postgres_fdw's %u (the application database's claim)
 ON_BEHALF = "archiver attach for "
+ATTACH_APPLICATION = ON_BEHALF + "%u"
 
 
 @dataclass

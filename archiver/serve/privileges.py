@@ -9,6 +9,8 @@ reads (`*`, WHERE, JOIN, ORDER BY, subqueries, CTEs) and refuses with PostgreSQL
 
 Archive-only readers (`archiver access`, archive_access) are added to what is mirrored,
 with their schema's USAGE and the database's CONNECT; the mirroring never takes them away.
+The same grants are mirrored onto what `archiver attach` made in the application's
+database (its foreign tables and `_all` views, `mirror_attached`).
 
 Row security is the one rule the empty definitions tables cannot carry: a person whom a
 live table's row security applies to (not its owner, or a member of the owner's role,
@@ -19,68 +21,49 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from archiver.errors import first_line
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
+from archiver.serve import acl
+from archiver.serve.audit import ATTACH_APPLICATION
 from archiver.serve.definitions import FILE_ID, Definitions
+from archiver.serve.fileset import KEPT
+from archiver.serve.selects import SOURCE_COLUMN
 from archiver.serve.wire import SqlError
 from archiver.store import access
 
 log = logging.getLogger(__name__)
 
 MIRROR_SECONDS = 2.0  # a GRANT or REVOKE on a live table is in force within this, plus a pass
-PUBLIC = ""  # aclexplode's grantee 0
+STATEMENT_MS = 10_000  # any statement of a pass
 
-# (schema, table, grantee) of each SELECT on a served table; (schema, table, column,
-# grantee) of each on one of its columns; (schema, grantee) of USAGE; (grantee,) of CONNECT
-_TABLES = """
-SELECT n.nspname, c.relname, coalesce(pg_get_userbyid(nullif(a.grantee, 0)), '')
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN LATERAL aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
-WHERE a.privilege_type = 'SELECT'
-  AND (n.nspname, c.relname) IN (SELECT * FROM unnest(%(schemas)s::text[], %(tables)s::text[]))
-"""
-_COLUMNS = """
-SELECT n.nspname, c.relname, att.attname, coalesce(pg_get_userbyid(nullif(a.grantee, 0)), '')
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_attribute att ON att.attrelid = c.oid AND att.attnum > 0 AND NOT att.attisdropped
-CROSS JOIN LATERAL aclexplode(att.attacl) a
-WHERE a.privilege_type = 'SELECT'
-  AND (n.nspname, c.relname) IN (SELECT * FROM unnest(%(schemas)s::text[], %(tables)s::text[]))
-"""
-_SCHEMAS = """
-SELECT n.nspname, coalesce(pg_get_userbyid(nullif(a.grantee, 0)), '')
-FROM pg_namespace n CROSS JOIN LATERAL aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
-WHERE a.privilege_type = 'USAGE' AND n.nspname = ANY(%(schema_names)s::text[])
-"""
-_CONNECT = """
-SELECT coalesce(pg_get_userbyid(nullif(a.grantee, 0)), '')
-FROM pg_database d CROSS JOIN LATERAL aclexplode(coalesce(d.datacl, acldefault('d', d.datdba))) a
-WHERE a.privilege_type = 'CONNECT' AND d.datname = {database}
-"""
 _ROW_SECURITY = """
 SELECT n.nspname, c.relname, pg_get_userbyid(c.relowner), c.relforcerowsecurity
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relrowsecurity
   AND (n.nspname, c.relname) IN (SELECT * FROM unnest(%(schemas)s::text[], %(tables)s::text[]))
 """
-_ROLES = "SELECT rolname FROM pg_roles"
-
-
-@dataclass
-class Grants:
-    """Who may read what: each a set of (object..., grantee) with PUBLIC as ''."""
-
-    tables: set[tuple[str, str, str]] = field(default_factory=set)
-    columns: set[tuple[str, str, str, str]] = field(default_factory=set)
-    schemas: set[tuple[str, str]] = field(default_factory=set)
-    connect: set[tuple[str]] = field(default_factory=set)
+# what `archiver attach` made: each foreign table of an archived table on a server attach
+# made (its application_name), the table it reads, and its _all view where there is one
+_ATTACHED = """
+SELECT n.nspname, c.relname, o.schema_name, o.table_name,
+       (SELECT v.relname FROM pg_class v WHERE v.relnamespace = c.relnamespace
+          AND v.relname = c.relname || '_all' AND v.relkind = 'v')
+FROM pg_foreign_table ft JOIN pg_class c ON c.oid = ft.ftrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_foreign_server s ON s.oid = ft.ftserver
+CROSS JOIN LATERAL (
+    SELECT max(substr(x, 13)) FILTER (WHERE x LIKE 'schema\\_name=%%') AS schema_name,
+           max(substr(x, 12)) FILTER (WHERE x LIKE 'table\\_name=%%') AS table_name
+    FROM unnest(ft.ftoptions) x) o
+WHERE s.srvoptions @> ARRAY['application_name=' || %(application)s]
+  AND o.schema_name <> %(kept)s
+"""
 
 
 @dataclass(frozen=True)
@@ -89,10 +72,6 @@ class RowSecurity:
 
     owner: str
     forced: bool
-
-
-def _grantee(name: str) -> sql.Composable:
-    return sql.SQL("PUBLIC") if name == PUBLIC else sql.Identifier(name)
 
 
 class Mirror:
@@ -106,10 +85,13 @@ class Mirror:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
+        self._sessions: dict[str, psycopg.Connection[Any]] = {}  # held between passes
 
     def start(self) -> None:
-        """Mirrored once now (a failure raises), then every MIRROR_SECONDS."""
-        self.sync()
+        """Mirrored once now, then every MIRROR_SECONDS (a pass that fails is logged and
+        tried again: until one passes, a person reads nothing the definitions database
+        does not grant them already)."""
+        self._pass()
         self._thread = threading.Thread(target=self._run, name="serve-grants", daemon=True)
         self._thread.start()
 
@@ -117,48 +99,73 @@ class Mirror:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
+        self._drop_sessions()
 
     def _run(self) -> None:
         while not self._stop.wait(MIRROR_SECONDS):
-            try:
-                self.sync()
-            except Exception as exc:  # the next pass tries again; persons stay as they were
-                log.warning("serve: the live tables' grants could not be read: %s", first_line(exc))
+            self._pass()
+
+    def _pass(self) -> None:
+        try:
+            self.sync()
+        except Exception as exc:  # the next pass tries again; persons stay as they were
+            self._drop_sessions()
+            log.warning("serve: the live tables' grants could not be mirrored: %s", first_line(exc))
+
+    def _session(self, conninfo: str) -> psycopg.Connection[Any]:
+        """A session of the mirror's own on `conninfo`, kept between passes; each
+        statement bounded (a dead flow fails the pass, and the next one connects anew)."""
+        conn = self._sessions.get(conninfo)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(
+                conninfo, autocommit=True, connect_timeout=5,
+                options=f"-c statement_timeout={STATEMENT_MS}",
+            )  # fmt: skip
+            self._sessions[conninfo] = conn
+        return conn
+
+    def _drop_sessions(self) -> None:
+        sessions, self._sessions = self._sessions, {}
+        for conn in sessions.values():
+            conn.close()
 
     def sync(self) -> None:
-        """The definitions database's grants made what the live database's say."""
-        served = [
+        """The definitions database's grants, and attach's objects', made what the live
+        database's say."""
+        keys = acl.keys_of(
             (t.table.schema or "public", t.table.name) for t in self.definitions.tables.values()
-        ]
-        keys = {
-            "schemas": [s for s, _ in served],
-            "tables": [t for _, t in served],
-            "schema_names": sorted({s for s, _ in served}),
+        )
+        source = self._session(self.source_url)
+        live = acl.read(source, keys, source.info.dbname)
+        self.row_security = {
+            (r[0], r[1]): RowSecurity(r[2], bool(r[3])) for r in source.execute(_ROW_SECURITY, keys)
         }
-        with psycopg.connect(self.source_url, autocommit=True) as source:
-            database = source.info.dbname
-            live = _read(source, keys, database)
-            self.row_security = {
-                (r[0], r[1]): RowSecurity(r[2], bool(r[3]))
-                for r in source.execute(_ROW_SECURITY, keys)
-            }
-        with psycopg.connect(self.definitions.place.admin, autocommit=True) as catalog:
-            _archive_only(live, access.mirrored(catalog))
-        with self.definitions.connect() as target:
-            target.autocommit = True
-            roles = {r[0] for r in target.execute(_ROLES)}
-            wanted = self._wanted(live, roles)
-            current = _read(target, keys, self.definitions.place.database)
-            self._apply(target, current, wanted)
+        archive_only = access.mirrored(self._session(self.definitions.place.admin))
+        _archive_only(live, archive_only)
+        target = self._session(self.definitions.place.conninfo())
+        roles = {r[0] for r in target.execute(acl.ROLES)}
+        wanted = self._wanted(live, roles)
+        current = acl.read(target, keys, self.definitions.place.database)
+        changed = acl.apply(target, current, wanted, self.definitions.place.role,
+                        self.definitions.place.database)  # fmt: skip
+        if changed:
+            log.info("serve: the live tables' grants mirrored (%d changes)", changed)
+        try:
+            mirror_attached(source, archive_only)
+        except psycopg.errors.InsufficientPrivilege as exc:  # attach ran as another role
+            if "attach" not in self._warned:
+                self._warned.add("attach")
+                log.warning("serve: the grants of attach's foreign tables cannot be kept in "
+                            "step by archiver's role: %s", first_line(exc))  # fmt: skip
 
-    def _wanted(self, live: Grants, roles: set[str]) -> Grants:
+    def _wanted(self, live: acl.Grants, roles: set[str]) -> acl.Grants:
         """The live grants as the definitions database must hold them: of roles that
         exist there, never the definitions role's own (it owns the tables), a column's
         exact-text companion and `_archiver_file` with it."""
         me = self.definitions.place.role
 
         def known(grantee: str) -> bool:
-            if grantee == PUBLIC or (grantee in roles and grantee != me):
+            if grantee == acl.PUBLIC or (grantee in roles and grantee != me):
                 return True
             if grantee != me and grantee not in self._warned:
                 self._warned.add(grantee)
@@ -176,58 +183,65 @@ class Mirror:
             for name in (column, column + PG_TEXT_SUFFIX, FILE_ID):
                 if name in names and known(grantee):
                     columns.add((schema, table, name, grantee))
-        return Grants(
+        return acl.Grants(
             {g for g in live.tables if known(g[2])},
             columns,
             {g for g in live.schemas if known(g[1])},
             {g for g in live.connect if known(g[0])},
         )
 
-    def _apply(self, target: psycopg.Connection[Any], current: Grants, wanted: Grants) -> None:
-        me = self.definitions.place.role
-        statements: list[sql.Composed] = []
 
-        def change(
-            verb: str, rows: Iterable[tuple[str, ...]], what: Callable[..., sql.Composed]
-        ) -> None:
-            word = "GRANT" if verb == "grant" else "REVOKE"
-            to = "TO" if verb == "grant" else "FROM"
-            for row in sorted(rows):
-                if row[-1] == me:
-                    continue
-                statements.append(sql.SQL("{} {} {} {}").format(
-                    sql.SQL(word), what(*row[:-1]), sql.SQL(to), _grantee(row[-1])))  # fmt: skip
-
-        def table(schema: str, name: str) -> sql.Composed:
-            return sql.SQL("SELECT ON TABLE {}").format(sql.Identifier(schema, name))
-
-        def column(schema: str, name: str, col: str) -> sql.Composed:
-            return sql.SQL("SELECT ({}) ON TABLE {}").format(
-                sql.Identifier(col), sql.Identifier(schema, name)
+def mirror_attached(
+    source: psycopg.Connection[Any], archive_only: list[tuple[str, str, list[str] | None]]
+) -> int:
+    """The live tables' grants onto what `archiver attach` made in `source`'s database:
+    each foreign table of an archived table and its `_all` view, and USAGE on their
+    schema; how many changes. An archive-only reader gets the foreign table alone (the
+    view holds the live rows too). The `_kept` foreign tables are read through the
+    views, with their owner's rights, and granted to nobody."""
+    attached = source.execute(
+        _ATTACHED, {"application": ATTACH_APPLICATION, "kept": KEPT}
+    ).fetchall()
+    if not attached:
+        return 0
+    of: dict[tuple[str, str], list[tuple[str, str, bool]]] = {}
+    for schema, name, live_schema, live_table, view in attached:
+        of.setdefault((live_schema, live_table), []).append((schema, name, False))
+        if view is not None:
+            of[(live_schema, live_table)].append((schema, view, True))
+    live = acl.read(source, acl.keys_of(of), None)
+    only = acl.Grants()
+    _archive_only(only, archive_only)
+    wanted = acl.Grants()
+    for grants, views in ((live, True), (only, False)):
+        for s, t, grantee in grants.tables:
+            wanted.tables.update(
+                (a, x, grantee) for a, x, view in of.get((s, t), ()) if views or not view
             )
+        for s, t, column, grantee in grants.columns:
+            for a, x, view in of.get((s, t), ()):
+                if view and views:
+                    wanted.columns.update(((a, x, column, grantee), (a, x, SOURCE_COLUMN, grantee)))
+                elif not view:
+                    wanted.columns.add((a, x, column, grantee))
+    roles = {r[0] for r in source.execute(acl.ROLES)} | {
+        acl.PUBLIC
+    }  # a reader's role dropped since
+    wanted.tables = {g for g in wanted.tables if g[-1] in roles}
+    wanted.columns = {g for g in wanted.columns if g[-1] in roles}
+    wanted.schemas = {(r[0], r[-1]) for r in wanted.tables | wanted.columns}
+    targets = [(a, x) for objects in of.values() for a, x, _ in objects]
+    current = acl.read(source, acl.keys_of(targets), None)
+    me = str(source.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+    changed = acl.apply(source, current, wanted, me)
+    if changed:
+        log.info(
+            "the live tables' grants mirrored onto attach's foreign tables (%d changes)", changed
+        )
+    return changed
 
-        def schema(name: str) -> sql.Composed:
-            return sql.SQL("USAGE ON SCHEMA {}").format(sql.Identifier(name))
 
-        def database() -> sql.Composed:
-            return sql.SQL("CONNECT ON DATABASE {}").format(
-                sql.Identifier(self.definitions.place.database)
-            )
-
-        for verb, a, b in (("revoke", current, wanted), ("grant", wanted, current)):
-            change(verb, a.tables - b.tables, table)
-            change(verb, a.columns - b.columns, column)
-            change(verb, a.schemas - b.schemas, schema)
-            change(verb, a.connect - b.connect, database)
-        if not statements:
-            return
-        with target.transaction():
-            for statement in statements:
-                target.execute(statement)
-        log.info("serve: the live tables' grants mirrored (%d changes)", len(statements))
-
-
-def _archive_only(live: Grants, granted: list[tuple[str, str, list[str] | None]]) -> None:
+def _archive_only(live: acl.Grants, granted: list[tuple[str, str, list[str] | None]]) -> None:
     """The archive-only readers (`archiver access`) added to the live grants, with the
     USAGE of the table's schema and the CONNECT they need to read it."""
     for table, role, columns in granted:
@@ -237,16 +251,6 @@ def _archive_only(live: Grants, granted: list[tuple[str, str, list[str] | None]]
         live.columns.update((schema, name, c, role) for c in columns or ())
         live.schemas.add((schema, role))
         live.connect.add((role,))
-
-
-def _read(conn: psycopg.Connection[Any], keys: dict[str, Any], database: str) -> Grants:
-    connect = sql.SQL(_CONNECT).format(database=sql.Literal(database))
-    return Grants(
-        {tuple(r) for r in conn.execute(_TABLES, keys)},
-        {tuple(r) for r in conn.execute(_COLUMNS, keys)},
-        {tuple(r) for r in conn.execute(_SCHEMAS, keys)},
-        {tuple(r) for r in conn.execute(connect)},
-    )
 
 
 def relations_read(plan: Any) -> set[tuple[str, str]]:

@@ -45,6 +45,7 @@ from archiver.serve.fileset import KEPT, FileSet
 from archiver.serve.types import Column, column_for
 
 FILE_ID = "_archiver_file"  # the column naming a row's file (its catalog id)
+SOURCE_COLUMN = "_archiver_source"  # attach's _all view: which side a row came from
 RETRIES = 3
 REFUSED_WORDS = frozenset(("PRAGMA", "SUMMARIZE", "SHOW", "DESCRIBE"))  # DuckDB's own
 BATCH_ROWS = 10_000
@@ -184,6 +185,30 @@ class ServedArchive:
                 if star or column.name in referenced:
                     columns.append(f"{table}.{column.name}")
         return tables, columns
+
+    def tables_named(self, text: str) -> list[str]:
+        """schema.table of each served table a statement names (a bare name: each served
+        table of that name), as DuckDB parses it; none where it does not parse."""
+        try:
+            tree = self._parsed(text)[1]
+        except Exception:
+            return []
+        named = set()
+        stack: list[Any] = [tree or {}]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                if node.get("type") == "BASE_TABLE" and node.get("table_name"):
+                    named.add((str(node.get("schema_name") or ""), str(node["table_name"])))
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        return sorted(
+            t
+            for t in self.definitions.tables
+            for schema, name in named
+            if t.split(".", 1)[1] == name and schema in ("", t.split(".", 1)[0])
+        )
 
     def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str]]:
         """A statement in DuckDB's words, DuckDB's parse of it and the column names it

@@ -350,10 +350,9 @@ async def serve(ctx: Context, bind: str) -> None:
     audit.start()
     people = SignIn(archive.definitions.place, settings, audit)
     mirror = Mirror(archive.definitions, settings.effective_source_url)
-    if settings.serve_roles:
+    if settings.serve_roles:  # the grants mirrored for attach too, whoever may sign in
         await asyncio.to_thread(people.start)
-        if people.enabled:
-            await asyncio.to_thread(mirror.start)
+        await asyncio.to_thread(mirror.start)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SCRAM = "SCRAM-SHA-256"
 
 FUNCTION = "archiver_auth.role_secret(text)"
+CONNECT_SECONDS = 5  # a sign-in's sessions: within serve's AUTH_SECONDS for the whole start-up
 
 # {role}: archiver's own role, the only one that may run the function
 AUTH_SQL = """\
@@ -105,9 +106,9 @@ class SignIn:
                     if not me[1]:
                         log.warning(
                             "serve: people cannot sign in as their own roles until an "
-                            "administrator runs docs/access.md's auth function (archiver "
-                            "serve --auth-sql prints it); meanwhile only %s signs in",
-                            "the configured user",
+                            "administrator runs the auth function's SQL in the catalog "
+                            "database (archiver serve --auth-sql prints it); meanwhile "
+                            "only the configured user signs in"
                         )
                         return
                     conn.execute(auth_sql(str(me[0])))
@@ -125,7 +126,9 @@ class SignIn:
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(self.place.admin, autocommit=True)
+                    self._conn = psycopg.connect(
+                        self.place.admin, autocommit=True, connect_timeout=CONNECT_SECONDS
+                    )
                 row = self._conn.execute(
                     "SELECT secret, can_login, valid_until FROM archiver_auth.role_secret(%s)",
                     [name],
@@ -199,6 +202,7 @@ class SignIn:
         options = conninfo_to_dict(self.place.conninfo())
         options.update(
             user=name,
+            connect_timeout=CONNECT_SECONDS,
             scram_client_key=b64(client_key),
             scram_server_key=b64(verifier.server_key),
         )

@@ -8,6 +8,7 @@ asks, the cluster's shared relations narrowed to serve's own (archiver.serve.nar
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +21,13 @@ from psycopg.pq.abc import PGconn, PGresult
 from archiver.ident import quote_ident
 from archiver.serve.definitions import Definitions
 from archiver.serve.narrowing import narrowed
-from archiver.serve.privileges import RowSecurity, check_row_security, plan_of, relations_read
+from archiver.serve.privileges import (
+    MIRROR_SECONDS,
+    RowSecurity,
+    check_row_security,
+    plan_of,
+    relations_read,
+)
 from archiver.serve.wire import SqlError
 
 
@@ -209,6 +216,9 @@ class PersonUpstream(Upstream):
     def __init__(self, shared: Upstream, conn: PGconn) -> None:
         super().__init__(shared.definitions, 1, shared.statement_timeout)
         self._conn: PGconn | None = conn
+        # a statement's verdict, kept as long as the grants it rests on may be stale
+        # anyway (the mirror's pass): a prepared lookup is checked once a pass, not each run
+        self._passed: dict[tuple[Any, ...], tuple[float, set[tuple[str, str]]]] = {}
 
     @contextmanager
     def _borrowed(self) -> Iterator[PGconn]:
@@ -224,6 +234,14 @@ class PersonUpstream(Upstream):
         if conn is not None:
             conn.finish()
 
+    def passed(
+        self, text: str, param_oids: Sequence[int], settings: dict[str, str]
+    ) -> set[tuple[str, str]] | None:
+        """What `check_read` found of the statement within the mirror's pass, if it did:
+        asked on the event loop, so that a statement checked already costs no thread."""
+        passed = self._passed.get(_verdict_key(text, param_oids, settings))
+        return passed[1] if passed is not None and passed[0] > time.monotonic() else None
+
     def check_read(
         self,
         text: str,
@@ -237,6 +255,11 @@ class PersonUpstream(Upstream):
         """PostgreSQL's check of a statement that reads the archive, as this person:
         `EXPLAIN` of it (PostgreSQL's 42501 where a table or a column it reads is not
         theirs), then the live tables' row security; the (schema, table) it reads."""
+        key = _verdict_key(text, param_oids, settings)
+        now = time.monotonic()
+        passed = self._passed.get(key)
+        if passed is not None and passed[0] > now:
+            return passed[1]
         prefix = "EXPLAIN (VERBOSE, FORMAT JSON) "
         with self._transaction(settings, started) as conn:
             try:
@@ -255,7 +278,17 @@ class PersonUpstream(Upstream):
                 return found.get_value(0, 0) == b"t"
 
             check_row_security(read, row_security, exempt)
-            return read
+        if len(self._passed) >= VERDICTS:
+            self._passed.clear()
+        self._passed[key] = (now + MIRROR_SECONDS, read)
+        return read
+
+
+VERDICTS = 256  # statements a person's session keeps the verdict of
+
+
+def _verdict_key(text: str, param_oids: Sequence[int], settings: dict[str, str]) -> tuple[Any, ...]:
+    return (text, tuple(param_oids), tuple(sorted(settings.items())))
 
 
 # Row security does not apply to BYPASSRLS roles, nor to the table's owner (a member of

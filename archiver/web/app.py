@@ -222,6 +222,13 @@ class Console:
             raise HTTPException(404, f"no archive of table {name}")
         return self.render(request, "table.html", data)
 
+    async def reads(self, request: Request) -> Response:
+        role = request.query_params.get("role") or None
+        table = request.query_params.get("table") or None
+        async with self.pool.acquire() as conn:
+            rows = await pages.reads(conn, role, table)
+        return self.render(request, "reads.html", {"reads": rows, "role": role, "table": table})
+
     async def login(self, request: Request) -> Response:
         back = _back(request, str(request.query_params.get("next", "")))
         if request.method == "GET":
@@ -363,6 +370,7 @@ class Console:
                 Route("/jobs/{job_id}/{action}", self.job_action, methods=["POST"]),
                 Route("/archive", self.reading(self.archive)),
                 Route("/archive/{table:path}", self.reading(self.table)),  # may hold a slash
+                Route("/reads", self.reading(self.reads)),
                 Route("/tables/{table:path}/{action}", self.table_action, methods=["POST"]),
                 Route("/login", self.login, methods=["GET", "POST"]),
                 Route("/logout", self.logout, methods=["POST"]),

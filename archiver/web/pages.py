@@ -22,7 +22,7 @@ from archiver.limits import limit_changes
 from archiver.model import Status
 from archiver.operations import actions
 from archiver.source.tables import FIND_TABLE
-from archiver.store import archive_files, audit, jobs, read_models
+from archiver.store import archive_files, audit, jobs, read_audit, read_models
 from archiver.store.queue import PgQueue
 
 STATUSES = tuple(str(s) for s in Status)
@@ -293,3 +293,13 @@ async def act_on_table(
     if table is None:
         raise InputError(f"table {name[:80]!r} not found")
     return await actions.on_table(PgQueue(conn), table, action, actor), table
+
+
+async def reads(
+    conn: asyncpg.Connection, role: str | None, table: str | None
+) -> list[dict[str, Any]]:
+    """The reads page: the latest reads through serve, refusals first, of `role` and of
+    `table` (as a user writes it) where given."""
+    name = TableName.parse(table) if table else None
+    named = f"{name.schema or 'public'}.{name.name}" if name is not None else None
+    return await read_audit.recent(conn, role, named)
