@@ -97,7 +97,8 @@ class ServedArchive:
         self.fileset = FileSet(settings.database_url, str(location))
         self.fileset.check_primary()
         self._files: dict[str, FileColumns] = {}
-        self._parses: dict[str, tuple[str, dict[str, Any] | None, set[str]]] = {}
+        # statement text -> DuckDB's words, its parse, the columns it names, whether it selects *
+        self._parses: dict[str, tuple[str, dict[str, Any] | None, set[str], bool]] = {}
         self._lock = threading.Lock()
         db = duckdb.connect(
             config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
@@ -148,12 +149,12 @@ class ServedArchive:
         `started` is handed each DuckDB cursor the statement runs on (to interrupt it);
         `names`, its columns' names as PostgreSQL gives them, replace DuckDB's."""
         self.definitions.refresh_quietly()
-        sql, tree, referenced = self._parsed(sql)
+        sql, tree, referenced, star = self._parsed(sql)
         for attempt in range(1, RETRIES + 1):
             plain, kept = self.fileset.files(sql, params, tree)
             try:
                 result = self._execute(sql, params, referenced, plain, kept, started, tree)
-                result.tables, result.read = self._read_of(tree, referenced, plain, kept)
+                result.tables, result.read = self._read_of(star, referenced, plain, kept)
                 if names is not None and len(names) == len(result.columns):
                     result.columns = [
                         dataclasses.replace(c, name=n)
@@ -169,14 +170,10 @@ class ServedArchive:
         raise AssertionError("unreachable")
 
     def _read_of(
-        self,
-        tree: dict[str, Any] | None,
-        referenced: set[str],
-        *snapshots: Snapshot | None,
+        self, star: bool, referenced: set[str], *snapshots: Snapshot | None
     ) -> tuple[list[str], list[str]]:
         """The tables a statement reads (schema.table), and schema.table.column of each
         of their columns it names (every one where it selects `*`)."""
-        star = '"STAR"' in json.dumps(tree) if tree is not None else True
         tables = sorted({t for s in snapshots if s is not None for t in s.files})
         columns = []
         for table in tables:
@@ -210,7 +207,7 @@ class ServedArchive:
             if t.split(".", 1)[1] == name and schema in ("", t.split(".", 1)[0])
         )
 
-    def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str]]:
+    def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str], bool]:
         """A statement in DuckDB's words, DuckDB's parse of it and the column names it
         writes, read once per statement text (a client's prepared statement runs again
         and again with other parameters); refused, before anything runs, unless it is
@@ -231,7 +228,8 @@ class ServedArchive:
                 statement.refuse_writes(sql, parser)
         finally:
             parser.close()
-        found = (sql, tree, companions.columns_named(tree) - {FILE_ID})
+        star = '"STAR"' in json.dumps(tree) if tree is not None else True
+        found = (sql, tree, companions.columns_named(tree) - {FILE_ID}, star)
         with self._lock:
             if len(self._parses) >= PARSES:
                 self._parses.pop(next(iter(self._parses)))
