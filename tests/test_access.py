@@ -5,12 +5,17 @@ own session, kept in step with a GRANT or REVOKE on the live table."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import psycopg
 import pytest
 
+from archiver.config import Settings
+from archiver.maintenance.prune import Pruner
+from archiver.store.queue import PgQueue
 from archiver.testing.reference import seed_orders
 from tests.access_support import (
     PASSWORD,
@@ -263,3 +268,25 @@ def test_an_auditor_reads_the_archive_alone_and_bad_access_input_changes_nothing
     # and the live database was never theirs
     with pytest.raises(psycopg.OperationalError, match="CONNECT privilege"):
         psycopg.connect(h.url, user=auditor, password=PASSWORD)
+
+
+def test_the_pruner_keeps_reads_for_the_retention(h: Harness) -> None:
+    """Reads past ARCHIVER_RETENTION_DAYS go with the pruner's pass, in batches; the
+    newer ones stay."""
+    h.sql(
+        "INSERT INTO archiver_reads (at, door, role, outcome) "
+        "SELECT now() - make_interval(days => d), 'serve', 'someone', 'ok' "
+        "FROM generate_series(1, 40) d"
+    )
+
+    async def prune() -> None:
+        pool = await asyncpg.create_pool(h.url, min_size=1, max_size=2)
+        try:
+            settings = Settings.from_env({**h.env, "ARCHIVER_RETENTION_DAYS": "30"})
+            await Pruner(PgQueue(pool), settings, pool).run()
+        finally:
+            await pool.close()
+
+    asyncio.run(prune())
+    kept = h.sql("SELECT min(at), max(at), count(*) FROM archive_reads")[0]
+    assert kept["count"] == 29  # 1 .. 29 days old; 30 days old and older gone
