@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +53,6 @@ class Team:
             for url in places:
                 sql(url, f"DROP OWNED BY {name}")
             self.h.sql(f"DROP ROLE {name}")
-
-
-@pytest.fixture
-def team(h: Harness) -> Iterator[Team]:
-    t = Team(h)
-    try:
-        yield t
-    finally:
-        t.drop()
 
 
 def connect(served: Served, user: str, password: str = PASSWORD) -> psycopg.Connection[Any]:

@@ -14,6 +14,7 @@ import pytest
 
 from archiver import db
 from archiver.testing.services import Azurite, with_database
+from tests.access_support import Team
 from tests.harness import Harness, Worlds, world_env
 from tests.support import ADMIN_URL, ROOT, fast_env, fresh_database, reap_started, sql
 
@@ -129,3 +130,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the rest keep their order
+
+
+@pytest.fixture
+def team(h: Harness) -> Iterator[Team]:
+    """Roles made for the test (tests.access_support.Team), dropped after it."""
+    t = Team(h)
+    try:
+        yield t
+    finally:
+        t.drop()

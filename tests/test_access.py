@@ -26,12 +26,9 @@ from tests.access_support import (
     eventually,
     refused,
     sign_in_error,
-    team,
 )
 from tests.harness import Harness
 from tests.serve_support import serving
-
-__all__ = ["team"]  # the fixture
 
 
 def test_each_person_reads_what_the_live_grants_allow(h: Harness, team: Team) -> None:

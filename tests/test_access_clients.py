@@ -22,14 +22,11 @@ from tests.access_support import (
     connect,
     eventually,
     refused,
-    team,
 )
 from tests.console_check import Console
 from tests.harness import Harness
 from tests.serve_support import attach, serving
 from tests.support import ROOT
-
-__all__ = ["team"]  # the fixture
 
 
 def test_attach_keeps_the_live_tables_grants(h: Harness, team: Team) -> None:
