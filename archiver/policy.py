@@ -43,7 +43,6 @@ OPTIONAL_KEYS = (
     "compact_target",
     "compact_period",
 )
-_OLDER_THAN = re.compile(r"\s*(\d+)\s*(days?|weeks?)\s*")
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 
 
@@ -54,7 +53,7 @@ class Policy:
     name: str
     table: TableName
     column: str
-    older_than: dt.timedelta
+    older_than: Age
     schedule: str
     timezone: ZoneInfo
     trigger: CronTrigger
@@ -77,7 +76,7 @@ class Policy:
 
     def cutoff(self, slot: dt.datetime) -> dt.datetime:
         """Slot time minus older_than, truncated to the day, in the policy's time zone."""
-        local = slot.astimezone(self.timezone) - self.older_than
+        local = self.older_than.before(slot.astimezone(self.timezone))
         return local.replace(hour=0, minute=0, second=0, microsecond=0)
 
     def request(self, slot: dt.datetime, qualified_table: str) -> ArchiveRequest:
@@ -158,10 +157,10 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         column = parse_column(raw.get("column", "created_at"))
     except InputError as exc:
         raise fail("column", str(exc)) from None
-    match = _OLDER_THAN.fullmatch(raw["older_than"])
-    if not match:
-        raise fail("older_than", f"expected '<n> days' or '<n> weeks', got {raw['older_than']!r}")
-    unit = dt.timedelta(weeks=1) if match.group(2).startswith("week") else dt.timedelta(days=1)
+    try:
+        older_than = Age.parse(raw["older_than"], "older_than")
+    except InputError as exc:
+        raise fail("older_than", str(exc).split(": ", 1)[1]) from None
     try:
         timezone = ZoneInfo(raw.get("timezone", "UTC"))
     except (ZoneInfoNotFoundError, ValueError):
@@ -198,10 +197,10 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         except InputError as exc:
             raise fail("retain", str(exc).split(": ", 1)[1]) from None
         now = dt.datetime.now(dt.UTC)
-        if retain.before(now) >= now - int(match.group(1)) * unit:
+        if retain.before(now) >= older_than.before(now):
             raise fail(
                 "retain",
-                f"{retain} is not longer than older_than ({raw['older_than']}): each slot "
+                f"{retain} is not longer than older_than ({older_than}): each slot "
                 "would purge what it just archived",
             )
     compact_target = None
@@ -221,7 +220,7 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         name=raw["name"].strip(),
         table=table,
         column=column,
-        older_than=int(match.group(1)) * unit,
+        older_than=older_than,
         schedule=raw["schedule"],
         timezone=timezone,
         trigger=cron_trigger(raw["schedule"], timezone, label),

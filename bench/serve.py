@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import asyncpg
 
@@ -205,15 +206,37 @@ def _as_a_person(url: str, port: int, low: int, high: int, seconds: float) -> tu
     sql(url, f"CREATE ROLE {reader} LOGIN PASSWORD '{PASSWORD}'")
     try:
         sql(url, f"GRANT SELECT ON orders TO {reader}")
-        time.sleep(3)  # a pass of serve's mirror of the grants
+        _eventually(lambda: _reads(port, reader))  # a pass of serve's mirror of the grants
         person = _pgbench_latency(port, low, high, reader, seconds)
         user = _pgbench_latency(port, low, high, "archiver", seconds)
         return person, user
     finally:
         sql(url, f"REVOKE ALL ON orders FROM {reader}")
-        time.sleep(3)  # and its revoke, so that the role can go
         sql(url, f"DROP OWNED BY {reader}")
-        sql(url, f"DROP ROLE IF EXISTS {reader}")
+        _eventually(lambda: _dropped(url, reader))  # once the mirror revoked it too
+
+
+def _eventually(done: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError("serve's mirror of the grants did not follow")
+        time.sleep(0.2)
+
+
+def _reads(port: int, role: str) -> bool:
+    args = ["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", role, "-d", "archive",
+            "-c", "SELECT id FROM orders LIMIT 1"]  # fmt: skip
+    env = {**os.environ, "PGPASSWORD": PASSWORD, "PGSSLMODE": "disable"}
+    return subprocess.run(args, env=env, capture_output=True).returncode == 0
+
+
+def _dropped(url: str, role: str) -> bool:
+    try:
+        sql(url, f"DROP ROLE IF EXISTS {role}")
+    except Exception:  # its privileges in serve's definitions database not revoked yet
+        return False
+    return True
 
 
 def _pgbench_latency(port: int, low: int, high: int, user: str, seconds: float) -> float:

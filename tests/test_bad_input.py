@@ -34,6 +34,13 @@ def assert_unchanged(url: str) -> None:
     ("args", "needles"),
     [
         (["--table", "nosuch"], ["table nosuch not found"]),
+        (["--table", "order"], ["table order not found; there is public.orders"]),
+        (["--table", "ordres"], ["table ordres not found; there is public.orders"]),
+        (
+            ["--table", "orders", "--before", "2052-01-01"],
+            ["2052-01-01", "in the future", "--allow-future"],
+        ),
+        (["--table", "orders", "--before", "2099-01-01", "--dry-run"], ["in the future"]),
         (["--table", "other.orders"], ["table other.orders not found"]),
         (
             ["--table", "orders", "--column", "nosuch"],
@@ -53,6 +60,69 @@ def test_enqueue_refuses(h: Harness, orders: str, args: list[str], needles: list
         ["enqueue", *args] if "--before" in args else ["enqueue", *args, "--before", "2024-10-01"]
     )
     assert_refused(h.cli(*full), *needles)
+    assert_unchanged(orders)
+
+
+def test_a_cutoff_taking_all_or_most_of_a_table_is_said_in_words(h: Harness, orders: str) -> None:
+    """A future cutoff, confirmed, plans the whole table and says so; a past one that
+    takes most of it says so too, in the dry run and in enqueue's own output."""
+    import json
+
+    every = h.cli(
+        "enqueue", "--table", "orders", "--before", "2099-01-01", "--allow-future", "--dry-run"
+    )
+    assert every.returncode == 0, every.stderr
+    assert "warning        every row of public.orders is older than the cutoff" in every.stdout
+    assert_unchanged(orders)
+    h.sql("ANALYZE orders")  # all 2,000 rows lie in the 34 hours before 2025-01-01
+    most = h.cli("enqueue", "--table", "orders", "--before", "2024-12-31T18:00:00Z", "--json")
+    assert most.returncode == 0, most.stderr
+    said = json.loads(most.stdout)
+    assert [w for w in said["warnings"] if "takes most of public.orders" in w], said
+    assert (
+        "archiver: warning: the cutoff (2024-12-31T18:00:00+00:00) takes most of public.orders"
+        in most.stderr
+    )
+    assert said["group"] is None and [j["created"] for j in said["jobs"]] == [True]
+    assert h.value("SELECT id::text FROM background_jobs") == said["jobs"][0]["job_id"]
+    few = h.cli("enqueue", "--table", "orders", "--before", "2024-12-30T16:00:00Z")
+    assert few.returncode == 0 and "warning" not in few.stderr, few.stderr
+
+
+def test_an_inverted_or_empty_restore_range_changes_nothing(h: Harness, orders: str) -> None:
+    for low, high in (("2024-05-01", "2024-04-01"), ("2024-05-01", "2024-05-01")):
+        refused = h.cli("restore", "--table", "orders", "--from", low, "--to", high)
+        assert_refused(refused, f"--from {low}T00:00:00+00:00 is not before --to", "nothing done")
+    assert h.value("SELECT count(*) FROM archive_ledger") == 0
+    assert_unchanged(orders)
+
+
+def test_query_reads_the_archive_and_local_files_only_when_allowed(
+    h: Harness, tmp_path: Path
+) -> None:
+    """archiver query refuses a statement reading this machine's files, as serve does,
+    unless the operator's --allow-local-files lets it."""
+    mine = tmp_path / "export.csv"
+    mine.write_text("a,b\n1,secret\n")
+    statement = f"SELECT b FROM read_csv('{mine}')"
+    assert_refused(h.cli("query", statement), "query:", str(mine))
+    assert_refused(h.cli("query", "SELECT * FROM read_text('/etc/hostname')"), "query:")
+    allowed = h.cli("query", "--allow-local-files", "--format", "csv", statement)
+    assert allowed.returncode == 0 and "secret" in allowed.stdout, allowed.stderr
+
+
+def test_local_storage_whose_parent_is_missing(h: Harness, orders: str, tmp_path: Path) -> None:
+    typo = f"file://{tmp_path}/no-such-dir/archive"
+    result = run_cli(
+        {**h.env, "ARCHIVER_STORAGE_URL": typo},
+        "enqueue",
+        "--table",
+        "orders",
+        "--before",
+        "2024-10-01",
+    )
+    assert_refused(result, f"cannot write to {typo}", f"no directory {tmp_path}/no-such-dir")
+    assert not (tmp_path / "no-such-dir").exists()
     assert_unchanged(orders)
 
 

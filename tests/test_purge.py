@@ -4,6 +4,7 @@ ledger row; a file spanning the limit stays; protected files are refused by date
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.support import (
 # newest). With a limit of 31 days: ids 2001-6000 (files 3-6) lie wholly before it, the
 # file of ids 1001-2000 spans it, ids 1-1000 are newer.
 KEPT = set(range(1, 2001))
+NOW = dt.datetime.now(dt.UTC).isoformat()  # a cutoff after every row of these tests
 PURGED = set(range(2001, 6001))
 
 
@@ -40,7 +42,7 @@ def recent_orders(h: Harness) -> None:
         "UPDATE orders SET created_at = created_at "
         "+ (date_trunc('minute', now()) - interval '30 days' - timestamptz '2025-01-01')"
     )
-    h.archive("--table", "orders", "--before", "2100-01-01", "--chunk-rows", "1000")
+    h.archive("--table", "orders", "--before", NOW, "--chunk-rows", "1000")
     assert h.value("SELECT count(*) FROM archive_files") == 6
 
 
@@ -204,7 +206,7 @@ def test_an_aggregate_is_purged_chunk_by_chunk(h: Harness) -> None:
         "FROM generate_series(1, 6000) g;"
         "INSERT INTO order_lines SELECT id, l FROM orders, generate_series(1, 2) l"
     )
-    h.archive("--table", "orders", "--before", "2100-01-01", "--with-children",
+    h.archive("--table", "orders", "--before", NOW, "--with-children",
               "--chunk-rows", "1000")  # fmt: skip
     assert h.value("SELECT count(*) FROM archive_files") == 12
     # the lines of the oldest chunk under a legal hold, as `protect` records it

@@ -170,7 +170,7 @@ def test_catalog_answers_are_postgresqls_and_show_nothing_else(h: Harness) -> No
         'INSERT INTO "Sales"."Lines" SELECT g, ROW(g, \'x\'::text)::"Sales".pair, \'2020-01-01\'::timestamptz + make_interval(days => g) FROM generate_series(1, 50) g'
     )
     h.archive("--table", "orders", "--before", "2024-12-30")
-    h.archive("--table", '"Sales"."Lines"', "--column", "at", "--before", "2030-01-01")
+    h.archive("--table", '"Sales"."Lines"', "--column", "at", "--before", "2025-01-01")
     name = definitions_database(h)
     # a fuzzed query can join catalogs without a condition: both sides stop it alike
     with serving(

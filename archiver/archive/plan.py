@@ -87,6 +87,28 @@ def unindexed_warning(table: str, column: str) -> str:
     )
 
 
+MOST = 0.5  # a cutoff taking this share of a table's rows or more is said so in words
+
+
+def share_warning(
+    table: str, cutoff: str, older: int, total: int, newer: tuple[bool, bool] | None
+) -> str | None:
+    """What enqueue and its dry run say of a cutoff that takes all or most of a table:
+    `older` and `total` the planner's estimates, `newer` (a row is at or after the
+    cutoff, the table holds a row) where an index could tell."""
+    if newer is not None and newer[1] and not newer[0]:
+        return (
+            f"every row of {table} is older than the cutoff ({cutoff}): the archive takes "
+            "the whole table"
+        )
+    if total > 0 and older >= MOST * total:
+        return (
+            f"the cutoff ({cutoff}) takes most of {table}: ~{older:,} of its ~{total:,} rows "
+            f"(~{min(100, round(100 * older / total))}%, planner estimates)"
+        )
+    return None
+
+
 def chunk_rows_for_width(width: int) -> int:
     """Rows per chunk for rows of `width` table bytes: chunks of about TARGET_CHUNK_BYTES."""
     if width <= 0:
@@ -156,9 +178,6 @@ class ArchivePlan:
             "indexes": list(self.indexes),
             "sequential_scan": self.sequential_scan,
             "cutoff_indexed": self.cutoff_indexed,
-            "warnings": []
-            if self.cutoff_indexed
-            else [unindexed_warning(self.table, self.cutoff_column)],
             "delete_triggers": [
                 {"table": t.table, "name": t.name, "timing": t.timing} for t in self.triggers
             ],

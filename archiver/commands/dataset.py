@@ -30,6 +30,8 @@ def add_parsers(sub: Subcommands) -> None:
         ("--explain", "print DuckDB's EXPLAIN ANALYZE (files read of each table's files) instead"),
         ("--with-live", "each archived table is its live rows and its archived rows, at one "
          "snapshot (_archiver_source says which)"),
+        ("--allow-local-files", "let the statement read this machine's files too "
+         "(read_csv('exports/x.csv')); without it, it reads the archive alone, as through serve"),
     ):  # fmt: skip
         p.add_argument(flag, action="store_true", help=said)
     p.set_defaults(func=cmd_query)
@@ -97,6 +99,7 @@ async def cmd_query(args: argparse.Namespace, ctx: Context) -> int:
         args.output,
         explain=args.explain,
         with_live=args.with_live,
+        local_files=args.allow_local_files,
     )
     if out is not None:
         sys.stdout.write(out if out.endswith("\n") else out + "\n")

@@ -27,6 +27,12 @@ def add_parsers(sub: Subcommands) -> None:
     p.add_argument("--table", required=True, help="table or schema.table")
     p.add_argument("--before", required=True, help="archive rows older than this date/timestamp")
     p.add_argument(
+        "--allow-future",
+        action="store_true",
+        help="accept a --before later than now (refused otherwise: a mistyped year archives "
+        "every row)",
+    )
+    p.add_argument(
         "--column", default="created_at", help="date/timestamp column (default created_at)"
     )
     p.add_argument("--mode", choices=[str(m) for m in Mode], default=str(Mode.MOVE))
@@ -85,6 +91,12 @@ def add_parsers(sub: Subcommands) -> None:
         action="store_true",
         help="print rows, Parquet size, chunks and index use (EXPLAIN); queue nothing",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: the group, each job's id and whether it is new, the "
+        "warnings (with --dry-run: the plan)",
+    )
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("status", help="jobs by table and status, running, failing, archived")
@@ -131,6 +143,8 @@ def add_parsers(sub: Subcommands) -> None:
 
 async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:
     cutoff = enqueue.parse_cutoff(args.before)
+    if not args.allow_future:
+        enqueue.refuse_future(cutoff)
     table = TableName.parse(args.table)
     request = ArchiveRequest(
         str(table),
@@ -153,9 +167,9 @@ async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:
         if args.parallel > 1:  # each job one of that many key ranges
             request = dataclasses.replace(request, key_range=KeyRange(None, None, args.parallel))
         plan = await enqueue.plan(ctx, request, _limits(args) or None)
-        print(terminal.plan_report(plan, cutoff, args.mode))
+        print(terminal.dumps(plan) if args.json else terminal.plan_report(plan, cutoff, args.mode))
         return 0
-    group, queued, warning = await enqueue.enqueue_archive(
+    group, queued, warnings = await enqueue.enqueue_archive(
         ctx,
         request,
         parallel=args.parallel,
@@ -171,8 +185,11 @@ async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:
             f"{queued[0].job_id}` follows {'it' if len(queued) == 1 else 'the first'}",
             partial=True,
         )
-    if warning:
+    for warning in warnings:
         print(f"archiver: warning: {warning}", file=sys.stderr)
+    if args.json:
+        jobs_said = [{"job_id": job.job_id, "created": job.created} for job in queued]
+        print(terminal.dumps({"group": group, "jobs": jobs_said, "warnings": warnings}))
     for i, job in enumerate(queued):
         if not job.created:
             print(
@@ -181,7 +198,7 @@ async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:
                 else f"an identical archive is already queued or running: job {job.job_id}",
                 file=sys.stderr,
             )
-    for job in queued:
+    for job in [] if args.json else queued:  # one id a line: `archiver show $(...)`
         print(job.job_id)
     if group:
         print(f"group {group}: {text.counted(len(queued), 'job')}", file=sys.stderr)

@@ -14,7 +14,8 @@ from archiver.config import sub_path
 from archiver.context import Context
 from archiver.errors import ConfigError
 from archiver.operations import access, enqueue
-from archiver.web.server import serve
+from archiver.web.middleware import is_loopback
+from archiver.web.server import parse_bind, serve
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -58,9 +59,13 @@ def add_parsers(sub: Subcommands) -> None:
     )
     p.add_argument("--table", required=True, help="the archived table (schema.table)")
     p.add_argument(
-        "--host", default="127.0.0.1", help="where serve listens, as the database server reaches it"
+        "--host",
+        help="where serve listens, as the database server reaches it (default: "
+        "ARCHIVER_SERVE_BIND's host; 127.0.0.1 where that is 0.0.0.0 or ::)",
     )
-    p.add_argument("--port", type=positive_int, default=6432, help="serve's port (default 6432)")
+    p.add_argument(
+        "--port", type=positive_int, help="serve's port (default: ARCHIVER_SERVE_BIND's, 6432)"
+    )
     p.add_argument(
         "--schema",
         default="archive",
@@ -73,9 +78,9 @@ def add_parsers(sub: Subcommands) -> None:
     )
     p.add_argument(
         "--sslmode",
-        default="require",
         choices=("disable", "prefer", "require", "verify-ca", "verify-full"),
-        help="libpq's sslmode for the connection to serve (default require)",
+        help="libpq's sslmode for the connection to serve (default require; prefer where "
+        "--host is loopback, where serve may listen without TLS)",
     )
     p.add_argument(
         "--grant",
@@ -145,6 +150,12 @@ async def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
 async def cmd_attach(args: argparse.Namespace, ctx: Context) -> int:
     from archiver.serve import attach
 
+    bound_host, bound_port = parse_bind(ctx.settings.serve_bind)
+    host = args.host or (bound_host if bound_host not in ("0.0.0.0", "::") else "127.0.0.1")
+    port = args.port or bound_port
+    # serve listens without TLS on loopback only (its default address): there, prefer
+    sslmode = args.sslmode or ("prefer" if is_loopback(host) else "require")
+
     async with ctx.source() as conn:
         if args.drop:
             table = await attach.detach(conn, args.table, schema=args.schema)
@@ -154,11 +165,11 @@ async def cmd_attach(args: argparse.Namespace, ctx: Context) -> int:
             conn,
             ctx.settings,
             args.table,
-            host=args.host,
-            port=args.port,
+            host=host,
+            port=port,
             schema=args.schema,
             server=args.server,
-            sslmode=args.sslmode,
+            sslmode=sslmode,
         )
     for role in args.grant:
         print(await access.grant(ctx, done.table, role, None))

@@ -92,7 +92,7 @@ async def cmd_policies(args: argparse.Namespace, ctx: Context) -> int:
     for policy, table in checked:
         print(
             f"{policy.name}: {policy.mode} {table}.{policy.column} older than "
-            f"{policy.older_than.days} days, schedule {policy.schedule!r} ({policy.timezone.key})"
+            f"{policy.older_than}, schedule {policy.schedule!r} ({policy.timezone.key})"
         )
         for at in policy.next_fire_times(now, args.count):
             print(f"  next {at.isoformat()}  cutoff {policy.cutoff(at).isoformat()}")

@@ -16,6 +16,7 @@ async def query(
     *,
     explain: bool,
     with_live: bool = False,
+    local_files: bool = False,
 ) -> str | None:
 
     statement.refuse_writes(sql)  # before anything runs
@@ -28,6 +29,7 @@ async def query(
             sql,
             lambda con: engine.execute(con, sql, fmt, output, explain=explain, live=with_live),
             live=with_live,
+            local_files=local_files,
         ),
     )
     return engine.write(result, fmt, output)

@@ -18,10 +18,17 @@ from archiver.limits import window_opens
 from archiver.model import ArchiveRequest, Mode
 from archiver.source import partitions
 from archiver.source.aggregates import describe_aggregate
+from archiver.source.binding import session_lock_timeout
 from archiver.source.chunks import ChunkQueries, describe_archive
-from archiver.source.explain import explain_archive
+from archiver.source.explain import explain_archive, newer_rows
+from archiver.source.guardrails import LOCK_NOT_AVAILABLE, lock_holders
 from archiver.source.references import check_unreferenced
-from archiver.source.tables import check_cutoff_column, cutoff_indexed, describe_table
+from archiver.source.tables import (
+    check_cutoff_column,
+    cutoff_indexed,
+    describe_table,
+    estimate_rows,
+)
 from archiver.store import jobs
 
 if TYPE_CHECKING:
@@ -47,6 +54,26 @@ def parse_cutoff(text: str, option: str = "--before") -> str:
     return value.isoformat()
 
 
+def refuse_future(cutoff: str, option: str = "--before") -> None:
+    """One line when `cutoff` is later than now: every row written until then is older
+    than it, today's too, so a mistyped year (2052 for 2025) would archive the table."""
+    ahead = dt.datetime.fromisoformat(cutoff) - dt.datetime.now(dt.UTC)
+    if ahead > dt.timedelta(0):
+        raise InputError(
+            f"{option} {cutoff} is {_ahead(ahead)} in the future: every row older than it, "
+            "today's too, would be archived; pass --allow-future if that is meant"
+        )
+
+
+def _ahead(delta: dt.timedelta) -> str:
+    days = delta.days
+    if days >= 730:
+        return f"{days // 365} years"
+    if days >= 2:
+        return f"{days} days"
+    return f"{max(1, round(delta.total_seconds() / 3600))} hours"
+
+
 async def plan(
     ctx: Context, request: ArchiveRequest, limits: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -55,12 +82,13 @@ async def plan(
     from archiver.archive.plan import BacklogRule, plan_archive
 
     rule, throttled = BacklogRule.of(ctx.settings), rate_limited(limits)
-    result: dict[str, Any] = await ctx.on(
-        ctx.settings.effective_source_url,
-        lambda conn: plan_archive(
-            conn, request, list_triggers=True, backlog=rule, throttled=throttled
-        ).to_json(),
-    )
+
+    def explain(conn: BulkConnection) -> dict[str, Any]:
+        found = plan_archive(conn, request, list_triggers=True, backlog=rule, throttled=throttled)
+        said = warnings(conn, request, ctx.settings.lock_timeout)
+        return {**found.to_json(), "warnings": said}
+
+    result: dict[str, Any] = await ctx.on(ctx.settings.effective_source_url, explain)
     return result
 
 
@@ -72,17 +100,17 @@ async def enqueue_archive(
     priority: int,
     max_attempts: int,
     limits: dict[str, Any] | None = None,
-) -> tuple[str | None, list[Enqueued], str | None]:
+) -> tuple[str | None, list[Enqueued], list[str]]:
     """Check the archive on the source and the storage, then queue its jobs (see
-    archive_parts), all or none: (the group id or None, the jobs, a warning for the
-    operator or None)."""
+    archive_parts), all or none: (the group id or None, the jobs, the warnings for the
+    operator)."""
     storage = ctx.storage()
 
-    def check(conn: BulkConnection) -> tuple[str | None, list[jobs.Part], str | None]:
+    def check(conn: BulkConnection) -> tuple[str | None, list[jobs.Part], list[str]]:
         group, parts = archive_parts(conn, request, parallel)
-        return group, parts, unindexed_cutoff(conn, request)
+        return group, parts, warnings(conn, request, ctx.settings.lock_timeout)
 
-    group, parts, warning = await ctx.on(ctx.settings.effective_source_url, check)
+    group, parts, said = await ctx.on(ctx.settings.effective_source_url, check)
     await asyncio.to_thread(storage.check)
     run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
     async with ctx.catalog() as conn, conn.transaction():
@@ -94,18 +122,39 @@ async def enqueue_archive(
             limits=limits,
             run_at=run_at,
         )
-    return group, [Enqueued(job_id, created) for job_id, created in queued], warning
+    return group, [Enqueued(job_id, created) for job_id, created in queued], said
 
 
-def unindexed_cutoff(conn: BulkConnection, request: ArchiveRequest) -> str | None:
-    """A warning when no index leads with the cutoff column: each job then reads the
-    whole table once to find its old rows, however few they are."""
-    from archiver.archive.plan import unindexed_warning
+def warnings(conn: BulkConnection, request: ArchiveRequest, lock_timeout: float) -> list[str]:
+    """What enqueue and its dry run warn an operator of: no index leading with the cutoff
+    column (each job then reads the whole table to find its old rows, however few they
+    are), and a cutoff that takes all or most of the table (a mistyped date). A table
+    lock held longer than `lock_timeout` (a migration's) leaves the share unsaid."""
+    from archiver.archive.chunk import rollback_quietly
+    from archiver.archive.plan import share_warning, unindexed_warning
 
     queries = describe_archive(conn, request.table, request.column, Mode.COPY)
-    if cutoff_indexed(conn, queries.table, queries.cutoff_column):
-        return None
-    return unindexed_warning(queries.table.qualified, queries.cutoff_column.name)
+    table, column = queries.table, queries.cutoff_column
+    found = []
+    indexed = cutoff_indexed(conn, table, column)
+    if not indexed:
+        found.append(unindexed_warning(table.qualified, column.name))
+    try:
+        with session_lock_timeout(conn, lock_timeout):
+            older = explain_archive(conn, queries, request.cutoff, 1, False, lock_timeout)
+            total, _ = estimate_rows(conn, table)
+            newer = newer_rows(conn, queries, request.cutoff, lock_timeout) if indexed else None
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        rollback_quietly(conn)
+        return [
+            *found,
+            f"how much of {table.sql} the cutoff takes is not known: a lock on it "
+            f"was held longer than {lock_timeout:g}s ({lock_holders(conn, table) or 'gone'})",
+        ]
+    share = share_warning(table.sql, request.cutoff, older.rows_older, total, newer)
+    return [*found, share] if share else found
 
 
 def archive_parts(

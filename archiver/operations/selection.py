@@ -51,6 +51,15 @@ class FileSelection:
     cutoff_from: str | None = None  # ISO 8601, inclusive
     cutoff_to: str | None = None  # ISO 8601, exclusive
 
+    def __post_init__(self) -> None:
+        if self.cutoff_from and self.cutoff_to:
+            low, high = map(dt.datetime.fromisoformat, (self.cutoff_from, self.cutoff_to))
+            if low >= high:
+                raise InputError(
+                    f"--from {self.cutoff_from} is not before --to {self.cutoff_to}: the "
+                    "range holds no row (--from is inclusive, --to exclusive); nothing done"
+                )
+
     async def files(self, ctx: Context, state: str | None = None) -> list[CatalogFile]:
         async with ctx.catalog() as conn:
             return await archive_files.archived_files(

@@ -20,12 +20,22 @@ from archiver.query.views import create_views
 RETRIES = 3
 
 
-def answer(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live: bool) -> Any:
+def answer(
+    conn: BulkConnection,
+    settings: Settings,
+    sql: str,
+    run: Any,
+    *,
+    live: bool,
+    local_files: bool = False,
+) -> Any:
     """Steps 1-3 on the catalog connection `conn` (`live` False: step 1, then views over
     each table's archive alone), then `run(con)` on the DuckDB connection holding the
     views: its result. Run again at a new snapshot when a file of the catalog's snapshot
     was deleted before it was read (up to RETRIES times). `sql` naming a table with
-    Archive-tier files is refused in one line: their rows cannot be read."""
+    Archive-tier files is refused in one line: their rows cannot be read. The statement
+    reads the archive and nothing else, as through serve (engine.confine), unless
+    `local_files`: an operator's own files too."""
     import duckdb
 
     command = "query --with-live" if live else "query"
@@ -61,6 +71,8 @@ def answer(conn: BulkConnection, settings: Settings, sql: str, run: Any, *, live
                 create_views(con, location, snapshot, live=live)
                 if live:
                     pin_scans(con, sql)
+                if not local_files:
+                    engine.confine(con, location)
                 return run(con)
         except duckdb.IOException as exc:
             if attempt == RETRIES or not _a_file_went(exc, snapshot, location):

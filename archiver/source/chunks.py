@@ -102,6 +102,15 @@ class ChunkQueries:
         """Every row older than the cutoff; only ever EXPLAINed, for the planner's count."""
         return f"SELECT 1 FROM {self.table.quoted} WHERE {self._older_than_cutoff(estimate=True)}"
 
+    def newer_rows(self) -> str:
+        """Whether any row is at or after the cutoff, and whether the table has a row at
+        all: an index probe each where an index leads with the cutoff column."""
+        newer = f"{quote_ident(self.cutoff_column.name)} >= " + _setting(
+            "archiver.cutoff", self.cutoff_column.base_type, once=True
+        )
+        table = self.table.quoted
+        return f"SELECT EXISTS (SELECT FROM {table} WHERE {newer}), EXISTS (SELECT FROM {table})"
+
     def _in_range(self, key_range: KeyRange | None, *, once: bool = False) -> str:
         if key_range is None:
             return ""

@@ -26,16 +26,22 @@ _USE_COPY = "adbc.postgresql.use_copy"  # EXPLAIN cannot run inside COPY (...) T
 
 
 def explain_archive(
-    conn: BulkConnection, queries: ChunkQueries, cutoff: str, chunk_rows: int, move: bool
+    conn: BulkConnection,
+    queries: ChunkQueries,
+    cutoff: str,
+    chunk_rows: int,
+    move: bool,
+    lock_timeout: float = 0.0,
 ) -> QueryPlan:
     """EXPLAIN (never run) the count of rows older than the cutoff and the first chunk's
     statement, with the chunk's values bound exactly as a real chunk binds them. The
     planner folds current_setting() when it estimates, so the count uses the cutoff's
-    real selectivity. Nothing is written: the transaction is rolled back."""
+    real selectivity. Nothing is written: the transaction is rolled back. `lock_timeout`:
+    seconds a table lock is waited for (0: as long as it is held)."""
     try:
         with conn.cursor() as cur:
             cur.adbc_statement.set_options(**{_USE_COPY: "false"})
-            bind_chunk(cur, cutoff, None, chunk_rows)
+            bind_chunk(cur, cutoff, None, chunk_rows, timeouts=(lock_timeout, 0.0))
             count = _explain(cur, queries.older_rows())
             chunk = _explain(
                 cur, queries.take(after_key=False) if move else queries.read(after_key=False)
@@ -51,6 +57,21 @@ def explain_archive(
             for n in nodes
         ),
     )
+
+
+def newer_rows(
+    conn: BulkConnection, queries: ChunkQueries, cutoff: str, lock_timeout: float = 0.0
+) -> tuple[bool, bool]:
+    """(a row is at or after the cutoff, the table holds a row): run, not EXPLAINed, so
+    only where an index leads with the cutoff column (else a scan of the table)."""
+    try:
+        with conn.cursor() as cur:
+            bind_chunk(cur, cutoff, None, 1, timeouts=(lock_timeout, 0.0))
+            cur.execute(queries.newer_rows())
+            newer, any_row = cur.fetchall()[0]
+    finally:
+        conn.rollback()
+    return bool(newer), bool(any_row)
 
 
 def _explain(cur: BulkCursor, sql: str) -> dict[str, Any]:

@@ -3,8 +3,11 @@ read from PostgreSQL's catalog, and the planner's estimate of their size."""
 
 from __future__ import annotations
 
+import difflib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.errors import InputError
@@ -33,17 +36,17 @@ WHERE c.relname = $2 AND c.relkind IN ('r', 'p')
   AND (n.nspname = $1 OR ($1 = '' AND n.nspname = ANY (current_schemas(false))))
 ORDER BY array_position(current_schemas(false), n.nspname::text) NULLS LAST
 """
-# Tables a name not found could have meant: the same letters in another case, or a bare
-# name's table in a schema off the search_path.
-_NEAR_TABLES = """
+# The tables a name not found could have meant are among these: every table but the
+# system's and partitions (near_tables).
+_USER_TABLES = """
 SELECT n.nspname::text, c.relname::text
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE lower(c.relname) = lower($2) AND c.relkind IN ('r', 'p')
-  AND ($1 = '' OR lower(n.nspname) = lower($1))
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'
 ORDER BY 1, 2
-LIMIT 5
+LIMIT 100000
 """
+
 
 _COLUMNS = """
 SELECT a.attname::text,
@@ -167,16 +170,12 @@ def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, b
     line naming the tables it could have meant (another case, another schema)."""
     found = fetch_and_rollback(conn, FIND_TABLE, (table.schema or "", table.name))
     if not found:
-        near = [
-            TableName(str(s), str(n)).sql
-            for s, n in fetch_and_rollback(conn, _NEAR_TABLES, (table.schema or "", table.name))
-        ]
-        hint = ""
-        if near:
-            hint = (
-                f"; there is {', '.join(near)} (PostgreSQL folds an unquoted name to lower "
-                "case; double-quote a name to keep its case, and name the schema of a table "
-                "off the search_path)"
+        near, same_letters = near_tables(table, fetch_and_rollback(conn, _USER_TABLES, ()))
+        hint = f"; there is {', '.join(near)}" if near else ""
+        if same_letters:
+            hint += (
+                " (PostgreSQL folds an unquoted name to lower case; double-quote a name to "
+                "keep its case, and name the schema of a table off the search_path)"
             )
         raise InputError(f"table {table.sql} not found{hint}")
     schema, name, oid, partitioned = found[0]
@@ -188,6 +187,23 @@ def find_table(conn: BulkConnection, table: TableName) -> tuple[str, str, int, b
             table.sql, TableName(str(schema), str(name)).sql, others,
         )  # fmt: skip
     return str(schema), str(name), int(oid), bool(partitioned)
+
+
+def near_tables(table: TableName, tables: Sequence[tuple[Any, Any]]) -> tuple[list[str], bool]:
+    """The tables of `tables` (schema, name) a name not found could have meant, at most
+    three, and whether they have its letters: the same letters in another case or
+    schema, else the closest spellings (a letter missed, added or swapped: difflib's
+    ratio of 0.75 or more)."""
+    names = [TableName(str(s), str(n)) for s, n in tables]
+    same = [t for t in names if t.name.lower() == table.name.lower()]
+    if table.schema:
+        same = [t for t in same if str(t.schema).lower() == table.schema.lower()] or same
+    if same:
+        return [t.sql for t in same[:3]], True
+    by = {(f"{t.schema}.{t.name}" if table.schema else t.name).lower(): t for t in names}
+    typed = (f"{table.schema}.{table.name}" if table.schema else table.name).lower()
+    close = difflib.get_close_matches(typed, list(by), n=3, cutoff=0.75)
+    return [by[c].sql for c in close], False
 
 
 def describe_table(conn: BulkConnection, table: TableName) -> TableInfo:

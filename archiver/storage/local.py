@@ -27,8 +27,13 @@ class LocalStorage:
         self.root = Path(location.container)
 
     def check(self) -> None:
+        if not self.root.parent.is_dir():  # a typo's tree is not made, as Azure makes no account
+            raise StorageError(
+                f"cannot write to {self.location}: no directory {self.root.parent} (archiver "
+                "makes the last directory of the path only)"
+            )
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(exist_ok=True)
             # A probe of this process's own: workers starting together share the directory.
             fd, probe = tempfile.mkstemp(dir=self.root, prefix=".archiver-write-check-")
             os.close(fd)

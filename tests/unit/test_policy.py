@@ -38,7 +38,8 @@ def test_a_good_policy() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"older_than": "3 months"}, "policy 'orders': older_than: expected '<n> days'"),
+        ({"older_than": "3 fortnights"}, "policy 'orders': older_than: expected a period"),
+        ({"older_than": "0 days"}, "policy 'orders': older_than: expected a period"),
         ({"schedule": "0 2 * * 1"}, "weekday numbers are ambiguous"),
         ({"schedule": "0 2 * *"}, "expected 5 cron fields"),
         ({"timezone": "Mars/Olympus"}, "timezone: unknown time zone"),
@@ -61,6 +62,22 @@ def test_a_good_policy() -> None:
 def test_each_mistake_names_the_policy_and_key(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_policy({**GOOD, **change}, 1)
+
+
+def test_periods_are_spelled_as_retain_spells_them() -> None:
+    """older_than reads a period as retain and `purge --older-than` do: calendar months
+    and years too (1 year before 2024-02-29 is 2023-02-28)."""
+    slot = dt.datetime(2024, 2, 29, 12, tzinfo=dt.UTC)
+    for spelled, cutoff in (
+        ("1 year", "2023-02-28"), ("18 months", "2022-08-29"), ("90 days", "2023-12-01"),
+        ("2 weeks", "2024-02-15"), ("1y", "2023-02-28"),
+    ):  # fmt: skip
+        policy = parse_policy({**GOOD, "older_than": spelled, "timezone": "UTC"}, 1)
+        assert policy.cutoff(slot).date().isoformat() == cutoff, spelled
+    both = parse_policy({**GOOD, "older_than": "1 year", "retain": "7 years"}, 1)
+    assert str(both.older_than) == "1 year" and str(both.retain) == "7 years"
+    with pytest.raises(ConfigError, match="retain: 1 year is not longer than older_than"):
+        parse_policy({**GOOD, "older_than": "13 months", "retain": "1 year"}, 1)
 
 
 def test_limits() -> None:
