@@ -15,9 +15,11 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import adbc_driver_manager
 
+from archiver import db
 from archiver.db import application_name, query
 from archiver.errors import DatabaseUnavailable, first_line, redact
 
@@ -251,6 +253,23 @@ BUILT_IN_TYPES = {"adbc.postgresql.type_resolver_mode": "builtin"}
 _DATABASES = _Databases()
 
 
+def keepalive_url(url: str) -> str:
+    """`url` with libpq's TCP keepalive and tcp_user_timeout (db.KEEPALIVE_IDLE...) where
+    it names none of its own: a flow that died without a word ends the session."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    wanted = {
+        "keepalives": "1",
+        "keepalives_idle": str(db.KEEPALIVE_IDLE),
+        "keepalives_interval": str(db.KEEPALIVE_INTERVAL),
+        "keepalives_count": str(db.KEEPALIVE_COUNT),
+        "tcp_user_timeout": str(db.USER_TIMEOUT_MS),
+    }
+    if any(k in query for k in wanted):
+        return url
+    return urlunsplit(parts._replace(query=urlencode({**query, **wanted})))
+
+
 def open_bulk(url: str) -> BulkConnection:
     """A new ADBC connection, its session in UTC so dates and naive timestamps convert the
     same way everywhere."""
@@ -260,7 +279,7 @@ def open_bulk(url: str) -> BulkConnection:
         import adbc_driver_postgresql.dbapi  # noqa: F401  (imports pyarrow: only for bulk work)
 
     try:
-        conn = _DATABASES.connect(_driver, url)
+        conn = _DATABASES.connect(_driver, keepalive_url(url))
     except adbc_driver_manager.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}"

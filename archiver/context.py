@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import tempfile
 import threading
 import time
@@ -43,6 +44,7 @@ from archiver.storage import open_storage
 from archiver.storage.seam import Storage
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # A command's shared session left idle longer than this (a step of bulk work or blob
 # transfers between) is replaced rather than trusted: a network path may have dropped an
@@ -103,10 +105,15 @@ class Context:
 
     # -- asyncpg sessions ----------------------------------------------------------------
 
-    async def open_pool(self, *, size: int, lazy: bool = False) -> asyncpg.Pool:
+    async def open_pool(
+        self, *, size: int, lazy: bool = False, command_timeout: float = db.COMMAND_TIMEOUT
+    ) -> asyncpg.Pool:
         """A service's pool of catalog sessions: `connection` to the catalog database takes
-        one of it from now on (closed by `aclose`)."""
-        self.pool = await db.create_pool(self.settings.database_url, size=size, lazy=lazy)
+        one of it from now on (closed by `aclose`). `command_timeout`: what a statement
+        waits for its answer at most, unless its call says otherwise."""
+        self.pool = await db.create_pool(
+            self.settings.database_url, size=size, lazy=lazy, command_timeout=command_timeout
+        )
         return self.pool
 
     @asynccontextmanager
@@ -226,12 +233,14 @@ class Context:
         held, self._held = self._held, ({} if self._held is not None else None)
         for h in (held or {}).values():
             if h.conn is not None:
-                with contextlib.suppress(Exception):
-                    await h.conn.close()
+                await db.close_bounded(h.conn)
         if self.pool is not None:
             pool, self.pool = self.pool, None
-            await pool.close()
-        await asyncio.to_thread(self.bulk_pool.close)
+            await db.close_pool(pool)
+        try:  # a job thread stuck on a dead flow may hold one of them: not waited for long
+            await asyncio.wait_for(asyncio.to_thread(self.bulk_pool.close), db.CLOSE_TIMEOUT)
+        except TimeoutError:
+            log.warning("ADBC connections still closing after %gs: left", db.CLOSE_TIMEOUT)
         if self._iceberg is not None:
             catalog, self._iceberg = self._iceberg, None
             await asyncio.to_thread(catalog.engine.dispose)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from functools import cache
 from importlib import resources
 
@@ -68,12 +69,55 @@ def set_application_name(name: str) -> None:
     _application_name = name
 
 
+# A flow that died without a word (a NAT or a load balancer forgot it) is noticed by
+# the kernel: probes after 30 idle seconds, every 10, 3 unanswered ones end it; data sent
+# and not acknowledged for 60 s ends it too (TCP_USER_TIMEOUT). libpq sessions (ADBC,
+# psycopg) get the same from bulk.keepalive_url.
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT, USER_TIMEOUT_MS = 30, 10, 3, 60_000
+# What a statement on a service's pooled session waits for its answer at most, unless
+# the pool or the call says less (the console's pages: web.app.PAGE_SECONDS).
+COMMAND_TIMEOUT = 300.0
+# What a stop waits for a session's goodbye: past it, the socket is closed unsaid.
+CLOSE_TIMEOUT = 2.0
+
+
+def keep_alive(conn: asyncpg.Connection) -> None:
+    """TCP keepalive and TCP_USER_TIMEOUT on an asyncpg session's socket (asyncpg has no
+    setting for them: MagicStack/asyncpg#606; a Unix socket has none)."""
+    transport = getattr(conn, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+    ):
+        if hasattr(socket, option):  # Linux names them all; macOS some
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+async def close_bounded(conn: asyncpg.Connection) -> None:
+    """Close a session, saying goodbye for at most CLOSE_TIMEOUT seconds (a dead flow
+    never answers it)."""
+    try:
+        await conn.close(timeout=CLOSE_TIMEOUT)
+    except Exception:
+        conn.terminate()
+
+
 async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
     """One asyncpg connection; an unreachable server is a DatabaseUnavailable naming it."""
     try:
-        return await asyncpg.connect(
-            url, timeout=timeout, server_settings={"application_name": _application_name}
+        conn = await asyncpg.connect(
+            url,
+            timeout=timeout,
+            server_settings={"application_name": _application_name},
         )
+        keep_alive(conn)
+        return conn
     except (
         *CONNECTION_ERRORS,
         asyncpg.InvalidCatalogNameError,
@@ -83,7 +127,12 @@ async def connect(url: str, *, timeout: float = 10.0) -> asyncpg.Connection:
 
 
 async def create_pool(
-    url: str, *, size: int, timeout: float = 10.0, lazy: bool = False
+    url: str,
+    *,
+    size: int,
+    timeout: float = 10.0,
+    lazy: bool = False,
+    command_timeout: float = COMMAND_TIMEOUT,
 ) -> asyncpg.Pool:
     """A pool of up to `size` connections, one made now unless `lazy` (then none until
     the first is asked for: a server away at the start is no error yet)."""
@@ -93,8 +142,10 @@ async def create_pool(
             min_size=0 if lazy else 1,
             max_size=size,
             timeout=timeout,
-            command_timeout=300,
+            command_timeout=command_timeout,
             server_settings={"application_name": _application_name},
+            init=_init_session,
+            reset=_reset_session,
         )
     except (
         *CONNECTION_ERRORS,
@@ -104,6 +155,30 @@ async def create_pool(
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from None
     assert pool is not None
     return pool
+
+
+async def _init_session(conn: asyncpg.Connection) -> None:
+    keep_alive(conn)
+
+
+# What asyncpg's pool runs on a session given back (its own reset, which waits for the
+# answer as long as it takes: a session on a dead flow would never come back).
+_RESET = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL"
+RESET_TIMEOUT = 10.0
+
+
+async def _reset_session(conn: asyncpg.Connection) -> None:
+    """A session given back to the pool, reset; no answer within RESET_TIMEOUT and the
+    pool closes it (the next ask gets a new one)."""
+    await conn.execute(_RESET, timeout=RESET_TIMEOUT)
+
+
+async def close_pool(pool: asyncpg.Pool) -> None:
+    """Close a pool, waiting for its sessions' goodbyes at most CLOSE_TIMEOUT seconds."""
+    try:
+        await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT)
+    except (TimeoutError, Exception):
+        pool.terminate()
 
 
 def migration_files() -> list[tuple[int, str, str]]:

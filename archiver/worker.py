@@ -37,6 +37,10 @@ T = TypeVar("T")
 JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
 BATCH_KINDS = frozenset(k.name for k in KINDS.values() if k.batch)  # no work: completed in batches
 # Failures that need no traceback in the log: operator-facing and connection errors.
+# A stop never waits on a dead flow: a claim unanswered this long after the first signal
+# is given up, and past the deadline a chunk's rollback or a job's hand-back this long.
+STOP_GRACE = 3.0
+FINISH_TIMEOUT = 2.0
 EXPECTED_ERRORS = (ArchiverError, adbc_driver_manager.OperationalError, *db.CONNECTION_ERRORS)
 
 
@@ -80,6 +84,7 @@ class Worker:
         self.wake = asyncio.Event()
         self.stopping = False
         self.hard_stop = asyncio.Event()
+        self.claim_given_up = asyncio.Event()  # STOP_GRACE after the first signal
         self.pool: asyncpg.Pool | None = None
         # Job threads. A thread stuck in network I/O cannot be interrupted: on a hard stop
         # its job is handed back and the process exits without joining it (`abandoned`).
@@ -103,9 +108,9 @@ class Worker:
             for run in self.runs.values():
                 if run.interrupt is None:  # a cancel or a lost lease already wins
                     run.interrupt = StopRequested("worker stopping")
-            asyncio.get_running_loop().call_later(
-                self.settings.shutdown_deadline, self.hard_stop.set
-            )
+            later = asyncio.get_running_loop().call_later
+            later(self.settings.shutdown_deadline, self.hard_stop.set)
+            later(STOP_GRACE, self.claim_given_up.set)
         self.wake.set()
 
     # -- main loop -------------------------------------------------------------------
@@ -129,57 +134,70 @@ class Worker:
             pa.default_memory_pool().backend_name,
         )
         try:
-            while not self.stopping:
-                self.wake.clear()
-                claimed = drained = False
-                wait = self.settings.poll_interval
-                try:
-                    while len(self.runs) < self.concurrency and not self.stopping:
-                        free = self.concurrency - len(self.runs)
-                        idle = not self.runs
-                        found = await self._queue().claim(self.name, free)
-                        if not found:
-                            drained = idle
-                            await failpoints.areach("claim_found_nothing")
-                            break
-                        claimed = True
-                        batch = [j.id for j in found if j.task_name in BATCH_KINDS]
-                        for job in found:
-                            if job.task_name not in BATCH_KINDS:
-                                self._start(job)
-                        if batch:
-                            await self._queue().complete_many(batch, self.name)
-                            log.debug("completed %d no-op jobs", len(batch))
-                        if len(found) < free:
-                            break
-                    # NOTIFY fires when a retry is queued, not when its backoff ends.
-                    next_run = await self._queue().seconds_to_next_run()
-                    if next_run is not None:
-                        wait = min(wait, max(next_run, 0.05))
-                except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
-                    log.warning("queue database unreachable (%s); retrying", error_line(exc))
-                    await self._expire_connections()  # none of them is to be trusted now
-                except Exception:  # never let the claim loop die: log it, retry after a wait
-                    log.exception("unexpected error in the claim loop; retrying")
-                    await self._expire_connections()
-                # A burst ends only on a claim that found nothing while none of this worker's
-                # jobs ran: one that ran may have held back another job on its table, and may
-                # have ended during the claim or an await since (a CI run lost two jobs so).
-                if self.burst and drained:
-                    break
-                if claimed and len(self.runs) < self.concurrency:
-                    continue
-                self.ctx.bulk_pool.prune()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), wait)
+            claiming = asyncio.create_task(self._claim_loop())
+            given_up = asyncio.create_task(self.claim_given_up.wait())
+            await asyncio.wait({claiming, given_up}, return_when=asyncio.FIRST_COMPLETED)
+            given_up.cancel()
+            if claiming.done():
+                claiming.result()  # what ended it, raised here
+            else:  # waiting on the queue database past STOP_GRACE
+                log.warning("stopping: a claim still waits on the queue database; given up")
+                claiming.cancel()
             await self._drain()
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if tasks:  # a task's goodbye on a dead flow is not waited for past this
+                await asyncio.wait(tasks, timeout=db.CLOSE_TIMEOUT + 1)
             self.executor.shutdown(wait=not self.abandoned, cancel_futures=True)
             await self.ctx.aclose()
         log.info("worker %s stopped", self.name)
+
+    async def _claim_loop(self) -> None:
+        """Claim and start jobs until a stop (or, with --burst, until none is left)."""
+        while not self.stopping:
+            self.wake.clear()
+            claimed = drained = False
+            wait = self.settings.poll_interval
+            try:
+                while len(self.runs) < self.concurrency and not self.stopping:
+                    free = self.concurrency - len(self.runs)
+                    idle = not self.runs
+                    found = await self._queue().claim(self.name, free)
+                    if not found:
+                        drained = idle
+                        await failpoints.areach("claim_found_nothing")
+                        break
+                    claimed = True
+                    batch = [j.id for j in found if j.task_name in BATCH_KINDS]
+                    for job in found:
+                        if job.task_name not in BATCH_KINDS:
+                            self._start(job)
+                    if batch:
+                        await self._queue().complete_many(batch, self.name)
+                        log.debug("completed %d no-op jobs", len(batch))
+                    if len(found) < free:
+                        break
+                # NOTIFY fires when a retry is queued, not when its backoff ends.
+                next_run = await self._queue().seconds_to_next_run()
+                if next_run is not None:
+                    wait = min(wait, max(next_run, 0.05))
+            except (*db.CONNECTION_ERRORS, asyncpg.PostgresConnectionError) as exc:
+                log.warning("queue database unreachable (%s); retrying", error_line(exc))
+                await self._expire_connections()  # none of them is to be trusted now
+            except Exception:  # never let the claim loop die: log it, retry after a wait
+                log.exception("unexpected error in the claim loop; retrying")
+                await self._expire_connections()
+            # A burst ends only on a claim that found nothing while none of this worker's
+            # jobs ran: one that ran may have held back another job on its table, and may
+            # have ended during the claim or an await since (a CI run lost two jobs so).
+            if self.burst and drained:
+                break
+            if claimed and len(self.runs) < self.concurrency:
+                continue
+            self.ctx.bulk_pool.prune()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), wait)
 
     async def _drain(self) -> None:
         """Wait for running jobs; past the deadline (or a second signal) roll them back."""
@@ -193,11 +211,13 @@ class Worker:
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if self.runs:
             await self._abort_chunks()
-            await asyncio.wait(tasks, timeout=5)
-            for run in list(self.runs.values()):  # threads stuck in I/O: hand back anyway
+            await asyncio.wait(tasks, timeout=FINISH_TIMEOUT)
+            stuck = list(self.runs.values())  # threads stuck in I/O: hand back anyway
+            for run in stuck:
                 log.warning("job %s: chunk still busy at exit; handing the job back", run.job.id)
-                await self._finish_quietly(self._queue().release(run.job.id, self.name))
-                self.abandoned = True
+            releases = [self._queue().release(r.job.id, self.name) for r in stuck]
+            await asyncio.gather(*(self._finish_quietly(r, FINISH_TIMEOUT) for r in releases))
+            self.abandoned = self.abandoned or bool(stuck)
         hard.cancel()
 
     async def _abort_chunks(self) -> None:
@@ -205,10 +225,16 @@ class Worker:
         pids = [pid for r in self.runs.values() for pid in r.source_pids]
         if not pids:
             return
-        try:
-            async with self.ctx.source() as conn:
-                await conn.execute("SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids)
-        except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS) as exc:
+        try:  # a session of its own: the pool's may be the ones on a dead flow
+            async with asyncio.timeout(FINISH_TIMEOUT):
+                conn = await self.ctx.open_session(self.settings.effective_source_url)
+                try:
+                    await conn.execute(
+                        "SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p", pids
+                    )
+                finally:
+                    await db.close_bounded(conn)
+        except (ArchiverError, asyncpg.PostgresError, *db.CONNECTION_ERRORS, TimeoutError) as exc:
             log.error("could not roll back chunks in progress: %s", error_line(exc))
 
     def _queue(self) -> Queue:
@@ -239,7 +265,8 @@ class Worker:
                     try:
                         await asyncio.wait_for(lost.wait(), 10)
                     except TimeoutError:
-                        await conn.execute("SELECT 1")  # notice a dead connection early
+                        # notice a dead connection early: no answer in 10 s is one
+                        await conn.execute("SELECT 1", timeout=10)
                 log.warning("LISTEN connection lost (closed by the server); reconnecting")
             except asyncio.CancelledError:
                 raise
@@ -269,13 +296,8 @@ class Worker:
     def _start(self, job: Job) -> None:
         run = JobRun(job, self.name)
         self.runs[job.id] = run
-        log.info(
-            "job %s: claimed (attempt %d of %d) %s",
-            job.id,
-            job.attempts,
-            job.max_attempts,
-            job.payload,
-        )
+        log.info("job %s: claimed (attempt %d of %d) %s",
+                 job.id, job.attempts, job.max_attempts, job.payload)  # fmt: skip
         metrics.job_claimed(job)
         run.task = asyncio.create_task(self._run_job(run))
 
@@ -324,15 +346,10 @@ class Worker:
                     error_line(exc),
                     exc_info=not isinstance(exc, EXPECTED_ERRORS),
                 )
-                status = await self._finish_quietly(
-                    queue.fail_attempt(
-                        job,
-                        self.name,
-                        error_line(exc),
-                        self.settings.retry_base_seconds,
-                        self.settings.retry_max_seconds,
-                    )
-                )
+                s = self.settings
+                failed = queue.fail_attempt(job, self.name, error_line(exc),
+                                            s.retry_base_seconds, s.retry_max_seconds)  # fmt: skip
+                status = await self._finish_quietly(failed)
                 log.info("job %s: now %s", job.id, status)
                 metrics.job_finished(
                     "requeued" if status == Status.QUEUED else str(status or "unknown")
@@ -349,11 +366,12 @@ class Worker:
             self.runs.pop(job.id, None)
             self.wake.set()
 
-    async def _finish_quietly(self, write: Awaitable[T]) -> T | None:
-        """A finishing write; if the database is away, the lease expiry settles the job."""
+    async def _finish_quietly(self, write: Awaitable[T], timeout: float = 60.0) -> T | None:
+        """A finishing write; if the database is away (or does not answer within
+        `timeout`: a dead flow), the lease expiry settles the job."""
         try:
-            return await write
-        except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            return await asyncio.wait_for(write, timeout)
+        except (*db.CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as exc:
             log.error(
                 "could not record the job's outcome (%s); its lease will expire", error_line(exc)
             )
@@ -364,8 +382,9 @@ class Worker:
         while True:
             await asyncio.sleep(self.settings.heartbeat_seconds)
             try:
-                held = await queue.heartbeat(run.job.id, self.name)
-            except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+                beat = queue.heartbeat(run.job.id, self.name)  # later than the lease: no use
+                held = await asyncio.wait_for(beat, self.settings.lease_seconds)
+            except (*db.CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as exc:
                 log.warning("job %s: heartbeat failed (%s)", run.job.id, error_line(exc))
                 continue
             if run.interrupt is not None:

@@ -58,9 +58,13 @@ class Console:
 
     def health(self) -> int | None:
         """/healthz's status (200: the database answers; 503: it is away), None when
-        the console does not answer."""
+        the console does not answer within 2 s."""
+        return self.health_within(2)
+
+    def health_within(self, seconds: float) -> int | None:
+        """/healthz's status, waiting for it at most `seconds` (None: no answer)."""
         try:
-            with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=seconds) as r:
                 return int(r.status)
         except urllib.error.HTTPError as exc:
             return exc.code

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from archiver.errors import first_line
+from archiver.serve.watchdog import WATCHDOG
 from archiver.serve.wire import SqlError
 from archiver.store import read_audit
 
@@ -58,6 +59,9 @@ class Read:
             self.statement, self.parameters, self.tables, self.columns, self.rows,
             self.duration_ms, self.outcome,
         )  # fmt: skip
+
+
+WRITE_SECONDS = 10.0  # what a batch's write waits for the catalog database at most
 
 
 class ReadAudit:
@@ -133,7 +137,8 @@ class ReadAudit:
             return
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self.url, connect_timeout=5)
-        with self._conn.transaction():
+        fd = self._conn.pgconn.socket
+        with WATCHDOG.watch(fd, WRITE_SECONDS, "the read audit's write"), self._conn.transaction():
             read_audit.write(self._conn, [r.row() for r in batch])
         with self._lock:
             for _ in batch:

@@ -32,7 +32,6 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from archiver.bulk import BulkConnection, open_bulk
 from archiver.config import Settings
 from archiver.errors import DatabaseUnavailable, first_line
 from archiver.ident import TableName
@@ -41,6 +40,7 @@ from archiver.serve.declared_types import DeclaredTypes
 from archiver.serve.reader import Place, make
 from archiver.serve.registry import TYPES, Registry
 from archiver.serve.text import C_MONEY, Money
+from archiver.serve.watchdog import WATCHDOG
 from archiver.store.served import served_definitions, served_signature
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,8 @@ WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
 
 # -- keeping them in step ------------------------------------------------------------------
 
+LOCK_SECONDS = 5.0  # a refresh waited for, and its catalog read, at most
+
 
 class Definitions:
     """The definitions database of one serve process: made at start, kept in step with
@@ -140,28 +142,25 @@ class Definitions:
         self._checked = 0.0
         self._signature: tuple[Any, ...] | None = None
         self._made: dict[str, str] = {}  # schema.table -> the fingerprint made
-        self._catalog: BulkConnection | None = None
+        self._catalog: psycopg.Connection[Any] | None = None
         self.catalogs: frozenset[str] = frozenset()
         self.server_version = ""
         self.version_num = ""
         self.tables: dict[str, ServedTable] = {}
         self.registry = Registry([])
         self.money = C_MONEY  # how the server's lc_monetary writes money
-        self.attributes: dict[
-            tuple[str, str], dict[str, tuple[int, int]]
-        ] = {}  # (schema, table) -> column -> (relation OID, attnum)
+        # (schema, table) -> column -> (relation OID, attnum)
+        self.attributes: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
 
     def start(self) -> None:
         """Made where missing, then in step with the catalog (every table made again:
         serve cannot know what another process left)."""
         make(self.place)
         with self.connect() as conn:
-            self.catalogs = frozenset(
-                r[0]
-                for r in conn.execute(
-                    "SELECT relname FROM pg_class WHERE relnamespace = 'pg_catalog'::regnamespace"
-                )
+            catalogs = (
+                "SELECT relname FROM pg_class WHERE relnamespace = 'pg_catalog'::regnamespace"
             )
+            self.catalogs = frozenset(r[0] for r in conn.execute(catalogs))
             self.server_version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
             self.version_num = str(conn.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
             amounts = conn.execute(
@@ -220,7 +219,8 @@ class Definitions:
         """The definitions in step with the committed files: asked of the catalog at most
         every SYNC_SECONDS, each changed table made again in one transaction (`wait`:
         for another thread's refresh to end, else leave it to that one)."""
-        if not self._lock.acquire(blocking=wait):
+        # another thread's refresh waited for LOCK_SECONDS at most: then, the definitions as they are
+        if not self._lock.acquire(blocking=wait, timeout=LOCK_SECONDS if wait else -1):
             return
         try:
             now = time.monotonic()
@@ -229,7 +229,11 @@ class Definitions:
             self._checked = now
             conn = self._catalog_connection()
             try:
-                with conn.cursor() as cur:
+                fd = conn.pgconn.socket
+                with (
+                    WATCHDOG.watch(fd, LOCK_SECONDS, "a read of the catalog"),
+                    conn.cursor() as cur,
+                ):
                     signature = served_signature(cur, self.storage)
                     changed = force or signature != self._signature
                     rows = served_definitions(cur, self.storage) if changed else []
@@ -246,9 +250,14 @@ class Definitions:
         finally:
             self._lock.release()
 
-    def _catalog_connection(self) -> BulkConnection:
+    def _catalog_connection(self) -> psycopg.Connection[Any]:
+        """The catalog on a session the watchdog bounds (a raw cursor binds SQL's $1)."""
         if self._catalog is None:
-            self._catalog = open_bulk(self.settings.database_url)
+            try:
+                self._catalog = psycopg.connect(self.settings.database_url, connect_timeout=5,
+                    cursor_factory=psycopg.RawCursor, application_name="archiver serve")  # fmt: skip
+            except psycopg.OperationalError as exc:
+                raise DatabaseUnavailable(f"serve: the catalog: {first_line(exc)}") from None
         return self._catalog
 
     def _apply(self, rows: list[tuple[Any, ...]], force: bool) -> None:

@@ -18,9 +18,13 @@ from archiver.errors import ConfigError, DatabaseUnavailable, InputError, redact
 from archiver.ident import as_typed
 from archiver.query import catalog, statement
 from archiver.query.catalog import File, Snapshot
+from archiver.serve.watchdog import WATCHDOG
 from archiver.store.served import served_files
 
 KEPT = "archiver_kept"  # the schema of the kept relations
+
+
+CATALOG_SECONDS = 5.0  # what a statement waits for the catalog's list of its files at most
 
 
 class FileSet:
@@ -91,7 +95,8 @@ class FileSet:
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                return served_files(conn, names, self.storage, retired, ranges)
+                with WATCHDOG.watch(conn.socket, CATALOG_SECONDS, "a read of the catalog"):
+                    return served_files(conn, names, self.storage, retired, ranges)
             except Exception:
                 if conn.status == pq.ConnStatus.OK and attempt == 1:
                     raise  # the query's own failure, not the connection's

@@ -18,6 +18,7 @@ where it is not forced; not BYPASSRLS) is refused a statement that reads it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -34,6 +35,7 @@ from archiver.serve.audit import ATTACH_APPLICATION
 from archiver.serve.definitions import FILE_ID, Definitions
 from archiver.serve.fileset import KEPT
 from archiver.serve.selects import SOURCE_COLUMN
+from archiver.serve.watchdog import WATCHDOG
 from archiver.serve.wire import SqlError
 from archiver.store import access
 
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 MIRROR_SECONDS = 2.0  # a GRANT or REVOKE on a live table is in force within this, plus a pass
 STATEMENT_MS = 10_000  # any statement of a pass
+PASS_SECONDS = 30.0  # a pass whose sessions wait longer is on a dead flow: they go
 
 _ROW_SECURITY = """
 SELECT n.nspname, c.relname, pg_get_userbyid(c.relowner), c.relforcerowsecurity
@@ -86,6 +89,8 @@ class Mirror:
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
         self._sessions: dict[str, psycopg.Connection[Any]] = {}  # held between passes
+        self._watched: contextlib.ExitStack | None = None  # a pass's bounds on them
+        self._fds: set[int] = set()
 
     def start(self) -> None:
         """Mirrored once now, then every MIRROR_SECONDS (a pass that fails is logged and
@@ -107,7 +112,8 @@ class Mirror:
 
     def _pass(self) -> None:
         try:
-            self.sync()
+            with contextlib.ExitStack() as self._watched:  # each session's waits bounded
+                self.sync()
         except Exception as exc:  # the next pass tries again; persons stay as they were
             self._drop_sessions()
             log.warning("serve: the live tables' grants could not be mirrored: %s", first_line(exc))
@@ -122,6 +128,11 @@ class Mirror:
                 options=f"-c statement_timeout={STATEMENT_MS}",
             )  # fmt: skip
             self._sessions[conninfo] = conn
+        if self._watched is not None and conn.pgconn.socket not in self._fds:
+            self._fds.add(conn.pgconn.socket)
+            self._watched.enter_context(
+                WATCHDOG.watch(conn.pgconn.socket, PASS_SECONDS, "a pass of the grants' mirror")
+            )
         return conn
 
     def _drop_sessions(self) -> None:

@@ -9,12 +9,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import secrets
 import signal
 import ssl
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from archiver.config import Settings
 from archiver.context import Context
@@ -27,6 +29,7 @@ from archiver.serve.session import Session
 from archiver.serve.signin import SignIn
 from archiver.serve.statements import REPORTED
 from archiver.serve.upstream import PersonUpstream, Upstream
+from archiver.serve.watchdog import WATCHDOG
 from archiver.serve.wire import SqlError
 from archiver.web.middleware import is_loopback
 from archiver.web.server import parse_bind
@@ -37,6 +40,7 @@ MAX_MESSAGE = 1 << 20  # bytes of one message: a statement, or a Bind's paramete
 AUTH_SECONDS = 10.0  # for the start-up and the password exchange
 STOP_SECONDS = 10.0  # for the connections to end when serve stops, then their sockets go
 UPSTREAM_CONNECTIONS = 8  # to the definitions database, shared by the sessions
+CLOSE_SECONDS = 5.0  # what serve's stop waits for its sessions to close, twice at most
 FLUSH_MESSAGES = 256  # answered messages held at most before they are written
 
 
@@ -360,8 +364,26 @@ async def serve(ctx: Context, bind: str) -> None:
     try:
         await Server(settings, listen, archive, upstream, people, mirror, audit).run(stop)
     finally:
-        audit.close()
-        mirror.close()
-        people.close()
-        upstream.close()
-        archive.close()
+        await _close(audit, mirror, people, upstream, archive)
+
+
+async def _close(*parts: Any) -> None:
+    """Close serve's parts in order (the audit's last reads written first), bounded: what
+    still waits on a dead flow after CLOSE_SECONDS has its socket shut (watchdog), and
+    after as long again serve exits without it."""
+
+    def close_all() -> None:
+        for part in parts:
+            part.close()
+
+    closing = asyncio.ensure_future(asyncio.to_thread(close_all))
+    done, _ = await asyncio.wait({closing}, timeout=CLOSE_SECONDS)
+    if not done:
+        log.warning("serve: %d sessions still closing after %gs: shut", WATCHDOG.shut_all(),
+                    CLOSE_SECONDS)  # fmt: skip
+        done, _ = await asyncio.wait({closing}, timeout=CLOSE_SECONDS)
+    if not done:
+        log.warning("serve: stopped with sessions still closing on dead flows")
+        logging.shutdown()
+        os._exit(0)  # a thread blocked in a driver's close is not waited for
+    closing.result()

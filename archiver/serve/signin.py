@@ -35,6 +35,7 @@ from archiver.serve import wire
 from archiver.serve.audit import Read, ReadAudit
 from archiver.serve.reader import Place
 from archiver.serve.scram import Exchange, ScramError, Verifier
+from archiver.serve.watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +130,12 @@ class SignIn:
                     self._conn = psycopg.connect(
                         self.place.admin, autocommit=True, connect_timeout=CONNECT_SECONDS
                     )
-                row = self._conn.execute(
-                    "SELECT secret, can_login, valid_until FROM archiver_auth.role_secret(%s)",
-                    [name],
-                ).fetchone()
+                fd = self._conn.pgconn.socket
+                with WATCHDOG.watch(fd, CONNECT_SECONDS, "the auth function"):
+                    row = self._conn.execute(
+                        "SELECT secret, can_login, valid_until FROM archiver_auth.role_secret(%s)",
+                        [name],
+                    ).fetchone()
             except psycopg.Error as exc:
                 if self._conn is not None:
                     self._conn.close()

@@ -28,7 +28,12 @@ from archiver.serve.privileges import (
     plan_of,
     relations_read,
 )
+from archiver.serve.watchdog import WATCHDOG
 from archiver.serve.wire import SqlError
+
+# What a statement on the definitions database waits past its statement timeout before
+# its session is taken for one on a dead flow (the server cancels it at the timeout).
+ANSWER_MARGIN = 5.0
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,13 @@ class Upstream:
     def _transaction(
         self, settings: dict[str, str], started: Callable[[Any], None]
     ) -> Iterator[PGconn]:
-        """A read-only transaction (one snapshot) carrying the session's settings."""
-        with self._borrowed() as conn:
+        """A read-only transaction (one snapshot) carrying the session's settings, its
+        waits bounded by the statement timeout and a margin (watchdog: a dead flow)."""
+        bound = self.statement_timeout + ANSWER_MARGIN if self.statement_timeout else 0
+        with (
+            self._borrowed() as conn,
+            WATCHDOG.watch(conn.socket, bound, "a statement on the definitions database"),
+        ):
             started(_Cancel(conn))
             setup = ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"]
             timeout = f"{int(self.statement_timeout * 1000)}" if self.statement_timeout else "0"

@@ -69,6 +69,9 @@ HERE = Path(str(resources.files("archiver.web")))
 BULK_LIMIT = 10_000  # jobs one bulk action changes at most
 LOGIN_PAUSE = 1.0  # seconds a refused login waits before it is answered
 RETRY_AFTER = 5  # seconds a page answered while the database is away waits to ask again
+# What a page waits for a statement's answer; on a dead flow asyncpg then waits as long
+# again for its cancel before the session goes: a 503 after twice this at most.
+PAGE_SECONDS = 10.0
 # What the database being away raises: asyncpg's connection errors, a refused or timed
 # out connect, the server shutting down or starting up (not every OSError: a missing
 # template is no outage)
@@ -123,7 +126,7 @@ class Console:
     async def lifespan(self, _: Starlette) -> AsyncIterator[None]:
         # lazy: a console started while PostgreSQL is away answers 503 until it is back,
         # rather than exit with a traceback (and, restarted by supervisord, give up)
-        self._pool = await self.ctx.open_pool(size=4, lazy=True)
+        self._pool = await self.ctx.open_pool(size=4, lazy=True, command_timeout=PAGE_SECONDS)
         try:
             yield
         finally:

@@ -94,6 +94,8 @@ async def serve(ctx: Context, config: ConfigFile | None, bind: str, root_path: s
             access_log=False,
             proxy_headers=False,  # believed from the proxies' addresses only: web.middleware
             server_header=False,
+            # requests still open at a stop (one on a dead flow) get the workers' deadline
+            timeout_graceful_shutdown=max(1, int(settings.shutdown_deadline)),
         )
     )
     # uvicorn stops on SIGTERM/SIGINT, then raises the signal again for the handler that
