@@ -36,11 +36,11 @@ T = TypeVar("T")
 
 JOBS_CHANNEL, CANCEL_CHANNEL = "archiver_jobs", "archiver_cancel"
 BATCH_KINDS = frozenset(k.name for k in KINDS.values() if k.batch)  # no work: completed in batches
-# Failures that need no traceback in the log: operator-facing and connection errors.
 # A stop never waits on a dead flow: a claim unanswered this long after the first signal
 # is given up, and past the deadline a chunk's rollback or a job's hand-back this long.
 STOP_GRACE = 3.0
 FINISH_TIMEOUT = 2.0
+# Failures that need no traceback in the log: operator-facing and connection errors.
 EXPECTED_ERRORS = (ArchiverError, adbc_driver_manager.OperationalError, *db.CONNECTION_ERRORS)
 
 

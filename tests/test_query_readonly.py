@@ -51,6 +51,9 @@ def test_a_select_still_runs(h: Harness) -> None:
     assert done.stdout.splitlines() == ['"answer"', "42"]
 
 
+SOURCE_HINT = "_archiver_source is a column of"  # a candidate then, not the column missing
+
+
 def test_a_table_with_nothing_archived_is_named_as_such(h: Harness) -> None:
     """DuckDB's own line, and what it cannot know: which tables have an archive here,
     and that `_archiver_source` is a column of those alone."""
@@ -76,6 +79,8 @@ def test_a_table_with_nothing_archived_is_named_as_such(h: Harness) -> None:
     assert (
         "_archiver_source is a column of the tables archiver has archived or queued" in live.stderr
     )
+    other = h.cli("query", "--with-live", "SELECT customer_id FROM kept")  # _archiver_source
+    assert "Referenced column" in other.stderr and SOURCE_HINT not in other.stderr, other.stderr
     both = h.cli("query", "--with-live", "--format", "csv",
                  "SELECT _archiver_source, count(*) FROM kept GROUP BY 1 ORDER BY 1")  # fmt: skip
     assert both.stdout.splitlines()[1:] == ['"archive",4', '"live",6'], both.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import site
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,7 +134,8 @@ def _hint(con: Any, exc: Exception, live: bool) -> str:
     import duckdb
 
     text = str(exc)
-    if isinstance(exc, duckdb.BinderException) and SOURCE in text:
+    named = re.search(r'Referenced column "([^"]+)" not found', text)  # not a candidate's
+    if isinstance(exc, duckdb.BinderException) and named and named.group(1) == SOURCE:
         if not live:
             return f" ({SOURCE} is a column of query --with-live, over live and archived rows)"
         return (

@@ -55,8 +55,8 @@ class Watchdog:
         """Shut every watched socket now (serve stopping): how many."""
         with self._lock:
             watched, self._watched = self._watched, {}
-        for fd, _ in watched.values():
-            _shut(fd)
+            for fd, _ in watched.values():
+                _shut(fd)
         return len(watched)
 
     def _run(self) -> None:
@@ -66,10 +66,10 @@ class Watchdog:
                     self._lock.wait(self._due[0][0] - time.monotonic() if self._due else None)
                 _, token = heapq.heappop(self._due)
                 found = self._watched.pop(token, None)
-            if found is not None:
-                fd, what = found
-                log.warning("serve: %s got no answer in time: its session is closed", what)
-                _shut(fd)
+                if found is not None:  # under the lock: the block, still inside, owns the fd
+                    fd, what = found
+                    log.warning("serve: %s got no answer in time: its session is closed", what)
+                    _shut(fd)
 
 
 def _shut(fd: int) -> None:
