@@ -227,7 +227,7 @@ class Settings:
     storage_url: str | None = _setting(
         None,
         "ARCHIVER_STORAGE_URL",
-        "`az://<container>/<prefix>` or `file:///<dir>`",
+        "`az://<container>/<prefix>` or `file:///<dir>` (archiver makes the container, or the last directory of the path: its parent must exist)",
         _text,
         shown="required for enqueue/worker",
     )
