@@ -151,6 +151,11 @@ def test_unreachable_storage(h: Harness, orders: str) -> None:
     assert_refused(result, "cannot reach az://")
     assert "AccountKey=Eby8" not in result.stderr
     assert_unchanged(orders)
+    # a retry queues work too: refused as well, the job left as it was
+    job_id = h.cli("enqueue", "--table", "orders", "--before", "2024-10-01").stdout.strip()
+    assert h.cli("cancel", job_id).returncode == 0
+    assert_refused(run_cli(bad, "retry", job_id), "cannot reach az://")
+    assert h.value("SELECT status::text FROM background_jobs") == "cancelled"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import datetime as dt
 import sys
@@ -260,7 +261,9 @@ async def cmd_cancel(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def cmd_retry(args: argparse.Namespace, ctx: Context) -> int:
-    return await _on_job(ctx, parse_job_id(args.job_id), "retry")
+    job_id = parse_job_id(args.job_id)
+    await asyncio.to_thread(ctx.storage().check)  # queued again only where it can run
+    return await _on_job(ctx, job_id, "retry")
 
 
 async def _on_job(
