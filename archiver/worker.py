@@ -382,9 +382,10 @@ class Worker:
         while True:
             await asyncio.sleep(self.settings.heartbeat_seconds)
             try:
-                beat = queue.heartbeat(run.job.id, self.name)  # later than the lease: no use
-                held = await asyncio.wait_for(beat, self.settings.lease_seconds)
-            except (*db.CONNECTION_ERRORS, asyncpg.PostgresError, TimeoutError) as exc:
+                # not cut short by a timeout of ours: a cancel in the middle of the pool's
+                # connect leaks its slot (a restart of PostgreSQL then starved the pool)
+                held = await queue.heartbeat(run.job.id, self.name)
+            except (*db.CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 log.warning("job %s: heartbeat failed (%s)", run.job.id, error_line(exc))
                 continue
             if run.interrupt is not None:
