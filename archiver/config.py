@@ -310,11 +310,12 @@ class Settings:
         _flag,
         shown="false",
     )
-    iceberg_snapshot_retention: float = _setting(
-        86400.0,
-        "ARCHIVER_ICEBERG_SNAPSHOT_RETENTION",
-        "seconds an Iceberg table's snapshots are kept after a newer one (an erasure expires every older one at once): readers that planned on one before still find its manifests (see [Iceberg](iceberg.md))",
+    reader_retention: float = _setting(
+        604800.0,
+        "ARCHIVER_READER_RETENTION",
+        "seconds a file a compaction, restore, tier change or purge took out of a table stays readable where it is after the publication that removed it from the Delta log, and how long an older Iceberg snapshot is kept: time travel within it, and a read planned before the change, find every file (Delta's `deletedFileRetentionDuration`, 7 days, by default; an erasure's files and the history before it go at once; see [Lifecycle](lifecycle.md#readers-retention))",
         _number(float, 0.0),
+        alias="ARCHIVER_ICEBERG_SNAPSHOT_RETENTION",
     )
     iceberg_catalog: str = _setting(
         "archive",

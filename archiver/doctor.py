@@ -30,8 +30,8 @@ from archiver.model import Mode
 from archiver.operations.enqueue import checked_policies
 from archiver.operations.inspect import aggregate_children
 from archiver.storage.seam import put_file
-from archiver.store import publications
-from archiver.text import counted
+from archiver.store import archive_files, publications
+from archiver.text import counted, period, size
 
 MAX_CLOCK_SKEW = 5.0  # seconds; leases use the database's clock, schedules the worker's
 
@@ -94,9 +94,24 @@ async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
     checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, ctx)))
     if checks[-1].ok:
         checks += await asyncio.to_thread(_storage_features, ctx)
+    if checks[1].ok:  # the catalog's tables are there
+        checks.append(await _check("readers' retention", lambda: _reader_retention(ctx)))
     if ctx.settings.iceberg:
         checks.append(await _check("iceberg", lambda: asyncio.to_thread(_iceberg, ctx)))
     return checks
+
+
+async def _reader_retention(ctx: Context) -> str:
+    """How long what a change took out stays for readers, and what it holds now."""
+    async with ctx.catalog() as conn:
+        files, nbytes = await archive_files.kept_for_readers(
+            conn, str(ctx.settings.storage_location())
+        )
+    return (
+        f"{period(ctx.settings.reader_retention)} (ARCHIVER_READER_RETENTION): a restore's, "
+        "compaction's, tier change's or purge's files stay readable that long after leaving "
+        f"the Delta log; {counted(files, 'file')} ({size(nbytes)}) kept now"
+    )
 
 
 def _iceberg(ctx: Context) -> str:

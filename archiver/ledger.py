@@ -124,10 +124,13 @@ def commit_changes(
     written: list[ArchivedFile],
     rows: int,
     detail: dict[str, Any],
+    *,
+    keep: float,
 ) -> None:
     """Step 3, in the operation's open transaction (the caller commits): the files
-    retired, their rewrites catalogued, the ledger row done."""
-    archive_files.retire(conn, retired, operation)
+    retired (kept `keep` seconds for readers but an erasure's), their rewrites
+    catalogued, the ledger row done."""
+    archive_files.retire(conn, retired, operation, keep)
     for f in written:
         archive_files.insert(conn, f, FileState.COMMITTED)
     archive_files.stop_keeping(conn, operation)
@@ -172,7 +175,10 @@ def take_out(
         if before_commit is not None:
             before_commit()
         failpoints.reach(f"{operation}_before_commit")
-        commit_changes(conn, ledger_id, done.retired, done.written, done.rows, done.detail)
+        commit_changes(
+            conn, ledger_id, done.retired, done.written, done.rows, done.detail,
+            keep=ctx.settings.reader_retention,
+        )  # fmt: skip
         try:
             conn.commit()
         except Exception as exc:  # the COMMIT may have landed: not "nothing changed"
@@ -284,7 +290,7 @@ def record_intent(
     catalog.commit()
 
 
-def settle(catalog: BulkConnection, operation: int) -> None:
+def settle(catalog: BulkConnection, operation: int, keep: float) -> None:
     """Step 3's second half, once the source committed: the recorded intent applied in
     one catalog transaction (files retired, rewrites catalogued, the row done)."""
     text = ledger_rows.intent_of(catalog, operation)
@@ -292,7 +298,9 @@ def settle(catalog: BulkConnection, operation: int) -> None:
         raise ArchiverError(f"ledger operation {operation} recorded no intent to settle")
     intent = json.loads(text)
     written = [ArchivedFile(**f) for f in intent["written"]]
-    commit_changes(catalog, operation, intent["retired"], written, intent["rows"], intent["detail"])
+    commit_changes(
+        catalog, operation, intent["retired"], written, intent["rows"], intent["detail"], keep=keep
+    )
     catalog.commit()
 
 
@@ -310,7 +318,7 @@ def sweep(ctx: Context, conn: BulkConnection) -> None:
             if intent is not None:
                 status = _source_status(ctx, str(xid))
                 if status == "committed":
-                    settle(conn, int(operation))
+                    settle(conn, int(operation), ctx.settings.reader_retention)
                     log.warning(
                         "restore %s: its rows had moved back before its process died; "
                         "their files have now left the archive",

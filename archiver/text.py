@@ -24,3 +24,11 @@ def duration(seconds: float | None) -> str:
         return "-"
     hours, rest = divmod(round(seconds), 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def period(seconds: float) -> str:
+    """'7 days', '1 day', '12 hours', '90 s': a setting's length of time in a sentence."""
+    for unit, length in (("day", 86400), ("hour", 3600)):
+        if seconds >= length and seconds % length == 0:
+            return counted(int(seconds // length), unit)
+    return f"{seconds:g} s"

@@ -5,9 +5,9 @@ job; the time pyiceberg takes to open each table from the catalog and plan a sca
 after the maintenance that merges its small files (`archiver compact`).
 
 The nights here come seconds apart, not a day: the workers keep snapshots for
-ARCHIVER_ICEBERG_SNAPSHOT_RETENTION seconds, so the section sets it to 2 s, which keeps as
-many of these publications as a day's retention keeps of nightly ones (the one before
-and the current)."""
+ARCHIVER_READER_RETENTION seconds, so the section sets it to 2 s, which keeps as many of
+these publications as a day's retention keeps of nightly ones (the one before and the
+current)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def iceberg_year(bench: Bench) -> None:
     storage = bench.storage("az")
     env = env_for(
         url, storage, bench.azurite, ARCHIVER_DELTA="true", ARCHIVER_ICEBERG="true",
-        ARCHIVER_COMPACT="false", ARCHIVER_ICEBERG_SNAPSHOT_RETENTION="2",
+        ARCHIVER_COMPACT="false", ARCHIVER_READER_RETENTION="2",
     )  # fmt: skip
     try:
         rows = nights * PER_NIGHT

@@ -28,11 +28,15 @@ def table(figures: Figures, seconds: float) -> str:
         ("rows restored (moved back)", f"{figures.rows_restored:,}"),
         ("data subjects erased", str(figures.subjects_erased)),
         (
-            "files moved offline (Archive tier) / rehydrated",
+            "files offline (Archive tier) at the last tier move / rehydrated",
             f"{figures.files_offline} / {figures.files_back_online}",
         ),
         ("operations", ", ".join(f"{k} {n}" for k, n in sorted(figures.operations.items()))),
         ("faults injected", ", ".join(f"{k} {n}" for k, n in sorted(figures.faults.items()))),
+        (
+            "of them, the network's",
+            ", ".join(f"{k} {n}" for k, n in sorted(figures.network.items())),
+        ),
         ("jobs at the end", ", ".join(f"{k} {n}" for k, n in figures.jobs.items())),
         ("live rows at the end", ", ".join(f"{k} {n:,}" for k, n in figures.live_rows.items())),
         (

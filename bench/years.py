@@ -107,7 +107,7 @@ def years_on(bench: Bench) -> None:
                   "s", "<= 1.2x", mine <= 1.2 * theirs)  # fmt: skip
         # An erasure the day of a compaction deletes its kept inputs at once (they hold
         # the erased rows too): 3,650 blobs here, once. The figure the target is about
-        # is the next, once the day they are kept has passed and the sweep reaped them.
+        # is the next, once the readers' retention has passed and the sweep reaped them.
         mine, theirs = _both(env, ["erase", "--table", "{t}", "--where", "customer_id = 41"])
         bench.add(f"years: erase of one customer the day of the compaction ({files:,} kept "
                   "inputs deleted with it), against one file", mine, theirs, "s", "(reported)",
@@ -175,7 +175,7 @@ def _both(env: dict[str, str], args: list[str]) -> tuple[float, float]:
 
 
 def _a_day_later(env: dict[str, str], url: str) -> None:
-    """The day compaction keeps its inputs, passed: the workers' sweep reaps them."""
+    """The readers' retention passed: the workers' sweep reaps what compaction took out."""
     sql(url, "UPDATE archive_files SET kept_until = now() WHERE kept_until > now()")
     run_workers(env, 1)
     left = sql(url, "SELECT count(*) FROM archive_files WHERE state = 'retired'")[0][0]

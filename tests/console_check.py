@@ -100,6 +100,15 @@ class Console:
             return exc.code, exc.read().decode()
 
 
+def one_page(h: Harness, tmp: Path, path: str) -> tuple[int, str]:
+    """(status, body) of one page, as a viewer, of a console started for it and stopped."""
+    console = Console(h, tmp)
+    try:
+        return console.get(path)
+    finally:
+        console.stop()
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as p:

@@ -50,6 +50,9 @@ def world_env(database_url: str, azurite: Azurite, container: str, tmp: Path) ->
         "ARCHIVER_STORAGE_URL": f"az://{container}/archive",
         "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string,
         "ARCHIVER_POLL_INTERVAL": "0.5",
+        # what a change takes out goes as soon as no reader's snapshot sees it: the tests
+        # of deleting; tests/test_reader_retention.py and compaction's keep the default
+        "ARCHIVER_READER_RETENTION": "0",
         "TMPDIR": str(tmp),
     }
 

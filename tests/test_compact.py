@@ -64,8 +64,8 @@ def archived_daily(world: Harness) -> set[int]:
 def events(h: Harness, worlds: Worlds) -> Iterator[tuple[Harness, set[int]]]:
     """A copy of the events table archived a day at a time, built once (Worlds)."""
     world, moved = worlds.get(archived_daily)
-    with cloned(world, h) as mine:
-        yield mine, moved
+    with cloned(world, h) as mine:  # the merges' inputs kept for readers, as by default
+        yield mine.with_env(ARCHIVER_READER_RETENTION=str(7 * 86400)), moved
 
 
 def committed(h: Harness, table: str = "public.events") -> list[dict[str, Any]]:
@@ -118,7 +118,7 @@ def test_daily_files_merge_into_one_read_once_by_every_reader(
     operation = h.value("SELECT id FROM archive_ledger WHERE operation = 'compact'")
     assert merged["path"] == f"archive/public.events/compact-{operation}-00000.parquet"
     assert (merged["row_count"], merged["made_by"], merged["part"]) == (len(moved), operation, 0)
-    assert f"the {DAYS - 1} files a merge replaced stay a day" in done.stderr, done.stderr
+    assert f"the {DAYS - 1} files it took out stay 7 days" in done.stderr, done.stderr
     every_reader_counts(h, moved, live)
     layout = column_layout(h.blob(merged["path"]))  # a merge writes as a chunk does
     assert {c: "DELTA_BINARY_PACKED" in e for c, (_, e) in layout.items()} == {
@@ -268,7 +268,8 @@ def test_readers_see_every_row_once_through_the_merge(
     """Read at each moment of a merge -- before it, between its catalog commit and its
     Delta commit, after both -- by delta-rs, DuckDB, `archiver query` and `--with-live`;
     and a reader that opened the Delta table before the merge still reads it whole
-    after it (the small files stay a day; deleted at once, that reader would fail)."""
+    after it (the small files stay for the readers' retention; deleted at once, that
+    reader would fail)."""
     h, moved = events
     live = h.value("SELECT count(*) FROM events")
     before = delta(h, "public.events")  # opened now, read after the merge
@@ -284,7 +285,7 @@ def test_readers_see_every_row_once_through_the_merge(
     every_reader_counts(h, moved, live)
     ids = before.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
     assert sorted(ids) == sorted(moved)
-    # a day later the sweep deletes them
+    # the retention over, the sweep deletes them
     h.sql(
         "UPDATE archive_files SET kept_until = now() - interval '1 second' WHERE state = 'retired'"
     )

@@ -1,7 +1,7 @@
 """Compaction across a table's history: a column whose type changed (varchar(10), then
 varchar(40): one Delta type, two PostgreSQL ones) leaves files of two kinds, each merged
 into its own file within one operation, a file alone of its kind left as it is; the
-files of a job still at work are not merged. The inputs a merge keeps a day for readers
+files of a job still at work are not merged. The inputs a merge keeps for readers
 go at once when an erasure takes rows of the table out (they hold them too); the
 pruner forgets a compaction's ledger row once its inputs are gone, never an erasure's."""
 
@@ -66,6 +66,7 @@ def test_each_kind_merges_apart_and_a_running_jobs_files_wait(h: Harness) -> Non
 
 
 def test_an_erasure_reaps_kept_inputs_and_the_pruner_forgets_old_merges(h: Harness) -> None:
+    h = h.with_env(ARCHIVER_READER_RETENTION=str(7 * 86400))  # the default (the harness: 0)
     h.sql(SCHEMA)
     for n in range(1, 11):
         h.enqueue("--table", "notes", "--before", day(n))
@@ -73,7 +74,7 @@ def test_an_erasure_reaps_kept_inputs_and_the_pruner_forgets_old_merges(h: Harne
     assert h.cli("erase", "--table", "notes", "--where", "id = 5").returncode == 0
     assert h.cli("compact", "--table", "notes", "--period", "none").returncode == 0
     kept = "SELECT count(*) FROM archive_files WHERE state = 'retired' AND kept_until > now()"
-    assert h.value(kept) == 10  # the merge's inputs, a day for readers
+    assert h.value(kept) == 10  # the merge's inputs, kept for readers
     h.sql("UPDATE archive_ledger SET finished_at = now() - interval '40 days'")
     h.drain()  # the pruner: the merge's inputs are still kept
     assert h.value("SELECT count(*) FROM archive_ledger") == 2

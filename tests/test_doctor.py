@@ -20,6 +20,7 @@ schedule = "0 2 * * *"
 
 
 def test_a_good_deployment(h: Harness) -> None:
+    h = h.with_env(ARCHIVER_READER_RETENTION=str(7 * 86400))  # the default (the harness: 0)
     seed_orders(h.url, 10)
     config = h.tmp / "archiver.toml"
     config.write_text(POLICY)
@@ -44,10 +45,14 @@ def test_a_good_deployment(h: Harness) -> None:
         "storage blob versioning",
         "storage index tags",
         "storage access tiers",
+        "readers' retention",
     ]
     assert "auth: connection string" in lines[7] and "1 valid" in lines[5]
     assert "purged and erased files are gone at once" in lines[9]
-    assert "this credential may set them" in lines[-1]
+    assert "this credential may set them" in lines[-2]
+    assert (
+        "7 days (ARCHIVER_READER_RETENTION)" in lines[-1] and "0 files (0 B) kept now" in lines[-1]
+    )
     wheel = f"adbc-driver-postgresql {adbc_driver_postgresql.__version__}, the wheel's library"
     assert wheel in lines[3]
 

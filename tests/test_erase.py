@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.archive_check import catalog_paths, icu_rewrites, rows_in_blobs
-from tests.console_check import Console
+from tests.console_check import one_page
 from tests.delta_check import delta
 from tests.harness import Harness, Worlds, cloned
 from tests.support import (
@@ -159,12 +159,7 @@ def test_erase_takes_one_customer_and_its_lines_out_of_every_file(
     physical, encodings = column_layout(h.blob(rewritten))["id"]  # as a chunk writes it
     assert physical == "INT64" and "DELTA_BINARY_PACKED" in encodings, (physical, encodings)
     # the console's page of the table shows the erasure as the ledger has it
-    console = Console(h, tmp_path)
-    try:
-        status, page = console.get("/archive/public.orders")
-    finally:
-        console.proc.terminate()
-        console.proc.wait(10)
+    status, page = one_page(h, tmp_path, "/archive/public.orders")
     assert status == 200 and "erase" in page and "email = ?" in page and "DSR-2026-0042" in page
     assert SECRET not in page
     # and a restore of everything (with the lines archived in the same chunks) brings

@@ -15,7 +15,7 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 
 from archiver.testing.reference import seed_orders
-from tests.console_check import Console
+from tests.console_check import one_page
 from tests.delta_check import delta
 from tests.harness import Harness
 from tests.support import archiver_cmd, assert_refused, start_process, wait_for_text
@@ -97,12 +97,7 @@ def test_files_carry_their_tier_and_tags_and_archive_tier_files_go_offline(t: Ha
     refused_in_one_line(
         h.cli("verify", "--table", "public.orders"), "Archive tier", "archiver rehydrate"
     )
-    console = Console(h, h.tmp)
-    try:
-        status, page = console.get("/archive/public.orders")
-    finally:
-        console.proc.terminate()
-        console.proc.wait(10)
+    status, page = one_page(h, h.tmp, "/archive/public.orders")
     assert status == 200 and "<td>Archive</td><td>3</td><td>3</td>" in page
     assert "archiver rehydrate --table public.orders" in page
     skipped = h.cli("verify", "--table", "public.orders", "--skip-offline")

@@ -166,9 +166,10 @@ async def cmd_tier(args: argparse.Namespace, ctx: Context) -> int:
         ctx, args.table, _age(args), args.tier, dry_run=args.dry_run, report=_say
     )
     if not args.dry_run:
+        waiting = f", {done.waiting} waiting to move there" if done.waiting else ""
         print(
             f"moved {text.counted(done.moved, 'file')} to {args.tier} "
-            f"({done.already} already there; {done.offline} offline in the Archive tier)"
+            f"({done.already} already there; {done.offline} offline{waiting})"
         )
     return 0
 

@@ -42,6 +42,7 @@ from archiver.delta.convert import convert
 from archiver.delta.evolve import Merged, SchemaRefused, merge
 from archiver.delta.history import forget_history
 from archiver.delta.location import storage_options, table_uri
+from archiver.files import offline
 from archiver.files.facts import NotDeltaType, file_facts
 from archiver.ident import as_typed
 from archiver.store import archive_files, publications, publisher_lock
@@ -96,6 +97,7 @@ class Publisher:
             if sweep_only and not publications.removals_pending(self.conn, self.url, self.table):
                 self._mirror(done)
                 ledger.reap(self.conn, self.storage, self.table)
+                offline.move_due(self.ctx, self.conn, self.table)
                 return done
             if rebuild or publications.rebuilding(self.conn, self.url, self.table):  # or cut short
                 self._forget()
@@ -103,6 +105,7 @@ class Publisher:
                 self._publish(number, done)
             self._mirror(done)  # before the reap: a retired file's blob waits for both
             ledger.reap(self.conn, self.storage, self.table)
+            offline.move_due(self.ctx, self.conn, self.table)
             if done.version is None and (table := self._table()) is not None:
                 done.version = table.version()  # nothing new: the version as it stands
         finally:
@@ -242,7 +245,9 @@ class Publisher:
                 forget_history(self.storage, self.uri, self.options, self.root, self.table)
             publications.history_forgotten(self.conn, self.url, self.table, erased)
         version = table.version() if table is not None else None
-        publications.published(self.conn, self.url, self.table, number, version)
+        publications.published(
+            self.conn, self.url, self.table, number, version, self.ctx.settings.reader_retention
+        )
         self.conn.commit()
         done.version = version
         log.info(

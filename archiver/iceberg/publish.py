@@ -14,10 +14,10 @@ that record leaves nothing to redo but the record, which the next run writes. A 
 file's blob is deleted only once both the Delta log and this record are past its
 removal (store/archive_files.sql, reapable).
 
-Then housekeeping: snapshots older than ARCHIVER_ICEBERG_SNAPSHOT_RETENTION (a day: as
-long as a compaction's inputs are kept for the Delta log's readers) expired, all but the
-current one after an erasure (no
-retained snapshot reads an erased row), and every metadata object no retained snapshot
+Then housekeeping: snapshots older than ARCHIVER_READER_RETENTION (as long as the
+files a change took out are kept for the Delta log's readers: every retained snapshot's
+files are there) expired, all but the current one after an erasure (no retained
+snapshot reads an erased row), and every metadata object no retained snapshot
 or metadata file references deleted (pyiceberg leaves expired snapshots' manifests).
 Appends merge manifests, so a table a year of nightly publications old plans from one or two.
 """
@@ -116,7 +116,7 @@ def mirror(ctx: Context, conn: BulkConnection, table: str) -> Mirrored | None:
     failpoints.reach("after_iceberg_commit")
     erased = publications.erasure_out(conn, url, table, published, iceberg=True)
     conn.commit()
-    retention = dt.timedelta(seconds=settings.iceberg_snapshot_retention)
+    retention = dt.timedelta(seconds=settings.reader_retention)
     done.expired = _expire(tbl, retention, everything_before_current=erased is not None)
     if adds or removes or done.expired:  # what a commit or an expiry left behind goes
         done.deleted = _clean(ctx, tbl, table, only_current_metadata=erased is not None)

@@ -17,8 +17,8 @@ committed, the merged files written under names of their own (`compact-<operatio
 the inputs and catalogues the merge (refused when any input left the archive
 meanwhile). A crash anywhere leaves the inputs or the merge catalogued, never both,
 never neither; its Delta commit removes the inputs and adds the merge with `dataChange:
-false`. The inputs stay on storage a day after they leave the Delta log, for readers
-that opened it before.
+false`. The inputs stay on storage for the readers' retention after they leave the Delta
+log (ARCHIVER_READER_RETENTION), for readers that opened it before.
 
 What is merged (`plan`): chunks of one table on one storage, committed, in their Delta
 tables (or, with publishing off, never to be), smaller than half the target, online,

@@ -10,7 +10,7 @@ from archiver.context import Context
 from archiver.errors import InputError, PublisherBusy, error_line
 from archiver.ident import as_typed
 from archiver.store import archive_files, jobs
-from archiver.text import counted
+from archiver.text import counted, period
 
 if TYPE_CHECKING:
     from archiver.delta.publish import Published
@@ -110,10 +110,11 @@ async def make_visible(
                 f"{', …' if len(left) > 3 else ''}; a hold or policy set outside archiver?): "
                 "every worker's sweep tries again"
             )
-        elif kept:  # a merge's inputs: deleted a day on (ledger_retire)
+        elif kept:  # deleted once the readers' retention is over (ledger_retire)
             report(
-                f"{table}: readers see it now{version}; the {counted(kept, 'file')} a merge "
-                "replaced stay a day for readers that opened the table before"
+                f"{table}: readers see it now{version}; the {counted(kept, 'file')} it took "
+                f"out stay {period(ctx.settings.reader_retention)} for readers "
+                "that opened the table before"
             )
         else:
             report(f"{table}: readers see it now{version}, the retired files deleted")

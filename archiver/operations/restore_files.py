@@ -110,6 +110,7 @@ async def _restore(
         dry_run,
         ignore_dropped_columns,
         moves_back=moves_back,
+        keep=ctx.settings.reader_retention,
     )
     tables = list(dict.fromkeys(f.source_table for f in files))
     request = {

@@ -169,6 +169,6 @@ async def mark_offline(ctx: Context, paths: list[str]) -> None:
     here = str(ctx.settings.storage_location())
     async with ctx.catalog() as conn:
         ids = await archive_files.ids_at(conn, here, paths)
-        await archive_files.going_offline(conn, ids)
+        await archive_files.going_offline(conn, ids, None)
         await archive_files.set_tier(conn, ids, "Archive")
         await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)

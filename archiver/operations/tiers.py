@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+
+import asyncpg
 
 from archiver import failpoints
 from archiver.context import Context
@@ -53,7 +56,8 @@ async def _selected(
 class Tiered:
     moved: int
     already: int
-    offline: int  # now in the Archive tier
+    offline: int  # out of the Delta table, in the Archive tier or waiting to move there
+    waiting: int = 0  # of those, not moved yet: the readers' retention is not over
 
 
 async def set_tier(
@@ -98,22 +102,51 @@ async def _set_tier(
         if dry_run:
             report(f"{len(todo)} files of {name} would move to {tier}")
             return Tiered(0, len(files) - len(todo), len(offline))
-        if tier == ARCHIVE_TIER and todo:  # out of the Delta table before the bytes go
-            await archive_files.going_offline(conn, [f.id for f in todo])
-            ctx.committed(
-                f"{counted(len(todo), 'file')} of {name} marked offline (their rows out of "
-                "reach until they are rehydrated), none moved yet",
-                f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves them, `archiver "
-                f"rehydrate --table {as_typed(name)}` brings them back",
-                partial=True,
-            )
-            await _publish_now(ctx, {f.source_table for f in todo}, report)
+        if tier == ARCHIVE_TIER:
+            offline_after = len({f.id for f in offline} | {f.id for f in todo})
+            done = Tiered(0, len(files) - len(todo), offline_after)
+            return await _to_archive(ctx, conn, name, todo, done, report)
     again = f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves the rest"
     moved = await asyncio.to_thread(_move, ctx, todo, tier, report, again)
     async with ctx.catalog() as conn:
         await archive_files.set_tier(conn, [f.id for f in todo], tier)
-    offline_now = len(offline) + (len(todo) if tier == ARCHIVE_TIER else 0)
-    return Tiered(moved, len(files) - len(todo), offline_now)
+    return Tiered(moved, len(files) - len(todo), len(offline))
+
+
+async def _to_archive(
+    ctx: Context,
+    conn: asyncpg.Connection,
+    name: str,
+    todo: list[CatalogFile],
+    done: Tiered,
+    report: Report,
+) -> Tiered:
+    """Out of the Delta table before the bytes go: marked offline, published; the
+    publisher moves each blob once its removal is in both logs and the readers'
+    retention is over (ledger.move_offline: at once where it is 0), the workers'
+    publications the rest then."""
+    if not todo:
+        return done
+    await archive_files.going_offline(conn, [f.id for f in todo], ctx.settings.reader_retention)
+    ctx.committed(
+        f"{counted(len(todo), 'file')} of {name} marked offline (their rows out of "
+        "reach until they are rehydrated), none moved yet",
+        f"the workers' publications move them, `archiver rehydrate --table {as_typed(name)}` "
+        "brings them back",
+        partial=True,
+    )
+    await _publish_now(ctx, {f.source_table for f in todo}, report)
+    waiting = await archive_files.waiting_for_archive(conn, [f.id for f in todo])
+    if waiting:
+        report(
+            f"{counted(len(waiting), 'file')} of {name} left the Delta table and stay where "
+            "they are, readable, for readers that opened it before (ARCHIVER_READER_RETENTION: "
+            f"until {max(waiting):%Y-%m-%d %H:%M} UTC); the workers' publications then move "
+            f"them to {ARCHIVE_TIER}"
+        )
+    return dataclasses.replace(
+        done, moved=len(todo) - len(waiting), offline=done.offline, waiting=len(waiting)
+    )
 
 
 def _move(ctx: Context, files: list[CatalogFile], tier: str, report: Report, again: str) -> int:
@@ -166,7 +199,7 @@ async def _rehydrate_table(
     offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
     async with ctx.catalog() as conn:
         if offline:  # found offline: out of the Delta table until they are back
-            await archive_files.going_offline(conn, [f.id for f in offline])
+            await archive_files.going_offline(conn, [f.id for f in offline], None)
             await archive_files.set_tier(conn, [f.id for f in offline], ARCHIVE_TIER)
         back = [f for f in online if f.offline]
         here = str(storage.location)
@@ -174,7 +207,8 @@ async def _rehydrate_table(
             ids = [f.id for f in back if f.source_table == t]
             async with conn.transaction():
                 await publisher_lock.take_on(conn, here, t)
-                await archive_files.back_online(conn, ids, tier)
+                archived = [f.id for f in back if f.source_table == t and f.tier == ARCHIVE_TIER]
+                await archive_files.back_online(conn, ids, tier, archived)
                 await publisher_lock.release_on(conn, here, t)
     if back:  # they rejoin their Delta tables
         await make_visible(ctx, {f.source_table for f in back}, no_wait=no_wait, report=report)

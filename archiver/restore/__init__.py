@@ -4,9 +4,8 @@ Restore is ONE transaction over all its files: each file is downloaded, bulk-loa
 with COPY BINARY (ADBC ingest) into a temporary staging table, and inserted into the
 target with casts to the exact archived types (pgtypes.restore_expression) -- or, a whole
 file whose every column COPY writes as archived, by one COPY straight into the target
-(archiver.restore.direct). Any failure
--- a conflict, a cast, a lost connection -- rolls everything back; a dry run is the same
-work, rolled back at the end.
+(archiver.restore.direct). Any failure -- a conflict, a cast, a lost connection -- rolls
+everything back; a dry run is the same work, rolled back at the end.
 
 Into the archived table, restore moves rows back (archiver.ledger): the same
 transaction retires each file whose rows all went back and catalogues, in place of
@@ -76,10 +75,11 @@ class RestorePlan:
     cutoff_to: str | None  # ISO 8601, exclusive
     dry_run: bool
     ignore_dropped_columns: bool = False
-    # Rows go back: out of the archive in the same transaction (archiver.ledger), as
-    # ledger operation `operation` (None in a dry run). False: --into, --keep-archive.
+    # Rows go back: out of the archive in the same transaction (archiver.ledger: operation
+    # `operation`, None in a dry run; its files kept `keep` s). False: --into, --keep-archive.
     moves_back: bool = False
     operation: int | None = None
+    keep: float = 0.0
 
 
 @dataclass
@@ -326,7 +326,7 @@ def restore(
             failpoints.reach("restore_before_commit")
             changes = (plan.operation, done.retired, done.written, done.rows, done.per_table)
             if catalog is None:
-                ledger.commit_changes(conn, *changes)
+                ledger.commit_changes(conn, *changes, keep=plan.keep)
             else:
                 xid = transaction_id(conn)  # the open one's: fetch_and_rollback ends it
                 ledger.record_intent(catalog, changes[0], xid, *changes[1:])
@@ -351,7 +351,7 @@ def restore(
         assert plan.operation is not None
         failpoints.reach("restore_source_committed")
         try:
-            ledger.settle(catalog, plan.operation)
+            ledger.settle(catalog, plan.operation, plan.keep)
         except Exception as exc:  # the rows are back: the sweep finishes the catalog
             raise ledger.Unsettled(
                 f"the rows are back, but their files' leaving the archive failed "

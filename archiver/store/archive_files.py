@@ -100,9 +100,10 @@ def unclaim(conn: BulkConnection, operation: int) -> None:
     run_in_transaction(conn, query("ledger_unclaim"), (operation,))
 
 
-def retire(conn: BulkConnection, ids: Sequence[int], operation: int) -> None:
-    """Files `ids` retired by `operation` (a compaction's kept a day for open readers)."""
-    run_in_transaction(conn, query("ledger_retire"), (json.dumps(list(ids)), operation))
+def retire(conn: BulkConnection, ids: Sequence[int], operation: int, keep: float) -> None:
+    """Files `ids` retired by `operation`, kept `keep` seconds for open readers (an
+    erasure's not)."""
+    run_in_transaction(conn, query("ledger_retire"), (json.dumps(list(ids)), operation, keep))
 
 
 def stop_keeping(conn: BulkConnection, operation: int) -> None:
@@ -234,18 +235,44 @@ async def unverified(conn: asyncpg.Connection, ids: Sequence[int]) -> list[int]:
     return [r[0] for r in await conn.fetch(query("files_unverified"), list(ids))]
 
 
-async def going_offline(conn: asyncpg.Connection, ids: Sequence[int]) -> None:
-    """Files about to move to the Archive tier: out of their Delta tables first."""
-    await conn.execute(query("files_going_offline"), list(ids))
+async def going_offline(conn: asyncpg.Connection, ids: Sequence[int], keep: float | None) -> None:
+    """Files about to move to the Archive tier: out of their Delta tables first, their
+    blobs kept readable `keep` seconds after that for the readers that opened it before
+    (None: found there already)."""
+    await conn.execute(query("files_going_offline"), list(ids), keep)
+
+
+async def kept_for_readers(conn: asyncpg.Connection, storage_url: str) -> tuple[int, int]:
+    """How many files of the storage are kept for the readers' retention, and their bytes."""
+    files, nbytes = await conn.fetchrow(query("kept_for_readers"), storage_url)
+    return int(files), int(nbytes)
+
+
+async def waiting_for_archive(conn: asyncpg.Connection, ids: Sequence[int]) -> list[dt.datetime]:
+    """Of files `ids`, offline, those not in the Archive tier yet: until when each waits."""
+    return [r[0] for r in await conn.fetch(query("files_waiting_for_archive"), list(ids))]
+
+
+def offline_due(conn: BulkConnection, storage_url: str, table: str) -> list[Row]:
+    """The table's offline files whose blobs may move to the Archive tier now (id,
+    path); rolled back."""
+    return fetch_and_rollback(conn, query("offline_due"), (storage_url, table))
+
+
+def moved_to_archive(conn: BulkConnection, ids: Sequence[int]) -> None:
+    run_in_transaction(conn, query("files_moved_to_archive"), (json.dumps(list(ids)),))
 
 
 async def set_tier(conn: asyncpg.Connection, ids: Sequence[int], tier: str) -> None:
     await conn.execute(query("files_tier"), list(ids), tier)
 
 
-async def back_online(conn: asyncpg.Connection, ids: Sequence[int], tier: str) -> None:
-    """Rehydrated files: online in `tier`, to rejoin their Delta tables."""
-    await conn.fetch(query("files_back_online"), list(ids), tier)
+async def back_online(
+    conn: asyncpg.Connection, ids: Sequence[int], tier: str, archived: Sequence[int]
+) -> None:
+    """Rehydrated files (those of `archived`, seen in the Archive tier) and files that
+    had not moved there yet: online in `tier`, to rejoin their Delta tables."""
+    await conn.fetch(query("files_back_online"), list(ids), tier, list(archived))
 
 
 async def protected(
@@ -287,8 +314,8 @@ async def has_files(conn: asyncpg.Connection, table: str) -> bool:
 async def retired_left(
     conn: asyncpg.Connection, storage_url: str, table: str
 ) -> list[tuple[str, bool]]:
-    """`table`'s retired files still stored: (path, kept on purpose: a compaction's input
-    kept a day for readers of the Delta log before it)."""
+    """`table`'s retired files still stored: (path, kept on purpose for the readers'
+    retention, for readers of the Delta log before it)."""
     rows = await conn.fetch(query("retired_left"), storage_url, table)
     return [(str(r[0]), bool(r[1])) for r in rows]
 

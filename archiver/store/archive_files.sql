@@ -126,19 +126,20 @@ SELECT id FROM archive_files WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_t
 FOR UPDATE
 
 -- name: ledger_retire
--- A compaction's inputs are kept on storage a day after they leave the Delta log (for
--- readers that opened the table before); what other operations retire goes as soon as
--- no snapshot sees it committed (retired_xid: archiver_seen_committed, for the readers of
--- the views archiver attach makes).
+-- What an operation retires is kept on storage for the readers' retention ($3 seconds,
+-- counted again from the publication that removes it from the Delta log:
+-- delta_published), for readers that opened the table, or planned a read, before; an
+-- erasure's goes as soon as no snapshot sees it committed (retired_xid:
+-- archiver_seen_committed, for the readers of the views archiver attach makes).
 UPDATE archive_files SET state = 'retired', retired_by = $2::bigint, retired_xid = pg_current_xact_id(),
-    kept_until = CASE WHEN (SELECT operation FROM archive_ledger WHERE id = $2::bigint) = 'compact'
-                      THEN now() + interval '1 day' END
+    kept_until = CASE WHEN (SELECT operation FROM archive_ledger WHERE id = $2::bigint) <> 'erase'
+                      THEN now() + make_interval(secs => $3::float8) END
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND state = 'committed'
   AND (retired_by IS NULL OR retired_by = $2::bigint)
 
 -- name: ledger_unkeep
--- An erasure: the files a compaction retired and keeps a day for readers, of the tables
--- it erases from, go as soon as they are out of the log (they hold the erased rows too).
+-- An erasure: the retired files of the tables it erases from, kept for readers, go as
+-- soon as they are out of the log (they hold the erased rows too).
 UPDATE archive_files f SET kept_until = NULL
 FROM archive_ledger l
 WHERE l.id = $1::bigint AND l.operation = 'erase' AND f.storage_url = l.storage_url
@@ -177,9 +178,34 @@ VALUES ($1, $2, ARRAY(SELECT jsonb_array_elements_text($3::jsonb)), $4::int, $5:
 
 -- name: files_going_offline
 -- archiver tier --tier Archive, before any blob moves: the files leave their Delta
--- tables in the next publication (archiver.lifecycle), still catalogued and archived.
-UPDATE archive_files SET offline = true
+-- tables in the next publication (archiver.lifecycle), still catalogued and archived;
+-- their blobs move once that publication is in both logs and the readers' retention
+-- ($2 seconds, counted again from it: delta_published) is over (offline_due).
+UPDATE archive_files SET offline = true,
+    kept_until = CASE WHEN offline THEN kept_until ELSE now() + make_interval(secs => $2::float8) END
 WHERE id = ANY ($1::bigint[]) AND state = 'committed'
+
+-- name: files_waiting_for_archive
+SELECT kept_until FROM archive_files WHERE id = ANY ($1::bigint[]) AND offline
+  AND state = 'committed' AND tier IS DISTINCT FROM 'Archive'
+
+-- name: offline_due
+-- The table's offline files whose blobs can move to the Archive tier now: out of its
+-- Delta log and its Iceberg table (as reapable says) and past the readers' retention.
+-- Under the table's publisher lock: rehydrate brings files back online under it too.
+SELECT f.id, f.path FROM archive_files f
+LEFT JOIN delta_tables d USING (storage_url, source_table)
+WHERE f.storage_url = $1 AND f.source_table = $2 AND f.state = 'committed' AND f.offline
+  AND f.tier IS DISTINCT FROM 'Archive'
+  AND (CASE WHEN f.publication IS NULL THEN coalesce(d.iceberg_published, 1) <> 0
+            ELSE f.unpublication <= least(d.published, d.iceberg_published) END)
+  AND (f.kept_until IS NULL OR f.kept_until <= now())
+ORDER BY f.id
+
+-- name: files_moved_to_archive
+UPDATE archive_files SET tier = 'Archive'
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)::bigint)) AND offline
+  AND state = 'committed'
 
 -- name: files_tier
 UPDATE archive_files SET tier = $2 WHERE id = ANY ($1::bigint[])
@@ -188,11 +214,13 @@ UPDATE archive_files SET tier = $2 WHERE id = ANY ($1::bigint[])
 -- Rehydrated (or found online): back in the Delta table. Under the table's publisher
 -- lock (delta_lock): no publication numbers them meanwhile. A file whose removal was
 -- numbered is added again by the next publication; one whose removal was not yet
--- numbered simply stays in the log.
+-- numbered simply stays in the log. $3: those of them rehydrate saw in the Archive tier;
+-- the others were waiting to move there, and stay offline if a publisher moved them since.
 UPDATE archive_files
-SET offline = false, tier = $2,
+SET offline = false, tier = $2, kept_until = NULL,
     publication = CASE WHEN unpublication IS NULL THEN publication END, unpublication = NULL
 WHERE id = ANY ($1::bigint[]) AND offline AND state = 'committed'
+  AND (tier IS NOT DISTINCT FROM 'Archive') = (id = ANY ($3::bigint[]))
 RETURNING id
 
 -- name: files_verified
@@ -249,10 +277,17 @@ GROUP BY source_table HAVING count(*) >= 2
 SELECT EXISTS (SELECT 1 FROM archive_files WHERE source_table = $1)
 
 -- name: retired_left
--- Retired files still stored though they could go; those a compaction replaced are kept
--- a day on purpose (for readers that opened the Delta log before), and flagged.
+-- Retired files still stored though they could go; those kept on purpose for the
+-- readers' retention (for readers that opened the Delta log before) flagged.
 SELECT path, kept_until > now() FROM archive_files WHERE storage_url = $1
 AND source_table = $2 AND state = 'retired' ORDER BY id
+
+-- name: kept_for_readers
+-- Files of storage $1 kept for readers that opened a Delta table before a change took
+-- them out (retired, or offline and waiting to move to the Archive tier): count, bytes.
+SELECT count(*), coalesce(sum(byte_size), 0)::bigint FROM archive_files
+WHERE storage_url = $1 AND kept_until > now()
+  AND (state = 'retired' OR (offline AND tier IS DISTINCT FROM 'Archive'))
 
 -- name: file_ids_at
 SELECT id FROM archive_files WHERE storage_url = $1 AND path = ANY ($2::text[])

@@ -5,8 +5,8 @@ keeps one publisher per table (archiver.store.publisher_lock).
 
 Three statements here write archive_files too, by design in the same statement as
 delta_tables: numbering a publication (which files it adds and removes, and the table's
-count), marking one published (a compaction's inputs kept a day for readers of the log
-before it) and forgetting a table's log for a rebuild. Split in two, a crash or a
+count), marking one published (the files it removed kept for the readers' retention from
+then, for readers of the log before it) and forgetting a table's log for a rebuild. Split in two, a crash or a
 concurrent restore between the halves would leave files and count disagreeing. A fourth
 takes a table no longer kept out of the Iceberg catalog (iceberg_tables, which pyiceberg
 writes otherwise) as it stops waiting for it. The single-writer test lists the four."""
@@ -68,10 +68,11 @@ def history_forgotten(conn: BulkConnection, url: str, table: str, erased: object
 
 
 def published(
-    conn: BulkConnection, url: str, table: str, publication: int, version: int | None
+    conn: BulkConnection, url: str, table: str, publication: int, version: int | None, keep: float
 ) -> None:
-    """Publication `publication` is in the log, at Delta version `version`."""
-    run_in_transaction(conn, query("delta_published"), (url, table, publication, version))
+    """Publication `publication` is in the log, at Delta version `version`; the files it
+    removed are kept `keep` seconds from now for the readers that opened it before."""
+    run_in_transaction(conn, query("delta_published"), (url, table, publication, version, keep))
 
 
 def rebuilding(conn: BulkConnection, url: str, table: str) -> bool:

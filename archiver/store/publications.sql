@@ -102,12 +102,13 @@ UPDATE delta_tables SET history_forgotten_through = $3::bigint
 WHERE storage_url = $1 AND source_table = $2
 
 -- name: delta_published
--- Publication $3 is in the log: what a compaction retired and it removed is kept a day
--- from now (readers that opened the log before it still list them), whenever it ran.
+-- Publication $3 is in the log: what it removed, retired and kept for readers, is kept
+-- the readers' retention ($5 seconds) from now (readers that opened the log before it
+-- still list them), whenever it ran.
 WITH kept AS (
-    UPDATE archive_files SET kept_until = greatest(kept_until, now() + interval '1 day')
+    UPDATE archive_files SET kept_until = greatest(kept_until, now() + make_interval(secs => $5::float8))
     WHERE storage_url = $1 AND source_table = $2 AND unpublication = $3::bigint
-      AND state = 'retired' AND kept_until IS NOT NULL
+      AND (state = 'retired' OR offline) AND kept_until IS NOT NULL
 )
 UPDATE delta_tables SET published = $3::bigint, delta_version = $4::bigint, published_at = now()
 WHERE storage_url = $1 AND source_table = $2
@@ -145,7 +146,11 @@ WHERE storage_url = $1 AND iceberg_published < published
 UNION
 SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND state = 'retired'
   AND publication IS NOT NULL
-  AND (kept_until IS NULL OR kept_until <= now() OR unpublication IS NULL)  -- a compaction's: its removal
+  AND (kept_until IS NULL OR kept_until <= now() OR unpublication IS NULL)  -- a kept one's: its removal
+UNION  -- offline files whose blobs are due to move to the Archive tier (offline_due)
+SELECT DISTINCT source_table FROM archive_files WHERE storage_url = $1 AND offline
+  AND state = 'committed' AND tier IS DISTINCT FROM 'Archive'
+  AND (kept_until IS NULL OR kept_until <= now())
 
 -- name: delta_try_lock
 -- The publisher's lock (delta_lock), if free: whoever deletes retired files holds it,

@@ -105,4 +105,5 @@ async def table_details(conn: asyncpg.Connection, table: str) -> dict[str, Any]:
     found: dict[str, Any] = {k: await _rows(conn, q, table) for k, q in TABLE_DETAILS.items()}
     found["delta"] = await delta_table(conn, table)
     found["verified"] = await _row(conn, "last_verification", table)
+    found["kept"] = await _row(conn, "table_kept", table)
     return found

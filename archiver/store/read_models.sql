@@ -136,6 +136,14 @@ SELECT COALESCE(tier, 'account default') AS tier, count(*) AS files,
        count(*) FILTER (WHERE legal_hold OR immutable_until > now()) AS protected
 FROM archive_files WHERE source_table = $1 AND state = 'committed' GROUP BY 1 ORDER BY 1
 
+-- name: table_kept
+-- One table's files kept where they are for readers that opened its Delta table before
+-- a change took them out (ARCHIVER_READER_RETENTION): retired, or offline and waiting
+-- to move to the Archive tier; how many, their bytes, the last until when.
+SELECT count(*) AS files, coalesce(sum(byte_size), 0) AS bytes, max(kept_until) AS until
+FROM archive_files WHERE source_table = $1 AND kept_until > now()
+  AND (state = 'retired' OR (offline AND tier IS DISTINCT FROM 'Archive'))
+
 -- name: table_ledger
 -- The last operations that took rows of a table out of the archive (restore, purge,
 -- erase): who, when, what was asked (an erasure's predicate as its shape only).

@@ -5,7 +5,9 @@ text key every 20 s, and purge the oldest events; a feeder inserts rows of every
 a driver runs restores, erasures, purges, tier moves (the Archive tier among them, after
 a verify), rehydrations and queries as an operator would, SIGKILLing some mid-way;
 faults arrive at random moments: a worker or the scheduler SIGKILLed, PostgreSQL
-restarted, Azurite restarted, archiver's backends terminated. Every minute and at the end
+restarted, Azurite restarted, archiver's backends terminated, and the network between
+every service and PostgreSQL or the blob store paused, reset, refusing or slow (a fault
+proxy before each: archiver.testing.faultproxy). Every minute and at the end
 the invariants of archiver.testing.soak_checks are checked. `bench/soak.py` runs it for
 30 minutes with its figures; tests/test_soak.py for three."""
 
@@ -50,8 +52,14 @@ from archiver.testing.supervised import ctl, pid_of
 log = logging.getLogger(__name__)
 
 OPERATIONS = ("restore", "erase", "purge", "tier", "query", "rehydrate", "compact")
-FAULTS = ("kill_worker", "restart_postgres", "restart_azurite", "terminate_backends",
-          "kill_scheduler")  # fmt: skip
+FAULTS = ("kill_worker", "restart_postgres", "network_postgres", "restart_azurite",
+          "terminate_backends", "network_blobs", "kill_scheduler")  # fmt: skip
+# What the network does between the services and their servers while both stay up
+# (archiver.testing.faultproxy). Not a flow frozen for good: the proxy's own kernel keeps
+# answering a frozen flow's keepalives, where a dropped flow's would go unanswered and
+# TCP_USER_TIMEOUT and keepalive end it, so a job's frozen COPY would hang here for good,
+# as it never does in production; tests/test_network_faults.py freezes flows per service.
+NETWORK = ("pause", "reset", "refuse", "slow")
 
 
 class Soak:
@@ -253,8 +261,12 @@ class Soak:
         # every file of the table: each holds rows of every age past the policy's 30 days,
         # so none is wholly older than an age (with --older-than they moved nothing)
         code, out, _ = await self.command("tier", "tier", "--table", "audit", "--tier", tier)
-        if code == 0 and (moved := re.search(r"moved (\d+) files? to Archive", out)):
-            self.figures.files_offline += int(moved[1])
+        if code == 0 and (
+            offline := re.search(
+                r"moved \d+ files? to Archive \(\d+ already there; (\d+) offline", out
+            )
+        ):
+            self.figures.files_offline = int(offline[1])
 
     async def op_rehydrate(self, kill: bool = True) -> None:
         code, out, _ = await self.command(
@@ -359,6 +371,28 @@ class Soak:
         await asyncio.to_thread(self.world.azurite.stop)
         await asyncio.sleep(self.rnd.uniform(0.5, 3))
         await asyncio.to_thread(self.world.azurite.start)
+
+    async def fault_network_postgres(self) -> None:
+        await self._network("PostgreSQL")
+
+    async def fault_network_blobs(self) -> None:
+        await self._network("the blob store")
+
+    async def _network(self, where: str) -> None:
+        """All traffic to `where` paused for a few seconds, its connections reset, new
+        ones refused a while, or every chunk of bytes slowed a while."""
+        proxy, what = self.world.proxies[where], self.rnd.choice(NETWORK)
+        if what == "pause":
+            proxy.pause(self.rnd.uniform(2, 8))
+        elif what == "reset":
+            await asyncio.to_thread(proxy.reset)
+        else:
+            proxy.refuse() if what == "refuse" else proxy.slow(0.02)
+            await asyncio.sleep(
+                self.rnd.uniform(1, 4) if what == "refuse" else self.rnd.uniform(3, 8)
+            )
+            proxy.heal()
+        self.figures.network[f"{what} {where}"] += 1
 
     async def fault_terminate_backends(self) -> None:
         conn = await asyncpg.connect(self.world.url, timeout=5)

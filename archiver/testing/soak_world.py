@@ -17,10 +17,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from archiver.testing.cluster import PrivateCluster, which_pg_bin
+from archiver.testing.faultproxy import FaultProxy
 from archiver.testing.services import Azurite, free_port, wait_for_port, with_database
 from archiver.testing.supervised import Supervisord, supervisor_defaults, wait_running
 
@@ -156,8 +158,9 @@ class World:
         self.log_dir = workdir / "log"
         self.supervisord: Supervisord | None = None
         self.attached = False
-        self.url = ""
-        self.env: dict[str, str] = {}
+        self.url = ""  # the database, straight: the soak's own checks
+        self.env: dict[str, str] = {}  # the services', through the fault proxies
+        self.proxies: dict[str, FaultProxy] = {}  # "PostgreSQL", "the blob store"
 
     def up(self) -> None:
         for name in ("run", "log"):
@@ -177,15 +180,26 @@ class World:
         BlobServiceClient.from_connection_string(self.azurite.connection_string).create_container(
             CONTAINER
         )
+        parts = urlsplit(self.url)
+        self.proxies = {
+            "PostgreSQL": FaultProxy("127.0.0.1", parts.port or 5432),
+            "the blob store": FaultProxy("127.0.0.1", self.azurite.port),
+        }
+        user = f"{parts.username}@" if parts.username else ""
+        netloc = f"{user}127.0.0.1:{self.proxies['PostgreSQL'].port}"
+        database = urlunsplit(parts._replace(netloc=netloc))
+        blobs = self.azurite.connection_string.replace(
+            f":{self.azurite.port}/", f":{self.proxies['the blob store'].port}/"
+        )
         config = self.workdir / "archiver.toml"
         config.write_text(POLICIES)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("ARCHIVER_", "AZURE_"))}
         self.env = {
             **base,
             **supervisor_defaults(),
-            "ARCHIVER_DATABASE_URL": self.url,
+            "ARCHIVER_DATABASE_URL": database,
             "ARCHIVER_STORAGE_URL": f"az://{CONTAINER}/archive",
-            "AZURE_STORAGE_CONNECTION_STRING": self.azurite.connection_string,
+            "AZURE_STORAGE_CONNECTION_STRING": blobs,
             "ARCHIVER_CONFIG": str(config),
             "ARCHIVER_RUN_DIR": str(self.workdir / "run"),
             "ARCHIVER_LOG_DIR": str(self.log_dir),
@@ -205,6 +219,9 @@ class World:
             "ARCHIVER_RETRY_BASE_SECONDS": "0.5",
             "ARCHIVER_ORPHAN_GRACE": "60",  # the workers' orphan sweep, every minute
             "ARCHIVER_COMPACT_EVERY": "60",  # and their compaction of each table
+            # what a change takes out is kept 20 s for readers, then goes (and a move to
+            # the Archive tier happens then): both within the soak's minutes
+            "ARCHIVER_READER_RETENTION": "20",
             "TMPDIR": str(self.workdir),
         }
         migrated = self.cli("migrate")
@@ -269,6 +286,8 @@ class World:
             if self.supervisord is not None:
                 self.supervisord.stop()
         finally:
+            for proxy in self.proxies.values():
+                proxy.close()
             self.azurite.stop()
             self.cluster.stop()
 
@@ -279,9 +298,10 @@ class Figures:
     rows_inserted: int = 0
     operations: Counter[str] = field(default_factory=Counter)  # "erase ok", "restore killed", …
     faults: Counter[str] = field(default_factory=Counter)
+    network: Counter[str] = field(default_factory=Counter)  # "pause PostgreSQL", …
     rows_restored: int = 0
     subjects_erased: int = 0
-    files_offline: int = 0  # moved to the Archive tier
+    files_offline: int = 0  # offline (in the Archive tier or waiting to move there), last said
     files_back_online: int = 0  # rehydrated
     checks_passed: int = 0
     checks_skipped: int = 0  # a minute's check met a restart

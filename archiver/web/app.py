@@ -98,6 +98,7 @@ def environment() -> jinja2.Environment:
     )  # every value escaped: table names, errors, payloads come from the database
     env.filters.update(
         size=lambda n: text.size(int(n or 0)),
+        files=lambda n: text.counted(int(n or 0), "file"),
         ago=pages.ago,
         typed=as_typed,  # a table in PostgreSQL's syntax, as addresses and the CLI take it
         duration=pages.seconds_text,
@@ -223,6 +224,7 @@ class Console:
             data = await pages.table(conn, name, self.config)
         if data is None:
             raise HTTPException(404, f"no archive of table {name}")
+        data["reader_retention"] = text.period(self.settings.reader_retention)
         return self.render(request, "table.html", data)
 
     async def reads(self, request: Request) -> Response:
