@@ -6,6 +6,7 @@ connections reset, new ones refused, every byte slowed. Each service keeps its b
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -207,3 +208,72 @@ def test_serve_answers_and_stops_within_its_bounds_when_its_flows_freeze(
     assert proxy.freeze() >= 1  # and again, for the stop
     took = stopped_within(serve, log, BOUND)
     print(f"serve, flows frozen: stopped {took:.1f}s after SIGTERM")
+
+
+def test_the_scheduler_carries_on_after_a_pause_and_stops_within_its_bounds_when_frozen(
+    h: Harness, proxy: FaultProxy
+) -> None:
+    """A scheduler firing every second: a pause of its flows delays slots and none is
+    lost for it (the next is queued once the flows carry again); with its flows frozen,
+    SIGTERM stops it within the deadline."""
+    from tests.support import archiver_cmd, start_process
+
+    seed_orders(h.url, 100)
+    config = h.tmp / "archiver.toml"
+    config.write_text(
+        '[settings]\nscheduler_grace = 60\n\n[[policy]]\nname = "every-second"\n'
+        'table = "public.orders"\ncolumn = "created_at"\nolder_than = "1 days"\n'
+        'schedule = "* * * * * *"\nmode = "copy"\n'
+    )
+    log = h.tmp / "scheduler.log"
+    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"),
+                              proxied_env(h, proxy), log)  # fmt: skip
+    slots = "SELECT count(*) FROM background_jobs WHERE policy_name = 'every-second'"
+    wait_until(lambda: h.value(slots) >= 2, 60, what="two slots queued")
+    proxy.pause(5)
+    time.sleep(5)
+    after_pause = h.value(slots)
+    wait_until(lambda: h.value(slots) >= after_pause + 2, 30, what="slots after the pause")
+    assert proxy.freeze() >= 1
+    time.sleep(2)  # the next slot's INSERT waits on a frozen flow
+    took = stopped_within(scheduler, log, BOUND)
+    print(f"scheduler, flows frozen: stopped {took:.1f}s after SIGTERM")
+    assert "scheduler stopped" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("enqueue", "--table", "orders", "--before", CUTOFF),
+        ("jobs",),
+    ],
+    ids=["enqueue", "jobs"],
+)
+def test_a_command_on_a_paused_network_ends_on_ctrl_c_without_changing_anything(
+    h: Harness, proxy: FaultProxy, args: tuple[str, ...]
+) -> None:
+    """A one-shot command whose flows carry nothing (its connect or its statement
+    waiting on them) ends within a few seconds of Ctrl-C, in one line, non-zero, and
+    queues nothing."""
+    from tests.support import archiver_cmd, start_process
+
+    seed_orders(h.url, 100)
+    log = h.tmp / "command.log"
+    proxy.pause(60)
+    command = start_process(archiver_cmd(*args), proxied_env(h, proxy), log)
+    time.sleep(3)  # connecting, through a network that carries nothing
+    assert command.poll() is None, log.read_text()
+    started = time.monotonic()
+    command.send_signal(signal.SIGINT)
+    try:
+        code = command.wait(BOUND)
+    except subprocess.TimeoutExpired:
+        command.kill()
+        raise AssertionError(f"still running {BOUND}s after Ctrl-C: {log.read_text()}") from None
+    took = time.monotonic() - started
+    proxy.heal()
+    said = log.read_text().strip().splitlines()
+    print(f"{args[0]}, network paused: ended {took:.1f}s after Ctrl-C ({code}): {said}")
+    assert code != 0 and took < DEADLINE + 3, (code, took)
+    assert len(said) == 1 and "Traceback" not in said[0], said
+    assert h.value("SELECT count(*) FROM background_jobs") == 0

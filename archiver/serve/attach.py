@@ -34,7 +34,8 @@ from archiver.errors import InputError, first_line
 from archiver.ident import TableName, quote_ident
 from archiver.serve.audit import ATTACH_APPLICATION
 from archiver.serve.fileset import KEPT
-from archiver.serve.selects import FILE_ID, SOURCE_COLUMN
+from archiver.serve.hidden import FILE_ID
+from archiver.serve.selects import SOURCE_COLUMN
 from archiver.store import access
 
 

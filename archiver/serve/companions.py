@@ -1,15 +1,16 @@
 """PostgreSQL-only values (±infinity, numeric NaN, multi-dimensional arrays) are kept in
 a `<column>__pg_text` companion beside their column, NULL in it. A statement that returns
 a column plainly gets its companion too, appended to its select list (and not shown),
-and the two are paired again in the result (archiver.serve.text.text_values); a
-companion the statement names itself (`SELECT *` names them all, as the catalog
-declares them) is shown, and paired with its column too."""
+and the two are paired again in the result (archiver.serve.text.text_values). A
+companion a `*` brings is paired too, and shown only where the statement names it
+(archiver.serve.hidden)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
+from archiver.serve.hidden import hidden
 
 
 def columns_named(tree: dict[str, Any] | None) -> set[str]:
@@ -58,11 +59,12 @@ def extend(tree: dict[str, Any], companions: set[str]) -> int:
     return len(added)
 
 
-def paired(names: list[str], appended: int) -> tuple[list[int], dict[int, int]]:
+def paired(names: list[str], appended: int, written: set[str]) -> tuple[list[int], dict[int, int]]:
     """Of a result's column names, the last `appended` of them serve's companions: the
-    indexes served (all but those), and for each, the index of its companion
-    (`name__pg_text`: an appended one first, else one the statement names)."""
-    shown = list(range(len(names) - appended))
+    indexes served (all but those, and but the hidden columns a `*` brought that the
+    statement does not name: `written`), and for each, the index of its companion
+    (`name__pg_text`: an appended one first, else one the result holds)."""
+    shown = [i for i in range(len(names) - appended) if not hidden(names[i]) or names[i] in written]
     index: dict[str, int] = {}
     for i, n in enumerate(names):  # appended last: they win
         index[n] = i

@@ -2,8 +2,9 @@
 server, holding one empty table per archived table -- its schema and name, each column
 with its original type (format_type at archive time, as every file records it), NOT
 NULL where the live table has it and every file holds the column, the key as its
-primary key, the table's and columns' comments, `_archiver_file` and the
-`<column>__pg_text` companions -- and the types those columns use (enums with their
+primary key, the table's and columns' comments, and after its own columns the
+`<column>__pg_text` companions and `_archiver_file`, which serve shows only to a
+statement that names them (archiver.serve.hidden) -- and the types those columns use (enums with their
 labels, domains, composites, ranges, extensions' types), made as the source database
 defines them. Its owner is a login role that owns nothing else and is granted nothing
 else: serve answers every statement that reads only PostgreSQL's catalogs there, as
@@ -37,6 +38,7 @@ from archiver.errors import DatabaseUnavailable, first_line
 from archiver.ident import TableName
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.serve.declared_types import DeclaredTypes
+from archiver.serve.hidden import FILE_ID, hidden
 from archiver.serve.reader import Place, make
 from archiver.serve.registry import TYPES, Registry
 from archiver.serve.text import C_MONEY, Money
@@ -45,7 +47,6 @@ from archiver.store.served import served_definitions, served_signature
 
 log = logging.getLogger(__name__)
 
-FILE_ID = "_archiver_file"
 SYNC_SECONDS = 1.0  # the catalog is asked whether files changed at most this often
 
 
@@ -359,7 +360,8 @@ class Definitions:
         if len(key) != len(files[0][1] if files else []):
             key = []
         out = []
-        for column, type_sql in columns.items():
+        for column in sorted(columns, key=hidden):  # the table's own first, in order
+            type_sql = columns[column]
             declared = types.resolve(type_sql)
             not_null = column in key or (
                 column in everywhere and bool(live.get(column, (0, False))[1])

@@ -1,6 +1,7 @@
 """A statement over the archive as DuckDB runs it: each archived table it reads written in
-place as a subquery, the SELECT of the files a statement may read of it, and the
-companions of the plain columns it returns appended (archiver.serve.companions).
+place as a subquery, the SELECT of the files a statement may read of it, the
+companions of the plain columns it returns appended (archiver.serve.companions), and,
+where it names `_archiver_file`, its stars made to leave that out (archiver.serve.hidden).
 
 Made from DuckDB's own parse (json_serialize_sql), changed and written back
 (json_deserialize_sql) once per statement text, set of tables and set of companions: a
@@ -23,7 +24,7 @@ from typing import Any
 
 from archiver.ident import quote_ident
 from archiver.query import statement
-from archiver.serve import companions
+from archiver.serve import companions, hidden
 from archiver.serve.fileset import KEPT
 
 # A table's place in a template: an identifier no statement writes (a token of the
@@ -42,6 +43,7 @@ def template(
     tree: dict[str, Any] | None,
     companion_columns: set[str],
     tables: list[tuple[str, str]],
+    file_named: bool = False,
 ) -> Template | None:
     """`sql` with each reference to one of `tables` ((schema, table): the archived
     tables, and the kept relations as (archiver_kept, schema.table)) a placeholder,
@@ -60,6 +62,7 @@ def template(
             by_name[("", table.casefold())] = (schema, table)
     for schema, table in tables:
         by_name[(schema.casefold(), table.casefold())] = (schema, table)
+    archived: dict[int, str] = {}  # the alias of each archived table's node
     for node in _base_tables(tree):
         schema = str(node.get("schema_name") or "")
         found = by_name.get(
@@ -74,6 +77,9 @@ def template(
         node["alias"] = node.get("alias") or str(node["table_name"])
         node["table_name"] = _PLACE.format(place)
         node["schema_name"] = ""
+        archived[id(node)] = node["alias"]
+    if file_named:
+        hidden.exclude_file(tree, archived)
     if not places and not appended:
         return sql, {}, 0
     try:
@@ -97,7 +103,7 @@ class Writer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._templates: dict[
-            tuple[str, frozenset[str], tuple[tuple[str, str], ...]], Template | None
+            tuple[str, frozenset[str], tuple[tuple[str, str], ...], bool], Template | None
         ] = {}
         self._free: list[str] = []  # attached databases no statement holds
         self._schemas: dict[str, set[str]] = {}  # the schemas made in each
@@ -110,16 +116,18 @@ class Writer:
         tree: dict[str, Any] | None,
         companion_columns: set[str],
         bodies: dict[tuple[str, str], str],
+        file_named: bool,
     ) -> tuple[str, int, Callable[[], None]]:
         """The statement DuckDB runs for `sql` (`tree`: its parse, where the caller has
-        it): each archived table it reads the SELECT of its files (`bodies`), in place or
-        as views; how many companions it appended; what to release when it ends."""
-        key = (sql, frozenset(companion_columns), tuple(bodies))
+        it; `file_named`: it names _archiver_file): each archived table it reads the
+        SELECT of its files (`bodies`), in place or as views; how many companions it
+        appended; what to release when it ends."""
+        key = (sql, frozenset(companion_columns), tuple(bodies), file_named)
         with self._lock:
             known = key in self._templates
             made = self._templates.get(key)
         if not known:
-            made = template(cur, sql, tree, companion_columns, list(bodies))
+            made = template(cur, sql, tree, companion_columns, list(bodies), file_named)
             with self._lock:
                 if len(self._templates) >= PARSES:
                     self._templates.pop(next(iter(self._templates)))

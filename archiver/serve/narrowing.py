@@ -1,8 +1,11 @@
 """A catalog statement as the definitions database runs it: what the cluster shares
 beyond that database -- the databases, roles and sessions of the server -- narrowed to
 serve's own (each such relation a statement names read as the rows of this database,
-this role and this session), and `version()` naming archiver; the statement rewritten
-by pglast only where it names one of them, else sent as the client wrote it."""
+this role and this session), the column lists without the columns serve shows only by
+name (archiver.serve.hidden: `_archiver_file` and the exact-text companions, as
+PostgreSQL lists no system column there), and `version()` naming archiver; the
+statement rewritten by pglast only where it names one of them, else sent as the client
+wrote it."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from typing import Any
 from pglast import ast, parse_sql
 from pglast.stream import RawStream
 from pglast.visitors import Visitor
+
+from archiver.serve import hidden
 
 _THIS_DATABASE = (
     "(SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())"
@@ -54,12 +59,33 @@ SHARED = {
     "pg_subscription": "false",
 }
 
+# The catalogs that list a table's columns, and the column that names them there
+# (information_schema by its name alone: no search path of a client holds it).
+COLUMN_LISTS = {
+    ("pg_catalog", "pg_attribute"): "attname",
+    ("information_schema", "columns"): "column_name",
+    ("information_schema", "column_privileges"): "column_name",
+    ("information_schema", "role_column_grants"): "column_name",
+    ("information_schema", "column_udt_usage"): "column_name",
+}
+
+
+def _rows_shown(schema: str | None, name: str) -> tuple[str, str] | None:
+    """Where a relation named so (its schema as written, if it was) is one whose rows a
+    client of serve sees only some of: its schema, and the condition on its rows."""
+    if schema in (None, "pg_catalog") and name in SHARED:
+        return "pg_catalog", SHARED[name]
+    column = COLUMN_LISTS.get((schema or "pg_catalog", name))
+    if column is None:
+        return None
+    return schema or "pg_catalog", hidden.catalog_filter(column)
+
 
 @functools.lru_cache(maxsize=1024)
 def narrowed(text: str, version: str) -> str:
     """The statement the definitions database runs for a client's: as written, or, where
-    it names a shared relation or version() (which says `version`), rewritten and
-    deparsed by pglast."""
+    it names a shared relation, a column list or version() (which says `version`),
+    rewritten and deparsed by pglast."""
     tree = parse_sql(text)
     hidden: set[int] = set()
     _with_queries(tree, frozenset(), hidden)
@@ -106,14 +132,23 @@ class _Narrowing(Visitor):
         self.hidden = hidden  # the RangeVars that name a WITH query
 
     def visit_RangeVar(self, ancestors: Any, node: Any) -> Any:
-        if node.schemaname not in (None, "pg_catalog") or node.relname not in SHARED:
-            return None
-        if id(node) in self.hidden:
+        shown = _rows_shown(node.schemaname, node.relname)
+        if shown is None or id(node) in self.hidden:
             return None
         self.changed = True
-        rows = parse_sql(f"SELECT * FROM pg_catalog.{node.relname} WHERE {SHARED[node.relname]}")[0]
+        rows = parse_sql(f"SELECT * FROM {shown[0]}.{node.relname} WHERE {shown[1]}")[0]
         alias = node.alias or ast.Alias(aliasname=node.relname)
         return ast.RangeSubselect(lateral=False, subquery=rows.stmt, alias=alias)
+
+    def visit_ColumnRef(self, ancestors: Any, node: Any) -> None:
+        """`pg_catalog.pg_attribute.attname` (as SQLAlchemy writes it) read from the
+        relation's rows as `pg_attribute.attname`: the subquery in its place is named
+        so, in no schema."""
+        fields: tuple[Any, ...] = tuple(node.fields or ())
+        if len(fields) < 3 or not all(isinstance(f, ast.String) for f in fields[-3:]):
+            return
+        if _rows_shown(fields[-3].sval, fields[-2].sval) is not None:
+            node.fields = tuple(fields[-2:])
 
     def visit_ResTarget(self, ancestors: Any, node: Any) -> None:
         if _is_version(node.val) and node.name is None:

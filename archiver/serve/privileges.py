@@ -32,8 +32,9 @@ from archiver.errors import first_line
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.serve import acl
 from archiver.serve.audit import ATTACH_APPLICATION
-from archiver.serve.definitions import FILE_ID, Definitions
+from archiver.serve.definitions import Definitions
 from archiver.serve.fileset import KEPT
+from archiver.serve.hidden import FILE_ID
 from archiver.serve.selects import SOURCE_COLUMN
 from archiver.serve.watchdog import WATCHDOG
 from archiver.serve.wire import SqlError

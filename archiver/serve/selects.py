@@ -16,9 +16,10 @@ Each archived table `schema.table` is two relations:
 
 Both carry every column of every file (a column a file lacks is NULL in it), the
 `<column>__pg_text` companions of PostgreSQL-only values (a statement that returns a
-column returns its companion's value where it has one: text.text_values) and
-`_archiver_file`. A statement reads each as the SELECT of its files, written in its place
-(archiver.serve.inlining)."""
+column returns its companion's value where it has one: text.text_values) and, for a
+statement that names it, `_archiver_file`; neither is shown unless named
+(archiver.serve.hidden). A statement reads each as the SELECT of its files, written in
+its place (archiver.serve.inlining)."""
 
 from __future__ import annotations
 
@@ -39,12 +40,12 @@ from archiver.query import statement
 from archiver.query.catalog import File, Snapshot
 from archiver.query.engine import _azure_secret, load_extension
 from archiver.query.views import archived_copies, file_ranges
-from archiver.serve import companions, dialect, inlining
+from archiver.serve import companions, dialect, hidden, inlining
 from archiver.serve.definitions import Definitions, FileColumns
 from archiver.serve.fileset import KEPT, FileSet
+from archiver.serve.hidden import FILE_ID
 from archiver.serve.types import Column, column_for
 
-FILE_ID = "_archiver_file"  # the column naming a row's file (its catalog id)
 SOURCE_COLUMN = "_archiver_source"  # attach's _all view: which side a row came from
 RETRIES = 3
 REFUSED_WORDS = frozenset(("PRAGMA", "SUMMARIZE", "SHOW", "DESCRIBE"))  # DuckDB's own
@@ -86,6 +87,18 @@ class Result:
         self._cursor.interrupt()
 
 
+@dataclass(frozen=True)
+class _Parse:
+    """What serve reads of a statement's text, once per text."""
+
+    sql: str  # in DuckDB's words
+    tree: dict[str, Any] | None  # DuckDB's parse (None: a PIVOT, which has none in JSON)
+    referenced: set[str]  # the column names it writes, but _archiver_file
+    file_named: bool  # it names _archiver_file
+    written: set[str]  # every name it gives a column (hidden.written)
+    star: bool  # it selects *
+
+
 class ServedArchive:
     """The process's DuckDB over the archive at `location`, and its catalog connections."""
 
@@ -97,8 +110,7 @@ class ServedArchive:
         self.fileset = FileSet(settings.database_url, str(location))
         self.fileset.check_primary()
         self._files: dict[str, FileColumns] = {}
-        # statement text -> DuckDB's words, its parse, the columns it names, whether it selects *
-        self._parses: dict[str, tuple[str, dict[str, Any] | None, set[str], bool]] = {}
+        self._parses: dict[str, _Parse] = {}  # by statement text
         self._lock = threading.Lock()
         db = duckdb.connect(
             config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
@@ -149,12 +161,12 @@ class ServedArchive:
         `started` is handed each DuckDB cursor the statement runs on (to interrupt it);
         `names`, its columns' names as PostgreSQL gives them, replace DuckDB's."""
         self.definitions.refresh_quietly()
-        sql, tree, referenced, star = self._parsed(sql)
+        parse = self._parsed(sql)
         for attempt in range(1, RETRIES + 1):
-            plain, kept = self.fileset.files(sql, params, tree)
+            plain, kept = self.fileset.files(parse.sql, params, parse.tree)
             try:
-                result = self._execute(sql, params, referenced, plain, kept, started, tree)
-                result.tables, result.read = self._read_of(star, referenced, plain, kept)
+                result = self._execute(parse, params, plain, kept, started)
+                result.tables, result.read = self._read_of(parse, plain, kept)
                 if names is not None and len(names) == len(result.columns):
                     result.columns = [
                         dataclasses.replace(c, name=n)
@@ -169,17 +181,16 @@ class ServedArchive:
                     ) from None
         raise AssertionError("unreachable")
 
-    def _read_of(
-        self, star: bool, referenced: set[str], *snapshots: Snapshot | None
-    ) -> tuple[list[str], list[str]]:
+    def _read_of(self, parse: _Parse, *snapshots: Snapshot | None) -> tuple[list[str], list[str]]:
         """The tables a statement reads (schema.table), and schema.table.column of each
-        of their columns it names (every one where it selects `*`)."""
+        of their columns it names (every shown one where it selects `*`)."""
         tables = sorted({t for s in snapshots if s is not None for t in s.files})
+        named = parse.referenced | ({FILE_ID} if parse.file_named else set())
         columns = []
         for table in tables:
             served = self.definitions.tables.get(table)
             for column in served.columns if served is not None else ():
-                if star or column.name in referenced:
+                if column.name in named or (parse.star and not hidden.hidden(column.name)):
                     columns.append(f"{table}.{column.name}")
         return tables, columns
 
@@ -187,7 +198,7 @@ class ServedArchive:
         """schema.table of each served table a statement names (a bare name: each served
         table of that name), as DuckDB parses it; none where it does not parse."""
         try:
-            tree = self._parsed(text)[1]
+            tree = self._parsed(text).tree
         except Exception:
             return []
         named = set()
@@ -207,11 +218,10 @@ class ServedArchive:
             if t.split(".", 1)[1] == name and schema in ("", t.split(".", 1)[0])
         )
 
-    def _parsed(self, text: str) -> tuple[str, dict[str, Any] | None, set[str], bool]:
-        """A statement in DuckDB's words, DuckDB's parse of it and the column names it
-        writes, read once per statement text (a client's prepared statement runs again
-        and again with other parameters); refused, before anything runs, unless it is
-        one SELECT."""
+    def _parsed(self, text: str) -> _Parse:
+        """A statement as serve reads it, once per statement text (a client's prepared
+        statement runs again and again with other parameters); refused, before anything
+        runs, unless it is one SELECT."""
         with self._lock:
             found = self._parses.get(text)
         if found is not None:
@@ -228,8 +238,9 @@ class ServedArchive:
                 statement.refuse_writes(sql, parser)
         finally:
             parser.close()
+        named = companions.columns_named(tree)
         star = '"STAR"' in json.dumps(tree) if tree is not None else True
-        found = (sql, tree, companions.columns_named(tree) - {FILE_ID}, star)
+        found = _Parse(sql, tree, named - {FILE_ID}, FILE_ID in named, hidden.written(tree), star)
         with self._lock:
             if len(self._parses) >= PARSES:
                 self._parses.pop(next(iter(self._parses)))
@@ -238,13 +249,11 @@ class ServedArchive:
 
     def _execute(
         self,
-        sql: str,
+        parse: _Parse,
         params: list[Any],
-        referenced: set[str],
         plain: Snapshot | None,
         kept: Snapshot | None,
         started: Callable[[Any], None],
-        tree: dict[str, Any] | None,
     ) -> Result:
         import duckdb
 
@@ -262,18 +271,18 @@ class ServedArchive:
                 self._check_files(cur, snapshot)
                 for table, files in snapshot.files.items():
                     schema, bare = table.split(".", 1)
-                    body, described = self._body(cur, files, referenced)
+                    body, described = self._body(cur, files, parse)
                     for one in described:
                         for column, type_sql in one.types.items():
                             types.setdefault(column, type_sql)
                         companion_columns.update(c for c in one.kinds if c.endswith(PG_TEXT_SUFFIX))
                         list_columns.update(c for c, k in one.kinds.items() if k.endswith("[]"))
                     bodies[(KEPT, table) if retired else (schema, bare)] = body
-            plain_sql = dialect.list_literals(sql, list_columns)
-            parsed = tree if plain_sql == sql else None
+            plain_sql = dialect.list_literals(parse.sql, list_columns)
+            parsed = parse.tree if plain_sql == parse.sql else None
             try:
                 served, appended, release = self.writer.written(
-                    cur, plain_sql, parsed, companion_columns, bodies
+                    cur, plain_sql, parsed, companion_columns, bodies, parse.file_named
                 )
                 reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
             except duckdb.BinderException:
@@ -282,13 +291,15 @@ class ServedArchive:
                 # the companions made it unbindable (a name both sides of a join have)
                 release()
                 served, appended, release = self.writer.written(
-                    cur, plain_sql, parsed, set(), bodies
+                    cur, plain_sql, parsed, set(), bodies, parse.file_named
                 )
                 reader = cur.execute(served, params or None).fetch_record_batch(BATCH_ROWS)
             batches = iter(reader)
             first = next(batches, None)
             fields = list(reader.schema)
-            shown, companion_of = companions.paired([f.name for f in fields], appended)
+            shown, companion_of = companions.paired(
+                [f.name for f in fields], appended, parse.written
+            )
             registry = self.definitions.registry
             columns = [
                 column_for(fields[i].name, fields[i].type, types.get(fields[i].name), registry)
@@ -342,16 +353,16 @@ class ServedArchive:
             self._files[uri] = found
         return found
 
-    def _body(
-        self, cur: Any, files: list[File], referenced: set[str]
-    ) -> tuple[str, list[FileColumns]]:
+    def _body(self, cur: Any, files: list[File], parse: _Parse) -> tuple[str, list[FileColumns]]:
         """A table's view over `files` and what each file holds (newest first: its
-        columns' order and types win), or, with no file, an empty relation of the
-        columns the statement names."""
+        columns' order and types win), `_archiver_file` where the statement names it,
+        or, with no file, an empty relation of the columns the statement names."""
         if not files:
-            names = sorted(referenced) or ["_archiver_none"]
+            names = sorted(parse.referenced) or ["_archiver_none"]
             cols = ", ".join(f"NULL AS {quote_ident(c)}" for c in names)  # of any type
-            return f"SELECT {cols}, CAST(NULL AS BIGINT) AS {FILE_ID} WHERE false", []
+            if parse.file_named:
+                cols += f", CAST(NULL AS BIGINT) AS {FILE_ID}"
+            return f"SELECT {cols} WHERE false", []
         parts = []
         held = []
         for file in reversed(files):
@@ -360,10 +371,8 @@ class ServedArchive:
             held.append(described)
             scan = "read_parquet('" + uri.replace("'", "''") + "')"
             ranges = file_ranges(file, described.kinds)
-            parts.append(
-                f"SELECT *, CAST({file.id} AS BIGINT) AS {FILE_ID} FROM {scan}"
-                + (f" WHERE {ranges}" if ranges else "")
-            )
+            file_id = f", CAST({file.id} AS BIGINT) AS {FILE_ID}" if parse.file_named else ""
+            parts.append(f"SELECT *{file_id} FROM {scan}" + (f" WHERE {ranges}" if ranges else ""))
         return " UNION ALL BY NAME ".join(parts), held
 
 

@@ -20,7 +20,8 @@ from archiver.serve.types import Column
 
 _DAY_US = 86_400_000_000
 _FEW = 64
-_INFINITY_US = (2**63 - 1, -(2**63))  # DuckDB's ±infinity timestamps, as Arrow holds them
+_INFINITY_US = (2**63 - 1, -(2**63))
+INET_OID = 869  # DuckDB's ±infinity timestamps, as Arrow holds them
 
 
 def date_text(days: int) -> str:
@@ -272,6 +273,13 @@ class Style:
 _NEEDS_QUOTES = re.compile(r'[\s{}",\\]')
 
 
+def inet_text(text: str) -> str:
+    """PostgreSQL's text of an inet from its `::text` (as archived), which always writes
+    the mask: inet's output function leaves out a mask of the whole address."""
+    address, _, bits = text.partition("/")
+    return address if bits == ("128" if ":" in address else "32") else text
+
+
 def array_text(values: Iterable[str | None]) -> str:
     """PostgreSQL's text of a one-dimensional array of element texts."""
     out = []
@@ -350,6 +358,8 @@ def text_values(
     """Every value of one result column as PostgreSQL's text (UTF-8) in the session's
     `style`, a PostgreSQL-only value from its companion column where that has one."""
     texts = _texts(array, column.kind, column.trim_scale, style)
+    if column.oid == INET_OID:
+        texts = [None if v is None else inet_text(v) for v in texts]
     if companion is not None:
         zoned = column.kind.startswith("timestamp with time zone") and style.zone.name != "UTC"
         for i, special in enumerate(companion.to_pylist()):

@@ -111,6 +111,29 @@ def test_the_shared_relations_are_narrowed_to_serve_s_own() -> None:
     )
 
 
+def test_the_column_lists_leave_out_what_serve_shows_by_name_only() -> None:
+    for text in (
+        "SELECT attname FROM pg_attribute",
+        "SELECT a.attname FROM pg_catalog.pg_attribute a",
+        "SELECT column_name FROM information_schema.columns",
+        "SELECT * FROM information_schema.column_privileges",
+    ):
+        said = narrowed(text, "v")
+        assert "'_archiver_file'" in said and "'__pg_text'" in said, said
+    # a column written with its relation's schema (SQLAlchemy's) reads the subquery
+    said = narrowed(
+        "SELECT pg_catalog.pg_attribute.attname FROM pg_catalog.pg_attribute "
+        "WHERE pg_catalog.pg_attribute.attnum > 0",
+        "v",
+    )
+    assert said.startswith("SELECT pg_attribute.attname FROM (SELECT") and said.endswith(
+        "AS pg_attribute WHERE pg_attribute.attnum > 0"
+    ), said
+    # a relation of that name in no catalog's schema is the client's own
+    assert narrowed("SELECT 1 FROM public.pg_attribute", "v") == "SELECT 1 FROM public.pg_attribute"
+    assert narrowed("SELECT 1 FROM columns", "v") == "SELECT 1 FROM columns"
+
+
 def _registry() -> Registry:
     # (oid, typname, typtype, typsend, typelem, typbasetype, typlen, typcategory,
     #  typdelim, rngsubtype, range of a multirange, composite attributes): pg_type's own

@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from archiver.serve import inlining
+from archiver.serve import companions, inlining
 
 TABLES = [("public", "orders"), ("public", "customers")]
 BODIES = {
@@ -77,3 +77,60 @@ def test_a_placeholder_in_a_literal_is_text(cur: duckdb.DuckDBPyConnection) -> N
     """A placeholder carries a token of the process's own: a statement cannot write one."""
     text = "__archiver_0123456789abcdef_0__"
     assert run(cur, f"SELECT '{text}' AS t, src FROM orders") == [(text, "archived")]
+
+
+FILED = {
+    ("public", "orders"): "SELECT 1 AS id, 'x' AS total__pg_text, 7 AS _archiver_file",
+    ("public", "customers"): "SELECT 1 AS id, 'c' AS name, 9 AS _archiver_file",
+}
+
+
+@pytest.mark.parametrize(
+    ("sql", "columns"),
+    [
+        # a star leaves out _archiver_file of each archived table it covers
+        ("SELECT *, _archiver_file FROM orders", ["id", "total__pg_text", "_archiver_file"]),
+        ("SELECT o.*, o._archiver_file AS f FROM orders o", ["id", "total__pg_text", "f"]),
+        (
+            "SELECT * FROM orders o JOIN customers c USING (id) WHERE c._archiver_file > 0",
+            ["id", "total__pg_text", "name"],
+        ),
+        (
+            "SELECT c.*, o.id FROM orders o, customers c WHERE o._archiver_file = 7",
+            ["id", "name", "id"],
+        ),
+        # a subquery's column of that name is no table's: a star over it shows it
+        (
+            "SELECT * FROM (SELECT _archiver_file AS _archiver_file FROM orders) s",
+            ["_archiver_file"],
+        ),
+        (
+            "SELECT * FROM orders o, (SELECT _archiver_file FROM customers) s",
+            ["id", "total__pg_text", "_archiver_file"],
+        ),
+        # stars at every depth, in a WITH query and a set operation
+        (
+            "WITH w AS (SELECT * FROM orders WHERE _archiver_file = 7) SELECT * FROM w",
+            ["id", "total__pg_text"],
+        ),
+        (
+            "SELECT * FROM orders WHERE _archiver_file = 7 UNION ALL SELECT * FROM orders",
+            ["id", "total__pg_text"],
+        ),
+    ],
+)
+def test_a_star_leaves_out_archiver_file_where_the_statement_names_it(
+    cur: duckdb.DuckDBPyConnection, sql: str, columns: list[str]
+) -> None:
+    made = inlining.template(cur, sql, None, set(), TABLES, file_named=True)
+    assert made is not None
+    described = cur.execute(inlining.written(made, FILED)).description or []
+    assert [d[0] for d in described] == columns
+
+
+def test_hidden_columns_a_star_brings_are_paired_not_shown() -> None:
+    names = ["id", "total", "total__pg_text", "_archiver_file", "total__pg_text"]
+    # the last one appended: the star's companion and _archiver_file not shown
+    assert companions.paired(names, 1, set()) == ([0, 1], {1: 4})
+    # a companion the statement names is shown, and still pairs its column
+    assert companions.paired(names[:3], 0, {"total__pg_text"}) == ([0, 1, 2], {1: 2})
