@@ -483,6 +483,13 @@ class Settings:
         "where `archiver serve` listens (HOST:PORT); beyond loopback only with TLS or ARCHIVER_SERVE_ALLOW_PLAINTEXT",
         _text,
     )
+    serve_iceberg_rest: str | None = _setting(
+        None,
+        "ARCHIVER_SERVE_ICEBERG_REST",
+        "where `archiver serve` also answers the Iceberg REST catalog's read side (HOST:PORT; unset: it does not): people sign in with their role and password by OAuth2 client credentials, list and load the tables their grants let them read whole, and get a read-only SAS (see [Iceberg REST catalog](iceberg-rest.md)); TLS and loopback as for ARCHIVER_SERVE_BIND",
+        _text,
+        shown="none",
+    )
     serve_user: str = _setting(
         "archiver",
         "ARCHIVER_SERVE_USER",

@@ -98,7 +98,22 @@ async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
         checks.append(await _check("readers' retention", lambda: _reader_retention(ctx)))
     if ctx.settings.iceberg:
         checks.append(await _check("iceberg", lambda: asyncio.to_thread(_iceberg, ctx)))
+    if ctx.settings.serve_iceberg_rest:
+        checks.append(Check("iceberg REST catalog", True, _rest_scope(ctx)))
     return checks
+
+
+def _rest_scope(ctx: Context) -> str:
+    """What a SAS serve's REST catalog vends opens (a fact, never a failure)."""
+    location = ctx.settings.storage_location()
+    where = f"serve answers it on {ctx.settings.serve_iceberg_rest}"
+    if location.scheme != "az":
+        return f"{where}; file storage: it vends no credentials (engines read the paths)"
+    return (
+        f"{where}; a SAS it vends opens the whole container {location.container} (a "
+        "flat-namespace account's SAS cannot be narrower), so it vends one only to a person "
+        "who may read every table archived there (docs/iceberg-rest.md)"
+    )
 
 
 async def _reader_retention(ctx: Context) -> str:

@@ -16,7 +16,15 @@ import signal
 import time
 from typing import Any
 
-from bench.common import archiver_cmd, enqueue_archive, env_for, run_process, sql, start_process
+from bench.common import (
+    archiver_cmd,
+    enqueue_archive,
+    env_for,
+    run_process,
+    run_workers,
+    sql,
+    start_process,
+)
 from bench.core import Bench
 from bench.years import TABLE
 
@@ -115,3 +123,82 @@ def _open_and_plan(catalog: Any, repeat: int) -> tuple[tuple[float, float], str]
                 shape = (f"{len(files)} files, {len(table.snapshots())} snapshots kept, "
                          f"{manifests} manifests")  # fmt: skip
     return (min(times["nightly"]), min(times["once"])), shape
+
+
+REST_PASSWORD = "bench-rest-password-0123456789"
+
+
+def iceberg_rest(bench: Bench) -> None:
+    """serve's Iceberg REST catalog over 100 archived tables (10 with --quick): a table's
+    load (its metadata and a vended SAS, signed in as the configured user) against the
+    same load from the JDBC catalog by pyiceberg in this process, and a listing of the
+    catalog's tables, per table listed."""
+    import json
+    import statistics
+    import urllib.request
+
+    from archiver.testing.services import free_port
+
+    tables = 10 if bench.args.quick else 100
+    url = bench.dbs.copy(0)
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    env = env_for(url, bench.storage("az"), bench.azurite, ARCHIVER_DELTA="true",
+                  ARCHIVER_ICEBERG="true", ARCHIVER_SERVE_PASSWORD=REST_PASSWORD,
+                  ARCHIVER_SERVE_ICEBERG_REST=f"127.0.0.1:{port}")  # fmt: skip
+    server = None
+    try:
+        for i in range(tables):
+            sql(url, f"CREATE TABLE t{i} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+            sql(url, f"INSERT INTO t{i} SELECT g, '2024-01-01'::timestamptz + g * interval '1 h' "
+                     "FROM generate_series(1, 100) g")  # fmt: skip
+            enqueue_archive(url, f"public.t{i}", "2025-01-01T00:00:00+00:00")
+        run_workers(env, 1)
+        server = start_process(archiver_cmd("serve", "--bind", f"127.0.0.1:{free_port()}"), env,
+                               quiet=True)  # fmt: skip
+
+        def ask(path: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
+            request = urllib.request.Request(uri + path, data, headers or {})
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return json.loads(answer.read())
+
+        form = f"grant_type=client_credentials&client_id=archiver&client_secret={REST_PASSWORD}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                token = ask("/v1/oauth/tokens", form.encode())["access_token"]
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        bearer = {"Authorization": f"Bearer {token}",
+                  "X-Iceberg-Access-Delegation": "vended-credentials"}  # fmt: skip
+        catalog = _catalog(url, bench)
+        rest, own, listed = [], [], []
+        try:
+            for _ in range(max(bench.args.repeat, 3) * 5):
+                started = time.monotonic()
+                ask("/v1/namespaces/public/tables/t0", None, bearer)
+                rest.append(time.monotonic() - started)
+                started = time.monotonic()
+                catalog.load_table(("public", "t0"))
+                own.append(time.monotonic() - started)
+                started = time.monotonic()
+                found = ask("/v1/namespaces/public/tables", None, bearer)["identifiers"]
+                listed.append(time.monotonic() - started)
+        finally:
+            catalog.engine.dispose()
+        if len(found) != tables:
+            raise RuntimeError(f"iceberg REST: {len(found)} tables listed of {tables}")
+        mine, theirs = statistics.median(rest), statistics.median(own)
+        bench.add(f"iceberg REST: a table's load with a vended SAS at {tables} tables (median), "
+                  "against pyiceberg's load from the JDBC catalog", mine, theirs, "s",
+                  "(reported)", None)  # fmt: skip
+        bench.add(f"iceberg REST: listing the catalog's {tables} tables, per table (median)",
+                  statistics.median(listed) / tables * 1000, None, "ms", "(reported)", None)  # fmt: skip
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
+        bench.dbs.drop(url)

@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             years.years_on(bench)
         if "iceberg" not in args.skip:
             iceberg.iceberg_year(bench)
+            iceberg.iceberg_rest(bench)
         if "serve" not in args.skip:
             serve.serve_figures(bench)
     print(bench.table())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,39 @@ class Team:
             for url in places:
                 sql(url, f"DROP OWNED BY {name}")
             self.h.sql(f"DROP ROLE {name}")
+
+
+@dataclass(frozen=True)
+class People:
+    """A team as the access tests meet it: a role granted orders, one granted some of its
+    columns, one granted nothing, a group granted orders and a member of it, a NOLOGIN
+    role and one whose password expired; all but the group sign in with PASSWORD."""
+
+    analyst: str
+    support: str
+    outsider: str
+    readers: str
+    member: str
+    locked: str
+    expired: str
+
+
+def people(team: Team, columns: str) -> People:
+    """The team's roles made and granted on orders (`support`: those `columns`)."""
+    login = f"LOGIN PASSWORD '{PASSWORD}'"
+    readers = team.role("readers")  # NOLOGIN: a group
+    made = People(
+        analyst=team.role("analyst", login),
+        support=team.role("support", login),
+        outsider=team.role("outsider", login),
+        readers=readers,
+        member=team.role("member", login, "IN ROLE", readers),
+        locked=team.role("locked", "NOLOGIN", f"PASSWORD '{PASSWORD}'"),
+        expired=team.role("expired", login, "VALID UNTIL '2020-01-01'"),
+    )
+    team.h.sql(f"GRANT SELECT ON orders TO {made.analyst}, {readers}")
+    team.h.sql(f"GRANT SELECT ({columns}) ON orders TO {made.support}")
+    return made
 
 
 def connect(served: Served, user: str, password: str = PASSWORD) -> psycopg.Connection[Any]:

@@ -24,6 +24,7 @@ from tests.access_support import (
     allowed,
     connect,
     eventually,
+    people,
     refused,
     sign_in_error,
 )
@@ -36,16 +37,9 @@ def test_each_person_reads_what_the_live_grants_allow(h: Harness, team: Team) ->
     h.archive("--table", "orders", "--before", "2024-12-31")
     archived = h.value("SELECT sum(row_count) FROM archive_files")
     assert 0 < archived < ROWS
-    login = f"LOGIN PASSWORD '{PASSWORD}'"
-    analyst = team.role("analyst", login)
-    support = team.role("support", login)
-    outsider = team.role("outsider", login)
-    readers = team.role("readers")  # NOLOGIN: a group
-    member = team.role("member", login, "IN ROLE", readers)
-    locked = team.role("locked", "NOLOGIN", f"PASSWORD '{PASSWORD}'")
-    expired = team.role("expired", login, "VALID UNTIL '2020-01-01'")
-    h.sql(f"GRANT SELECT ON orders TO {analyst}, {readers}")
-    h.sql(f"GRANT SELECT (id, customer, status, created_at) ON orders TO {support}")
+    them = people(team, "id, customer, status, created_at")
+    analyst, support, outsider = them.analyst, them.support, them.outsider
+    member, locked, expired = them.member, them.locked, them.expired
 
     with serving(h) as served:
         # the whole table: its own grant, or its group's

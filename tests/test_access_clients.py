@@ -21,6 +21,7 @@ from tests.access_support import (
     allowed,
     connect,
     eventually,
+    people,
     refused,
 )
 from tests.console_check import Console
@@ -122,15 +123,10 @@ def test_pgjdbc_sqlalchemy_and_psql_read_as_each_person(
     h.archive("--table", "orders", "--before", "2024-12-31")
     archived = h.value("SELECT sum(row_count) FROM archive_files")
     login = f"LOGIN PASSWORD '{PASSWORD}'"
-    analyst, support, outsider, auditor = (
-        team.role(who, login) for who in ("analyst", "support", "outsider", "auditor")
-    )
-    readers = team.role("readers")
-    member = team.role("member", login, "IN ROLE", readers)
-    locked = team.role("locked", "NOLOGIN", f"PASSWORD '{PASSWORD}'")
-    expired = team.role("expired", login, "VALID UNTIL '2020-01-01'")
-    h.sql(f"GRANT SELECT ON orders TO {analyst}, {readers}")
-    h.sql(f"GRANT SELECT (id, status) ON orders TO {support}")
+    them = people(team, "id, status")
+    analyst, support, outsider, member = them.analyst, them.support, them.outsider, them.member
+    locked, expired = them.locked, them.expired
+    auditor = team.role("auditor", login)
     granted = h.cli(
         "access",
         "grant",

@@ -129,6 +129,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "iceberg: 30 nightly jobs of 288 rows archived and published",
             "iceberg: pyiceberg opens and plans 30 nightly publications",
             "iceberg: the same after maintenance (compaction: 1 files",
+            "iceberg REST: a table's load with a vended SAS at 10 tables (median)",
+            "iceberg REST: listing the catalog's 10 tables, per table (median)",
             "years: 15 daily jobs of 288 rows archived",
             "years: erase of one customer the day of the compaction (15 kept inputs deleted",
             "years, before maintenance: query --with-live 'SELECT 1' (against an empty catalog)",

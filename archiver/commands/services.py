@@ -45,6 +45,12 @@ def add_parsers(sub: Subcommands) -> None:
     )
     p.add_argument("--bind", help="HOST:PORT (default ARCHIVER_SERVE_BIND, 127.0.0.1:6432)")
     p.add_argument(
+        "--iceberg-rest",
+        metavar="HOST:PORT",
+        help="also answer the Iceberg REST catalog there (default ARCHIVER_SERVE_ICEBERG_REST; "
+        "docs/iceberg-rest.md)",
+    )
+    p.add_argument(
         "--auth-sql",
         action="store_true",
         help="print the SQL an administrator runs in the catalog database so that people sign "
@@ -143,7 +149,8 @@ async def cmd_serve(args: argparse.Namespace, ctx: Context) -> int:
         async with ctx.catalog() as conn:
             print(auth_sql(await conn.fetchval("SELECT current_user")), end="")
         return 0
-    await serve(ctx, args.bind or ctx.settings.serve_bind)
+    await serve(ctx, args.bind or ctx.settings.serve_bind,
+                args.iceberg_rest or ctx.settings.serve_iceberg_rest)  # fmt: skip
     return 0
 
 

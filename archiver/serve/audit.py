@@ -52,10 +52,11 @@ class Read:
     started: float = field(default_factory=time.monotonic)
     outcome: str | None = None
     duration_ms: float | None = None
+    door: str = DOOR  # serve's SQL, or its Iceberg REST catalog (archiver.serve.rest)
 
     def row(self) -> tuple[Any, ...]:
         return (
-            self.at, DOOR, self.role, self.on_behalf_of, self.address, self.application,
+            self.at, self.door, self.role, self.on_behalf_of, self.address, self.application,
             self.statement, self.parameters, self.tables, self.columns, self.rows,
             self.duration_ms, self.outcome,
         )  # fmt: skip

@@ -29,17 +29,17 @@ class Verifier:
 
     @classmethod
     def of(cls, password: str, iterations: int = ITERATIONS) -> Verifier:
-        from scramp.utils import saslprep
-
-        try:
-            prepared = saslprep(password)
-        except Exception:  # PostgreSQL uses the raw password where SASLprep fails
-            prepared = password
         salt = secrets.token_bytes(16)
-        salted = hashlib.pbkdf2_hmac("sha256", prepared.encode(), salt, iterations)
+        salted = _salted(password, salt, iterations)
         client_key = hmac.digest(salted, b"Client Key", "sha256")
         server_key = hmac.digest(salted, b"Server Key", "sha256")
         return cls(salt, iterations, hashlib.sha256(client_key).digest(), server_key)
+
+    def client_key(self, password: str) -> bytes | None:
+        """The client's key `password` gives, where it is this verifier's password (a
+        password sent whole, over TLS: the REST catalog's client secret); else None."""
+        key = hmac.digest(_salted(password, self.salt, self.iterations), b"Client Key", "sha256")
+        return key if hmac.compare_digest(hashlib.sha256(key).digest(), self.stored_key) else None
 
     @classmethod
     def parse(cls, secret: str | None) -> Verifier | None:
@@ -80,6 +80,17 @@ class Verifier:
             f"SCRAM-SHA-256${self.iterations}:{b64(self.salt)}$"
             f"{b64(self.stored_key)}:{b64(self.server_key)}"
         )
+
+
+def _salted(password: str, salt: bytes, iterations: int) -> bytes:
+    """SaltedPassword of RFC 5802, the password prepared as PostgreSQL prepares it."""
+    from scramp.utils import saslprep
+
+    try:
+        prepared = saslprep(password)
+    except Exception:  # PostgreSQL uses the raw password where SASLprep fails
+        prepared = password
+    return hashlib.pbkdf2_hmac("sha256", prepared.encode(), salt, iterations)
 
 
 def _attributes(message: str) -> dict[str, str]:

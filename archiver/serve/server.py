@@ -337,13 +337,19 @@ def _peer(peer: object) -> str:
     return str(peer)
 
 
-async def serve(ctx: Context, bind: str) -> None:
-    """Run `archiver serve` until SIGTERM or SIGINT. Its sessions are its own, held as
-    long as it runs: the catalog's (the files, archiver.serve.definitions), the
-    definitions server's (libpq, archiver.serve.upstream) and DuckDB's reads of the
-    storage (archiver.serve.selects)."""
+async def serve(ctx: Context, bind: str, rest_bind: str | None = None) -> None:
+    """Run `archiver serve` until SIGTERM or SIGINT, with its Iceberg REST catalog where
+    `rest_bind` says (archiver.serve.rest). Its sessions are its own, held as long as it
+    runs: the catalog's (the files, archiver.serve.definitions), the definitions
+    server's (libpq, archiver.serve.upstream) and DuckDB's reads of the storage
+    (archiver.serve.selects)."""
     settings = ctx.settings
     listen = check(settings, bind)
+    rest_listen = None
+    if rest_bind:
+        from archiver.serve.rest import checked
+
+        rest_listen = checked(settings, rest_bind, check)
     archive = await asyncio.to_thread(ServedArchive, settings, settings.storage_location())
     upstream = Upstream(
         archive.definitions,
@@ -362,7 +368,12 @@ async def serve(ctx: Context, bind: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Server(settings, listen, archive, upstream, people, mirror, audit).run(stop)
+        running = [Server(settings, listen, archive, upstream, people, mirror, audit).run(stop)]
+        if rest_listen is not None:
+            from archiver.serve.rest import run_rest
+
+            running.append(run_rest(rest_listen, settings, people, mirror, audit, stop))
+        await asyncio.gather(*running)
     finally:
         await _close(audit, mirror, people, upstream, archive)
 
