@@ -15,7 +15,7 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import adbc_driver_manager
 
@@ -199,15 +199,17 @@ class _Databases:
     def connect(self, driver: str | None, url: str) -> BulkConnection:
         import adbc_driver_manager.dbapi as dbapi
 
+        from archiver.bulk_parameters import Binding
+
         holder = getattr(dbapi, "_SharedDatabase", None)  # 1.13's; without it, none is shared
         if holder is None:
             database = self._make(driver, url)
             connection = adbc_driver_manager.AdbcConnection(database)
-            return cast(BulkConnection, dbapi.Connection(database, connection))
+            return cast(BulkConnection, dbapi.Connection(database, connection, backend=Binding()))
         shared = self._held(holder, driver, url)
         try:
             connection = adbc_driver_manager.AdbcConnection(shared._db)
-            return cast(BulkConnection, dbapi.Connection(shared, connection))
+            return cast(BulkConnection, dbapi.Connection(shared, connection, backend=Binding()))
         finally:
             with contextlib.suppress(adbc_driver_manager.Error):
                 shared.close()  # this call's hold: the connection keeps one of its own
@@ -253,9 +255,10 @@ BUILT_IN_TYPES = {"adbc.postgresql.type_resolver_mode": "builtin"}
 _DATABASES = _Databases()
 
 
-def keepalive_url(url: str) -> str:
-    """`url` with libpq's TCP keepalive and tcp_user_timeout (db.KEEPALIVE_IDLE...) where
-    it names none of its own: a flow that died without a word ends the session."""
+def libpq_url(url: str) -> str:
+    """`url` with libpq's TCP keepalive, tcp_user_timeout (db.KEEPALIVE_IDLE...: a dead
+    flow ends the session) and the process's application_name, where it names none
+    (quoted, not quote_plus'd: libpq reads no '+' as a space)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     wanted = {
@@ -265,9 +268,10 @@ def keepalive_url(url: str) -> str:
         "keepalives_count": str(db.KEEPALIVE_COUNT),
         "tcp_user_timeout": str(db.USER_TIMEOUT_MS),
     }
-    if any(k in query for k in wanted):
-        return url
-    return urlunsplit(parts._replace(query=urlencode({**query, **wanted})))
+    wanted = {} if any(k in query for k in wanted) else wanted
+    wanted |= {} if "application_name" in query else {"application_name": application_name()}
+    made = urlencode({**query, **wanted}, quote_via=quote)
+    return urlunsplit(parts._replace(query=made)) if wanted else url
 
 
 def open_bulk(url: str) -> BulkConnection:
@@ -279,7 +283,7 @@ def open_bulk(url: str) -> BulkConnection:
         import adbc_driver_postgresql.dbapi  # noqa: F401  (imports pyarrow: only for bulk work)
 
     try:
-        conn = _DATABASES.connect(_driver, keepalive_url(url))
+        conn = _DATABASES.connect(_driver, libpq_url(url))
     except adbc_driver_manager.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {redact(url)}: {first_line(exc)}"
@@ -287,7 +291,6 @@ def open_bulk(url: str) -> BulkConnection:
     try:
         with conn.cursor() as cur:
             cur.execute("SET TIME ZONE 'UTC'")
-            cur.execute("SELECT set_config('application_name', $1, false)", (application_name(),))
         conn.commit()
     except BaseException:
         _close_quietly(conn)

@@ -72,7 +72,7 @@ def set_application_name(name: str) -> None:
 # A flow that died without a word (a NAT or a load balancer forgot it) is noticed by
 # the kernel: probes after 30 idle seconds, every 10, 3 unanswered ones end it; data sent
 # and not acknowledged for 60 s ends it too (TCP_USER_TIMEOUT). libpq sessions (ADBC,
-# psycopg) get the same from bulk.keepalive_url.
+# psycopg) get the same from bulk.libpq_url.
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT, USER_TIMEOUT_MS = 30, 10, 3, 60_000
 # What a statement on a service's pooled session waits for its answer at most, unless
 # the pool or the call says less (the console's pages: web.app.PAGE_SECONDS).

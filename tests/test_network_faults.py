@@ -9,8 +9,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -171,12 +172,10 @@ def test_the_console_answers_and_stops_within_its_bounds_when_its_flows_freeze(
     print(f"console, flows frozen: stopped {took:.1f}s after SIGTERM")
 
 
-def test_serve_answers_and_stops_within_its_bounds_when_its_flows_freeze(
-    h: Harness, proxy: FaultProxy
-) -> None:
-    """serve's sessions (the catalog's, the definitions database's, the audit's) on
-    frozen flows: a statement is answered or refused in one line within its bound, the
-    next one answers on new sessions, and SIGTERM stops serve within the deadline."""
+def proxied_serve(h: Harness, proxy: FaultProxy) -> tuple[Any, Path, list[str], float]:
+    """serve through the proxy over 2,000 orders, some archived, its statement timeout
+    15 s: (its process, its log, psql's count of orders, what a count may take at most:
+    a catalog statement on the definitions database waits its timeout and a margin)."""
     from archiver.serve.upstream import ANSWER_MARGIN
     from archiver.testing.services import free_port
     from tests.serve_support import PASSWORD
@@ -185,18 +184,26 @@ def test_serve_answers_and_stops_within_its_bounds_when_its_flows_freeze(
     seed_orders(h.url, 2_000)
     h.archive("--table", "orders", "--before", "2024-12-31T12:00:00Z")
     port, log, timeout = free_port(), h.tmp / "serve.log", 15
-    # a catalog statement (the definitions database's) waits its timeout and a margin
     env = proxied_env(h, proxy, ARCHIVER_SERVE_PASSWORD=PASSWORD,
                       ARCHIVER_SERVE_STATEMENT_TIMEOUT=str(timeout))  # fmt: skip
     serve = start_process(archiver_cmd("serve", "--bind", f"127.0.0.1:{port}"), env, log)
     wait_for_text(log, "listening on", timeout=60)
     dsn = f"postgresql://archiver:{PASSWORD}@127.0.0.1:{port}/archive?sslmode=disable"
     count = ["psql", "-X", "-At", dsn, "-c", "SELECT count(*) FROM orders"]
+    return serve, log, count, timeout + ANSWER_MARGIN + 5
+
+
+def test_serve_answers_and_stops_within_its_bounds_when_its_flows_freeze(
+    h: Harness, proxy: FaultProxy
+) -> None:
+    """serve's sessions (the catalog's, the definitions database's, the audit's) on
+    frozen flows: a statement is answered or refused in one line within its bound, the
+    next one answers on new sessions, and SIGTERM stops serve within the deadline."""
+    serve, log, count, bound = proxied_serve(h, proxy)
     first = subprocess.run(count, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0 and int(first.stdout) > 0, first.stderr
     assert proxy.freeze() >= 2
     started = time.monotonic()
-    bound = timeout + ANSWER_MARGIN + 5
     done = subprocess.run(count, capture_output=True, text=True, timeout=2 * bound)
     waited = time.monotonic() - started
     said = (done.stdout or done.stderr).strip()
@@ -277,3 +284,71 @@ def test_a_command_on_a_paused_network_ends_on_ctrl_c_without_changing_anything(
     assert code != 0 and took < DEADLINE + 3, (code, took)
     assert len(said) == 1 and "Traceback" not in said[0], said
     assert h.value("SELECT count(*) FROM background_jobs") == 0
+
+
+# Each fault but a freeze, in turn, as the console and serve meet them: what it does,
+# and what heals it (pause: for 4 s; refuse: new connections refused and open ones reset).
+def _refused(proxy: FaultProxy) -> None:
+    proxy.refuse(True)
+    proxy.reset()
+
+
+FAULTS: dict[str, Callable[[FaultProxy], object]] = {
+    "paused": lambda p: p.pause(4),
+    "reset": lambda p: p.reset(),
+    "refused": _refused,
+    "slow": lambda p: p.slow(0.02),
+}
+
+
+def test_the_console_answers_through_a_pause_a_reset_a_refusal_and_slowness(
+    h: Harness, proxy: FaultProxy
+) -> None:
+    """Through each fault a page is answered (200, or 503 while PostgreSQL is out of
+    reach) within the page's bound, pages answer 200 once it heals, and SIGTERM then
+    stops the console as quickly as ever."""
+    from archiver.web.app import PAGE_SECONDS
+    from tests.console_check import Console
+
+    console = Console(h, h.tmp, proxied_env(h, proxy))
+    assert console.health() == 200
+    for name, fault in FAULTS.items():
+        fault(proxy)
+        started = time.monotonic()
+        status = console.health_within(2 * PAGE_SECONDS + 10)
+        waited = time.monotonic() - started
+        print(f"console, {name}: a page answered {status} after {waited:.1f}s")
+        assert status in (200, 503) and waited < 2 * PAGE_SECONDS + 5, (name, status, waited)
+        proxy.heal()
+        wait_until(lambda: console.health() == 200, 30, what=f"a page after {name}")
+    took = stopped_within(console.proc, console.log, BOUND)
+    assert took < 5, took
+
+
+def test_serve_answers_through_a_pause_a_reset_a_refusal_and_slowness(
+    h: Harness, proxy: FaultProxy
+) -> None:
+    """Through each fault a count through serve is answered, or refused in one line,
+    within its bound; once it heals the count is exact again; SIGTERM then stops serve
+    as quickly as ever."""
+    serve, log, count, bound = proxied_serve(h, proxy)
+    rows = h.value("SELECT sum(row_count) FROM archive_files")
+
+    def counted() -> bool:
+        done = subprocess.run(count, capture_output=True, text=True, timeout=2 * bound)
+        return done.returncode == 0 and done.stdout.strip() == str(rows)
+
+    assert counted()
+    for name, fault in FAULTS.items():
+        fault(proxy)
+        started = time.monotonic()
+        done = subprocess.run(count, capture_output=True, text=True, timeout=2 * bound)
+        waited = time.monotonic() - started
+        said = (done.stdout or done.stderr).strip()
+        print(f"serve, {name}: a count answered in {waited:.1f}s: {said}")
+        assert waited < bound, (name, waited)
+        assert done.stdout.strip() == str(rows) or len(done.stderr.splitlines()) == 1, done
+        proxy.heal()
+        wait_until(counted, 60, what=f"an exact count after {name}")
+    took = stopped_within(serve, log, BOUND)
+    assert took < 5, took

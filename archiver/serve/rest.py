@@ -363,11 +363,14 @@ async def run_rest(listen: Any, settings: Settings, signin: SignIn, mirror: Mirr
         timeout_graceful_shutdown=5, lifespan="off",
     )  # fmt: skip
     server = Quiet(config)
-    log.info("serve: the Iceberg REST catalog listening on %s:%d (%s)", listen.host, listen.port,
-             "TLS required" if listen.tls else "no TLS")  # fmt: skip
     task = asyncio.ensure_future(server.serve())
     waiting = asyncio.ensure_future(stop.wait())
     try:
+        while not (server.started or task.done() or stop.is_set()):
+            await asyncio.sleep(0.05)
+        if server.started:
+            log.info("serve: the Iceberg REST catalog listening on %s:%d (%s)", listen.host,
+                     listen.port, "TLS required" if listen.tls else "no TLS")  # fmt: skip
         done, _ = await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
         if task in done:
             task.result()  # it could not listen: say why

@@ -360,6 +360,9 @@ def _check(res: PGresult | None) -> PGresult:
             value = res.error_field(code)
             return None if value is None else value.decode(errors="replace")
 
+        if field(DiagnosticField.SQLSTATE) is None:  # no server's answer: the session's flow broke
+            raise SqlError("08006", "serve: the session on the definitions database was lost: "
+                           "connect again")  # fmt: skip
         raise SqlError(
             field(DiagnosticField.SQLSTATE) or "XX000",
             field(DiagnosticField.MESSAGE_PRIMARY) or "error",

@@ -242,7 +242,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "archiver.ledger", "archiver.driver_check",
         "archiver.files", "archiver.lifecycle", "archiver.context", "archiver.iceberg",
     ),
-    ("archiver.store", "archiver.bulk", "archiver.db"),  # the store and its two drivers
+    ("archiver.store", "archiver.bulk", "archiver.bulk_parameters", "archiver.db"),  # the store, its drivers
     (  # foundations
         "archiver.model", "archiver.limits", "archiver.config", "archiver.errors",
         "archiver.ident", "archiver.text", "archiver.logs", "archiver.failpoints",
