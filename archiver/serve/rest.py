@@ -202,7 +202,8 @@ class RestCatalog:
         read.tables = [table]
         try:
             tables = self._verdicts(person)
-            if table not in tables or (namespace, name) not in self._iceberg_tables():
+            catalogued = self._iceberg_tables()
+            if table not in tables or (namespace, name) not in catalogued:
                 raise Refused(404, "NoSuchTableException", f"table {table} does not exist", "42P01")
             self._check(person, table, tables[table])
             if request.method == "HEAD":
@@ -213,7 +214,7 @@ class RestCatalog:
             )
             credentials = []
             if delegated or credentials_only:
-                credentials = self._vended(tables)
+                credentials = self._vended(tables, catalogued)
             if credentials_only:
                 body: dict[str, Any] = {"storage-credentials": credentials}
             else:
@@ -276,10 +277,12 @@ class RestCatalog:
         verdicts = self._verdicts(person)
         return [t for t in self._iceberg_tables() if _whole(verdicts, t)]
 
-    def _vended(self, verdicts: dict[str, tuple[bool, bool]]) -> list[dict[str, Any]]:
+    def _vended(
+        self, verdicts: dict[str, tuple[bool, bool]], catalogued: list[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
         """A read-only SAS of the archive's container, for one who may read every table
         of it (a SAS cannot be narrower here); one line saying why not otherwise."""
-        denied = [t for t in self._iceberg_tables() if not _whole(verdicts, t)]
+        denied = [t for t in catalogued if not _whole(verdicts, t)]
         if denied and self.settings.storage_location().scheme == "az":
             raise Refused(403, "ForbiddenException", "no credentials vended: a SAS of this "
                           "account cannot be narrower than its container, which holds "
