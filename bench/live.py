@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+from archiver.testing import plans
 from bench.common import archiver_cmd, env_for, psql_seconds, run_process, run_workers, sql
 from bench.core import Bench
 
@@ -59,7 +60,7 @@ def live_at_scale(bench: Bench) -> None:
 
 def files_read(bench: Bench) -> None:
     """A key lookup and a one-day range over --live-rows archived rows on Azurite in 20
-    files: the files each read (READ_PARQUET operators DuckDB ran, from --explain) of
+    files: the files each read (DuckDB's scans' counts, from --explain) of
     all, and its time as a whole command."""
     n = bench.args.live_rows
     url = bench.dbs.copy(n)
@@ -89,7 +90,7 @@ def files_read(bench: Bench) -> None:
         ):  # fmt: skip
             can = sql(url, matching, *args)[0][0]
             plan = run_process(archiver_cmd("query", "--with-live", "--explain", statement), env)
-            read = plan.count("READ_PARQUET")
+            read = plans.files_read(plan)
             bench.add(f"query --with-live over {n:,} archived rows (Azurite), {label}: files read",
                       read, total, "files", f"the {can} whose range matches", read == can)  # fmt: skip
             seconds = min(_seconds(env, statement) for _ in range(bench.args.repeat))

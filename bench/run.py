@@ -25,6 +25,7 @@ from bench import (
     catalog,
     console,
     data,
+    files,
     footprint,
     iceberg,
     jobs,
@@ -41,7 +42,7 @@ from bench.core import Bench
 
 SECTIONS = (
     "queue", "data", "memory", "footprint", "restore", "partitions", "scale", "catalog",
-    "console", "erase", "live", "tpch", "years", "iceberg", "serve",
+    "console", "erase", "live", "tpch", "years", "iceberg", "serve", "files",
 )  # fmt: skip
 
 
@@ -69,6 +70,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=10_000_000,
         help="archived rows of the --with-live files-read figures (default 10M)",
+    )
+    p.add_argument(
+        "--many-files",
+        type=int,
+        default=2_000,
+        help="small files of the files section's table (default 2,000)",
     )
     p.add_argument(
         "--serve-lookups", type=int, default=200, help="key lookups through serve (default 200)"
@@ -112,7 +119,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.policy_tables, args.catalog_sizes = 3, ((1_000, 1_000), (3_000, 2_000))
         args.erase_rows = 20_000
         args.tpch_scale, args.live_rows, args.years = 0.01, 20_000, 0.04
-        args.serve_lookups, args.serve_minutes = 20, 0.05
+        args.serve_lookups, args.serve_minutes, args.many_files = 20, 0.05, 40
     return args
 
 
@@ -161,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             iceberg.iceberg_rest(bench)
         if "serve" not in args.skip:
             serve.serve_figures(bench)
+        if "files" not in args.skip:
+            files.many_files(bench)
     print(bench.table())
     return 0
 

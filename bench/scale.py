@@ -8,6 +8,7 @@ import functools
 import re
 import time
 
+from archiver.testing.plans import files_read
 from bench.common import (
     CUTOFF,
     archiver_cmd,
@@ -140,7 +141,7 @@ def _query_seconds(env: dict[str, str], sql_text: str) -> float:
 
 def _files_read(env: dict[str, str], url: str, sql_text: str) -> tuple[int, int]:
     """(files the query read, files catalogued): a file the catalog ruled out, or DuckDB
-    by its ranges, is no READ_PARQUET of the plan (a Delta scan says its own count)."""
+    by its ranges, is not read (a Delta scan says its own count)."""
     out = run_process(archiver_cmd("query", "--explain", sql_text), env)
     total = int(sql(url, "SELECT count(*) FROM archive_files WHERE state = 'committed'")[0][0])
     found = re.search(r"Scanning Files: (\d+)/(\d+)", out)
@@ -150,4 +151,4 @@ def _files_read(env: dict[str, str], url: str, sql_text: str) -> tuple[int, int]
         if "EMPTY_RESULT" in out:  # DuckDB ruled every file out from its statistics
             return 0, total
         raise RuntimeError(f"no file read in DuckDB's plan:\n{out}")
-    return out.count("READ_PARQUET"), total
+    return files_read(out), total

@@ -60,7 +60,7 @@ def serve_figures(bench: Bench) -> None:
         server = start_process(
             archiver_cmd("serve", "--bind", f"127.0.0.1:{port}"), env, quiet=True
         )
-        _wait_for(port)
+        wait_for(port)
         run_process(archiver_cmd("attach", "--table", "orders", "--port", str(port),
                                  "--sslmode", "disable"), env)  # fmt: skip
         low = n // 10 + 1
@@ -208,8 +208,8 @@ def _as_a_person(url: str, port: int, low: int, high: int, seconds: float) -> tu
     try:
         sql(url, f"GRANT SELECT ON orders TO {reader}")
         _eventually(lambda: _reads(port, reader))  # a pass of serve's mirror of the grants
-        person = _pgbench_latency(port, low, high, reader, seconds)
-        user = _pgbench_latency(port, low, high, "archiver", seconds)
+        person = pgbench_latency(port, low, high, reader, seconds)
+        user = pgbench_latency(port, low, high, "archiver", seconds)
         return person, user
     finally:
         sql(url, f"REVOKE ALL ON orders FROM {reader}")
@@ -240,9 +240,13 @@ def _dropped(url: str, role: str) -> bool:
     return True
 
 
-def _pgbench_latency(port: int, low: int, high: int, user: str, seconds: float) -> float:
+def pgbench_latency(
+    port: int, low: int, high: int, user: str, seconds: float, table: str = "orders"
+) -> float:
+    """pgbench's average latency (ms) of a lookup of a random key of `table` through serve
+    on `port`: 4 clients, the extended protocol."""
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
-        script.write(f"\\set id random({low}, {high})\nSELECT * FROM orders WHERE id = :id;\n")
+        script.write(f"\\set id random({low}, {high})\nSELECT * FROM {table} WHERE id = :id;\n")
         script.flush()
         args = ["pgbench", "-n", "-M", "extended", "-c", "4", "-j", "2", "-f", script.name,
                 "-h", "127.0.0.1", "-p", str(port), "-U", user, "archive"]  # fmt: skip
@@ -308,7 +312,7 @@ def _window(samples: list[int], end: int) -> int:
     return max(part) if part else 0
 
 
-def _wait_for(port: int, timeout: float = 60) -> None:
+def wait_for(port: int, timeout: float = 60) -> None:
     """Until serve accepts connections on `port`."""
     import socket
 

@@ -101,7 +101,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
     "reads": (
-        ("erase", "live", "tpch", "serve"),  # one bench process: its start-up once
+        ("erase", "live", "tpch", "serve", "files"),  # one bench process: its start-up once
         (
             "erase one customer (1 row) from a 20,000-row archive",
             "files that erase rewrote, of",
@@ -121,6 +121,9 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "serve: count(*), sum(total) over the foreign table, 1,800 archived rows in",
             "serve: RSS, 20 connections in lookup loops for 3 s",
             "serve: RSS, its last minute against its first (flat: 1.0x)",
+            "files: serve key lookup, pgbench, 4 clients, 1,120 archived rows in 40 files against 1",
+            "files: query --with-live count(*), sum(total) of half the customers, 1,120 archived",
+            "files: query count(*), 1,120 archived rows in 40 files against 1",
         ),
     ),
     "years": (

@@ -6,6 +6,7 @@ table expressions named as the table, exact through psycopg."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
@@ -97,3 +98,104 @@ def test_the_catalog_leaves_out_what_pruning_would(h: Harness, monkeypatch: Any)
         assert conn.execute(shadowed).fetchall() == [(7,)]
         own = "WITH orders AS (SELECT id FROM orders WHERE id = 9000) SELECT id FROM orders"
         assert conn.execute(own).fetchall() == [(9000,)]
+
+
+def _integer_end(text: str | None) -> int | None:
+    return int(text) if text is not None and re.fullmatch(r"[+-]?[0-9]{1,30}", text) else None
+
+
+def _meets(row: tuple[Any, ...], ranges: list[list[Any]]) -> bool:
+    """Whether a file (a served_files row) may hold a key one of `ranges` keeps, tested
+    on its own ends, exactly: ends that are not integers in order bound nothing."""
+    low, high = _integer_end(row[6]), _integer_end(row[7])
+    if low is None or high is None or low > high:
+        low = high = None
+    for lo, hi, values in ranges:
+        for a, b in [(lo, hi)] if values is None else [(v, v) for v in values]:
+            a = lo if a is None or (lo is not None and lo > a) else a
+            b = hi if b is None or (hi is not None and hi < b) else b
+            if a is not None and b is not None and a > b:
+                continue  # no key is in both
+            if (a is None or high is None or high >= a) and (b is None or low is None or low <= b):
+                return True
+    return False
+
+
+SPANS: list[list[list[Any]]] = [  # ranges of `id` a statement keeps, one per reading of the table
+    [[k, k, None]]
+    for k in (
+        0,
+        5,
+        19_999,
+        20_000,
+        39_999,
+        -7,
+        1_600_000_000_000_000_123,
+        9_223_372_036_854_775_807,
+        -9_223_372_036_854_775_808,
+        77_777,
+    )
+] + [
+    [[100, 5_000, None]],
+    [[None, -1, None]],
+    [[39_990, None, None]],
+    [[None, None, [3, 17_005, 1_600_000_000_000_000_500]]],
+    [[10, 20, [15, 500]]],  # 500 is outside the bounds: not a key the statement can read
+    [[10, 20, None], [30_000, 30_005, None]],
+    [[50, 40, None]],  # no key
+]
+
+
+def test_the_key_span_index_answers_as_every_file_would_at_thousands_of_files(
+    h: Harness,
+) -> None:
+    """At 6,000 catalogued files of every shape (narrow and wide, overlapping, negative,
+    snowflake-sized, beyond bigint, ends that sort as text, an empty partition's, of
+    another key column, of another storage, pending), serve's catalog query with a
+    statement's key ranges returns exactly the files whose own ends meet them, with the
+    table's newest; found by the index on their spans (EXPLAIN names it)."""
+    from archiver.serve.fileset import FileSet
+    from archiver.store.served import served_files
+
+    h.sql("CREATE TABLE spans (id bigint PRIMARY KEY, other_id bigint, created_at timestamptz)")
+    storage = "file:///spans-test"
+    shapes = """
+        CASE WHEN g % 97 = 0 THEN ARRAY['0'] WHEN g % 89 = 0 THEN ARRAY['-50']
+             WHEN g % 83 = 0 THEN ARRAY['1600000000000000000']
+             WHEN g % 79 = 0 THEN ARRAY['10'] WHEN g % 73 = 0 THEN ARRAY[]::text[]
+             WHEN g % 71 = 0 THEN ARRAY['99999999999999999999'] WHEN g % 67 = 0 THEN ARRAY['abc']
+             ELSE ARRAY[(g * 10)::text] END,
+        CASE WHEN g % 97 = 0 THEN ARRAY['1000000'] WHEN g % 89 = 0 THEN ARRAY['-1']
+             WHEN g % 83 = 0 THEN ARRAY['1600000000000000999']
+             WHEN g % 79 = 0 THEN ARRAY['9'] WHEN g % 73 = 0 THEN ARRAY[]::text[]
+             WHEN g % 71 = 0 THEN ARRAY['999999999999999999999'] WHEN g % 67 = 0 THEN ARRAY['abd']
+             ELSE ARRAY[(g * 10 + 9)::text] END"""
+    h.sql(f"""
+        INSERT INTO archive_files (job_id, part, source_table, storage_url, path, row_count,
+            byte_size, md5, key_columns, min_key, max_key, cutoff_column, state)
+        SELECT gen_random_uuid(), g, 'public.spans',
+               CASE WHEN g % 61 = 0 THEN 'file:///elsewhere' ELSE '{storage}' END,
+               'f-' || g, 10, 100, '', CASE WHEN g % 59 = 0 THEN ARRAY['other_id'] ELSE ARRAY['id'] END,
+               {shapes}, 'created_at',
+               CASE WHEN g % 53 = 0 THEN 'pending' ELSE 'committed' END
+        FROM generate_series(0, 5999) g""")  # fmt: skip
+    h.sql("ANALYZE archive_files")
+    files = FileSet(h.url, storage)
+    try:
+        conn = files._connection()
+        every = served_files(conn, ["spans"], storage, False)
+        assert 5_000 < len(every) < 6_000
+        newest = max(r[11] for r in every)
+        for ranges in SPANS:
+            got = {r[11] for r in served_files(conn, ["spans"], storage, False, {"id": ranges})}
+            want = {r[11] for r in every if r[5] != "id" or _meets(r, ranges)} | {newest}
+            assert got == want, (ranges, sorted(got - want)[:5], sorted(want - got)[:5])
+            if ranges[0][0] == ranges[0][1]:  # a lookup: its files, the wide and the unbounded
+                assert len(got) < len(every) / 10, ranges
+        # a lookup's plan: the spans' index, not every file of the table
+        plan = conn.exec_(b"EXPLAIN EXECUTE served_files('[\"spans\"]', '" + storage.encode()
+                          + b"', false, '{\"id\": [[5, 5, null]]}')")  # fmt: skip
+        text = "\n".join(bytes(plan.get_value(i, 0) or b"").decode() for i in range(plan.ntuples))
+        assert "archive_files_key_span" in text, text
+    finally:
+        files.close()

@@ -5,6 +5,7 @@ snapshot when a file went meanwhile."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 from archiver import failpoints
@@ -68,9 +69,8 @@ def answer(
             with engine.engine(settings, location) as con, _source(con, settings, live):
                 if live:
                     import_snapshot(con, snapshot)
+                    _pin_scans(con, location, snapshot, sql)
                 create_views(con, location, snapshot, live=live)
-                if live:
-                    pin_scans(con, sql)
                 if not local_files:
                     engine.confine(con, location)
                 return run(con)
@@ -83,6 +83,18 @@ def answer(
         finally:
             conn.rollback()
     raise AssertionError("unreachable")
+
+
+def _pin_scans(con: Any, location: StorageLocation, snapshot: Snapshot, sql: str) -> None:
+    """pin_scans, planned over views of the live rows alone: the archive's branches hold
+    no scan of the source, and binding them would open a footer of each file. A view
+    that cannot be made so (a table gone from the source) leaves every scan unranged."""
+    bare = dataclasses.replace(snapshot, files={t: [] for t in snapshot.files})
+    try:
+        create_views(con, location, bare, live=True)
+    except InputError:
+        return
+    pin_scans(con, sql)
 
 
 def _source(con: Any, settings: Settings, live: bool) -> contextlib.AbstractContextManager[None]:

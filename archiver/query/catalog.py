@@ -5,6 +5,7 @@ is offline -- and the snapshot exported, for the live rows to be read at it."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -14,7 +15,14 @@ from typing import Any
 
 from archiver.bulk import BulkConnection
 from archiver.db import query
-from archiver.query.statement import Reference, admits, as_instant, as_integer, reads
+from archiver.query.statement import (
+    Reference,
+    admits,
+    as_instant,
+    as_instant_taken,
+    as_integer,
+    reads,
+)
 from archiver.store import reads as stored
 
 
@@ -31,6 +39,8 @@ class File:
     max_cutoff: str | None
     unsure: bool = False  # out of the Delta table, its job gone: a copy's, or a move's?
     id: int = 0  # its catalog row (archiver serve's kept relations name it)
+    schema: str = ""  # its columns as a Delta schema ('': not recorded)
+    alone: bool = False  # kept by pruning's margin alone: its own ranges decide (views)
 
 
 @dataclass
@@ -71,14 +81,16 @@ def read_catalog(
     snapshot = Snapshot(str(exported), str(current), {t: [] for t in tables})
     snapshot.delta_exact, snapshot.archived = exact, archived
     snapshot.integer_keys = integer_keys
-    for table, path, offline, delta, mode, key, low, high, cutoff, first, last in rows:
+    for table, path, offline, delta, mode, key, low, high, cutoff, first, last, schema in rows:
         if mode == "copy":
             continue
         if offline:
             snapshot.offline[table] = snapshot.offline.get(table, 0) + 1
             continue
         unsure = not delta and mode != "move"
-        snapshot.files[table].append(File(path, key, low, high, cutoff, first, last, unsure))
+        snapshot.files[table].append(
+            File(path, key, low, high, cutoff, first, last, unsure, schema=schema)
+        )
     return snapshot
 
 
@@ -86,21 +98,47 @@ def prune(snapshot: Snapshot, refs: list[Reference]) -> int:
     """Leave out of each table's files those the statement cannot read a row of (their
     catalogued key or cutoff range outside its constraints), before any is opened: a
     key's range only where the key is of an integer type in this database (text ends
-    sort otherwise). How many were left out."""
+    sort otherwise). A cutoff constant's zone is not known here: a file kept only by a
+    day's margin around it is marked `alone` (the view bounds it by its own ranges,
+    which DuckDB compares exactly). How many were left out."""
     left_out = 0
     for table, files in snapshot.files.items():
         mine = reads(table, refs)
-        kept = [
-            f for f in files
-            if admits(mine, f.cutoff, _instant(f.min_cutoff), _instant(f.max_cutoff),
-                      as_instant)
-            and ((table, f.key) not in snapshot.integer_keys
-                 or admits(mine, f.key, _integer(f.min_key), _integer(f.max_key), as_integer))
-        ]  # fmt: skip
+        kept = []
+        for f in files:
+            low, high = _instant(f.min_cutoff), _instant(f.max_cutoff)
+            if not admits(mine, f.cutoff, low, high, as_instant) or (
+                (table, f.key) in snapshot.integer_keys
+                and not admits(mine, f.key, _integer(f.min_key), _integer(f.max_key), as_integer)
+            ):
+                continue
+            exact = admits(mine, f.cutoff, low, high, as_instant_taken)
+            kept.append(f if exact else dataclasses.replace(f, alone=True))
         kept = kept or files[-1:]  # one at least: the table's view needs its columns
         left_out += len(files) - len(kept)
         snapshot.files[table] = kept
     return left_out
+
+
+def hull(files: list[File]) -> File:
+    """One file standing for `files` read together: the ranges holding all their rows
+    (a bound left open where a file has none, or it is of another column)."""
+    first = files[0]
+    if len(files) == 1:
+        return first
+    low = high = ""
+    keys = [(_integer(f.min_key), _integer(f.max_key)) for f in files if f.key == first.key]
+    lows, highs = [a for a, _ in keys if a is not None], [b for _, b in keys if b is not None]
+    if len(lows) == len(highs) == len(files):
+        low, high = str(min(lows)), str(max(highs))
+    first_cut = last_cut = None
+    ends = [f for f in files if f.cutoff == first.cutoff]
+    starts = [(t, f.min_cutoff) for f in ends if (t := _instant(f.min_cutoff)) is not None]
+    stops = [(t, f.max_cutoff) for f in ends if (t := _instant(f.max_cutoff)) is not None]
+    if len(starts) == len(stops) == len(files):
+        first_cut, last_cut = min(starts)[1], max(stops)[1]
+    return File("", first.key, low, high, first.cutoff, first_cut, last_cut,
+                any(f.unsure for f in files), schema=first.schema)  # fmt: skip
 
 
 def integer_columns(cur: Any, tables: list[str]) -> set[tuple[str, str]]:

@@ -361,11 +361,18 @@ def as_integer(value: Any, _side: int) -> int | None:
 def as_instant(value: Any, side: int) -> dt.datetime | None:
     """A cutoff constant as a UTC instant, a day's margin toward `side` (-1: earlier,
     1: later)."""
+    when = as_instant_taken(value, side)
+    return None if when is None else when + side * MARGIN
+
+
+def as_instant_taken(value: Any, _side: int) -> dt.datetime | None:
+    """A cutoff constant as a UTC instant, as if written in UTC where it names no zone
+    (the instant as_instant loosens by a day: the zone a reader takes it in is not
+    known here)."""
     if value is None:
         return None
     try:
         when = dt.datetime.fromisoformat(str(value))
     except ValueError:  # not a date (or beyond Python's years): not used
         return None
-    when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
-    return when + side * MARGIN
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)

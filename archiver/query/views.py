@@ -1,7 +1,9 @@
 """Step 3 of a query: a view per table the statement names, over its live rows and its
 files (`--with-live`), or its archive alone: its Delta table where that is exact at the
-snapshot, else its files. Each file is a branch of a union holding its catalogued ranges
-as constants, so a filter that contradicts them drops it; one type per column."""
+snapshot, else its files. The files of one recorded schema are one branch of a union, a
+read_parquet of their list (DuckDB opens each footer once, when it reads the file), the
+range of all their rows as constants, so a filter that contradicts it drops the branch;
+a file whose schema is not recorded is a branch of its own. One type per column."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from archiver.config import StorageLocation
 from archiver.errors import InputError
 from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.query.catalog import File, Snapshot
+from archiver.query.catalog import File, Snapshot, hull
 from archiver.query.engine import SOURCE, delta_scan
 from archiver.query.live import LIVE_DB
 
@@ -89,11 +91,11 @@ def _archived(con: Any, files: list[tuple[str, File]]) -> str:
     """A table's archive read from its files, as its Delta table presents it: the
     columns of every file (PostgreSQL-only companions left out), a column's types
     unified by DuckDB where files differ (a file Delta refused for its type is read
-    too), each file a branch bounded by its catalogued ranges, as in _union."""
+    too), each schema's files a branch bounded by their catalogued ranges, as in
+    _union."""
     parts = []
-    for uri, file in files:
-        scan = "read_parquet('" + uri.replace("'", "''") + "')"
-        columns = [c for c in _describe(con, f"SELECT * FROM {scan}")]
+    for scan, first, file in _groups(files):
+        columns = [c for c in _describe(con, f"SELECT * FROM {first}")]
         kinds = {c.name: c.kind for c in columns if not c.name.endswith(PG_TEXT_SUFFIX)}
         ranges = file_ranges(file, kinds)
         parts.append(
@@ -103,11 +105,34 @@ def _archived(con: Any, files: list[tuple[str, File]]) -> str:
     return " UNION ALL BY NAME ".join(parts)
 
 
+def _groups(files: list[tuple[str, File]]) -> list[tuple[str, str, File]]:
+    """The files read together, in the catalog's order: those of one recorded Delta
+    schema (the same columns of the same types, and so the same companions), each file
+    of no recorded schema, or that pruning kept by its margin alone, on its own. Of each group: its scan, a scan of its first file (to
+    describe the group by one footer), and a File holding all its rows' ranges."""
+    grouped: dict[str, list[tuple[str, File]]] = {}
+    for uri, file in files:
+        grouped.setdefault(
+            file.schema if file.schema and not file.alone else f"\0{uri}", []
+        ).append((uri, file))
+    out = []
+    for members in grouped.values():
+        uris = ", ".join(_literal(u) for u, _ in members)
+        scan = f"read_parquet([{uris}], hive_partitioning = false)"
+        first = f"read_parquet({_literal(members[0][0])}, hive_partitioning = false)"
+        out.append((scan, first, hull([f for _, f in members])))
+    return out
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _union(con: Any, schema: str, name: str, files: list[tuple[str, File]]) -> str:
-    """One table's live rows and archived rows, one type per column. Each file is a
-    branch of the union holding its catalogued key and cutoff ranges as constants: a
-    query's filter that contradicts them lets DuckDB drop the branch, so the file is not
-    read (its footer is, once, to bind it)."""
+    """One table's live rows and archived rows, one type per column. Each schema's
+    files are a branch of the union holding their catalogued key and cutoff ranges as
+    constants: a query's filter that contradicts them lets DuckDB drop the branch, so
+    its files are not read (its first file's footer is, once, to bind it)."""
     live_rel = f"{LIVE_DB}.{quote_ident(schema)}.{quote_ident(name)}"
     try:
         live = _describe(con, live_rel)
@@ -120,9 +145,8 @@ def _union(con: Any, schema: str, name: str, files: list[tuple[str, File]]) -> s
             f"CAST({quote_ident(c.name)} AS {kinds[c.name]}) AS {quote_ident(c.name)}" for c in live
         ]
         parts.append(f"SELECT {', '.join(cols)}, 'live' AS {SOURCE} FROM {live_rel}")
-    for uri, file in files:
-        scan = "read_parquet('" + uri.replace("'", "''") + "')"
-        archived = {c.name: c.kind for c in _describe(con, f"SELECT * FROM {scan}")}
+    for scan, first, file in _groups(files):
+        archived = {c.name: c.kind for c in _describe(con, f"SELECT * FROM {first}")}
         cols = []
         for c, kind in kinds.items():
             if c not in archived:

@@ -60,6 +60,9 @@ class FileSet:
                 raise DatabaseUnavailable(
                     f"serve: cannot connect to PostgreSQL at {redact(self.url)}: {str(said).strip()}"
                 )
+            # an OLTP lookup: JIT compiling its plan (estimated high: the planner cannot
+            # tell how few files a key span meets) would cost more than the lookup
+            found.exec_(b"SET jit = off")
             self._local.held = found
             with self._lock:
                 self._opened.append(found)

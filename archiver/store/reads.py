@@ -45,7 +45,8 @@ def committed_files(
 ) -> list[tuple[Any, ...]]:
     """The committed files of `tables` on `location` (where `live` is False, of the
     `exact` tables only the offline ones): (table, path, offline, delta, job mode, key
-    column, min key, max key, cutoff column, min cutoff, max cutoff as UTC text)."""
+    column, min key, max key, cutoff column, min cutoff, max cutoff as UTC text, Delta
+    schema or '')."""
     params = (location, live, json.dumps(sorted(exact)), json.dumps(tables))
     cur.execute(query("catalog_committed_files"), params)
     return list(cur.fetchall())

@@ -57,7 +57,8 @@ WHERE d.storage_url = $1 AND d.published > 0
 SELECT f.source_table, f.path, f.offline, f.delta, j.payload->>'mode',
        f.key_columns[1], f.min_key[1], f.max_key[1], f.cutoff_column,
        to_char(f.min_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
-       to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+       to_char(f.max_cutoff_value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+       coalesce(f.delta_schema, '')
 FROM archive_files f LEFT JOIN background_jobs j ON j.id = f.job_id
 WHERE f.source_table IN (SELECT jsonb_array_elements_text($4::jsonb))
   AND f.storage_url = $1 AND f.state = 'committed' AND ($2 OR f.offline

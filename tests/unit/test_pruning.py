@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 
 from archiver.lifecycle.compact import instant
-from archiver.query.catalog import File, Snapshot, prune
+from archiver.query.catalog import File, Snapshot, hull, prune
 from archiver.query.statement import references
 
 
@@ -78,6 +78,40 @@ def test_the_cutoff_rules_out_with_a_days_margin() -> None:
         "10-19",
         "20-29",
     ]
+
+
+def test_a_file_kept_by_the_margin_alone_is_marked_to_be_read_on_its_own() -> None:
+    """Files of one schema are read together (query.views); one the cutoff's margin
+    alone keeps stands apart, its own ranges in DuckDB deciding whether it is read."""
+    files = [
+        catalogued("1", "9", "2024-01-01T00:00:00", "2024-01-31T23:00:00"),
+        catalogued("10", "19", "2024-02-01T00:00:00", "2024-02-29T23:00:00"),
+    ]
+    refs = references("SELECT * FROM t WHERE created_at >= TIMESTAMPTZ '2024-02-01 10:00:00+00'")
+    assert refs is not None
+    snapshot = Snapshot("", "", {"public.t": files})
+    prune(snapshot, refs)
+    assert [(f.path, f.alone) for f in snapshot.files["public.t"]] == [
+        ("1-9", True),  # within a day of the constant: kept, for DuckDB to rule out
+        ("10-19", False),
+    ]
+
+
+def test_files_read_together_are_bounded_by_the_range_of_all_their_rows() -> None:
+    a = catalogued("-5", "9", "2024-01-01T00:00:00", "2024-01-31T23:00:00")
+    b = catalogued("100", "199", "2023-12-01T00:00:00", "2024-02-29T23:00:00")
+    both = hull([a, b])
+    assert (both.min_key, both.max_key) == ("-5", "199")
+    assert (both.min_cutoff, both.max_cutoff) == ("2023-12-01T00:00:00", "2024-02-29T23:00:00")
+    assert hull([a]) is a
+    text = catalogued("abc", "abd", None, None)  # a key of text, a cutoff of no range
+    loose = hull([a, text])
+    assert (loose.min_key, loose.max_key, loose.min_cutoff, loose.max_cutoff) == (
+        "",
+        "",
+        None,
+        None,
+    )
 
 
 def test_what_duckdb_cannot_serialize_is_not_known() -> None:
