@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from archiver.arrow_values import scalar
 from archiver.pgtypes.arrow import converter_for, split_special, unscaled_column
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 
@@ -184,7 +185,7 @@ def rows_at(
         if hi > lo:
             mine = positions[lo:hi]
             rows = source.read_row_group(group)
-            yield rows.take(pc.subtract(mine, pa.scalar(start, pa.int64()))), mine
+            yield rows.take(pc.subtract(mine, scalar(start))), mine
         start = end
 
 

@@ -102,17 +102,19 @@ def services_work(archiver: str, env: dict[str, str], cwd: Path, url: str, logs:
     """A worker moves the rows enqueued (its ADBC binds parameters), serve answers a
     parameterized read of them and the console its health check, each from `archiver`."""
     logs.mkdir()
-    # enqueue binds its parameters through ADBC and imports no pandas for it, whatever
-    # the environment holds (archiver.bulk_parameters)
+    # enqueue binds its parameters through ADBC, and the worker hands Arrow its values
+    # and reads its timestamps back, importing no pandas for it, whatever the
+    # environment holds (archiver.arrow_values)
     python = str(Path(archiver).parent / "python")
-    args = ["enqueue", "--table", "orders", "--before", "2024-12-31"]
-    done = subprocess.run([python, "-X", "importtime", "-m", "archiver", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    assert not re.search(r"\| +pandas$", done.stderr, re.M), "enqueue imported pandas"
-    run([archiver, "worker", "--burst"], cwd, env)
+    ran = {}
+    for args in (["enqueue", "--table", "orders", "--before", "2024-12-31"], ["worker", "--burst"]):
+        done = subprocess.run([python, "-X", "importtime", "-m", "archiver", *args], cwd=cwd,
+                              env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+        assert not re.search(r"\| +pandas$", done.stderr, re.M), f"{args[0]} imported pandas"
+        ran[args[0]] = done
     status = "SELECT status FROM background_jobs WHERE id = $1::uuid"
-    assert sql_value(url, status, done.stdout.split()[-1]) == "completed"
+    assert sql_value(url, status, ran["enqueue"].stdout.split()[-1]) == "completed"
     moved = sql_value(url, "SELECT sum(row_count) FROM archive_files")
     services = {
         "serve": [archiver, "serve", "--bind", f"127.0.0.1:{free_port()}"],

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from archiver.arrow_values import instant
 from archiver.errors import ArchiverError
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 
@@ -117,8 +118,12 @@ def stats(meta: pq.FileMetaData, fields: list[pa.Field]) -> dict[str, Any]:
                 if s.null_count < group.num_rows:
                     entry[0] = entry[1] = _UNKNOWN
                 continue
-            try:
-                lo, hi = s.min, s.max
+            try:  # a timestamp's from its integers: pyarrow's conversion imports pandas
+                kind = wanted[name]
+                if pa.types.is_timestamp(kind):
+                    lo, hi = instant(s.min_raw, kind), instant(s.max_raw, kind)
+                else:
+                    lo, hi = s.min, s.max
             except (ValueError, OverflowError):  # a date past Python's year 9999
                 entry[0] = entry[1] = _UNKNOWN
                 continue

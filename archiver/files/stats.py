@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from archiver.arrow_values import python
 from archiver.errors import InputError
 from archiver.pgtypes.arrow import storage_view, within_python_range
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
@@ -61,7 +62,7 @@ class ChunkStats:
             self.max_key = hi if self.max_key is None else max(self.max_key, hi)
         elif not self.bounded:
             row = (0, batch.num_rows - 1)
-            first, last = (tuple(batch.column(k)[i].as_py() for k in keys) for i in row)
+            first, last = (tuple(python(batch.column(k)[i]) for k in keys) for i in row)
             self.min_key = first if self.min_key is None else self.min_key
             self.max_key = last
         if not cutoff:  # a table archived with its parents' rows: their cutoff range
@@ -74,7 +75,8 @@ class ChunkStats:
         if inside is not None and not pc.all(inside).as_py():  # BC, or past 9999
             self.cutoff_unbounded_low = True
             column = pc.filter(column, inside)
-        mm = pc.min_max(column).as_py()
+        found = pc.min_max(column)
+        mm = {"min": python(found["min"]), "max": python(found["max"])}
         if mm["min"] is not None:
             self.min_cutoff = (
                 mm["min"] if self.min_cutoff is None else min(self.min_cutoff, mm["min"])
@@ -98,14 +100,14 @@ def key_range(
     columns = [batch.column(k) for k in keys]
     if len(columns) == 1:
         mm = pc.min_max(storage_view(columns[0]))
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        lo, hi = python(mm["min"]), python(mm["max"])
         if isinstance(columns[0].type, pa.BaseExtensionType):  # uuid: back from bytes
             lo, hi = uuid.UUID(bytes=lo), uuid.UUID(bytes=hi)
         return (lo,), (hi,)
     view = pa.table({str(i): storage_view(c) for i, c in enumerate(columns)})
     order = pc.sort_indices(view, sort_keys=[(str(i), "ascending") for i in range(len(columns))])
     first, last = order[0].as_py(), order[-1].as_py()
-    return tuple(c[first].as_py() for c in columns), tuple(c[last].as_py() for c in columns)
+    return tuple(python(c[first]) for c in columns), tuple(python(c[last]) for c in columns)
 
 
 def in_arrow_order(types: list[pa.DataType]) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from archiver.arrow_values import int64s, scalar, strings
 from archiver.pgtypes.sql import NUMERIC_NAN_UNSCALED, decimal_of
 
 Converter = Callable[[pa.Array], pa.Array]
@@ -27,11 +28,12 @@ def _interval_to_struct(array: pa.Array) -> pa.Array:
     data = array.buffers()[1]
     as_int32 = pa.Array.from_buffers(pa.int32(), 4 * (n + offset), [None, data])
     as_int64 = pa.Array.from_buffers(pa.int64(), 2 * (n + offset), [None, data])
-    starts = pa.array(range(offset, offset + n), pa.int64())
-    months = pc.take(as_int32, pc.multiply(starts, 4))
-    days = pc.take(as_int32, pc.add(pc.multiply(starts, 4), 1))
-    nanos = pc.take(as_int64, pc.add(pc.multiply(starts, 2), 1))
-    micros = pc.divide(nanos, 1000)
+    starts = int64s(offset, offset + n)
+    one, two, four = scalar(1), scalar(2), scalar(4)
+    months = pc.take(as_int32, pc.multiply(starts, four))
+    days = pc.take(as_int32, pc.add(pc.multiply(starts, four), one))
+    nanos = pc.take(as_int64, pc.add(pc.multiply(starts, two), one))
+    micros = pc.divide(nanos, scalar(1000))
     return pa.StructArray.from_arrays(
         [months, days, micros], fields=list(INTERVAL_STRUCT), mask=array.is_null()
     )
@@ -136,6 +138,10 @@ def _date_text(raw: int) -> str:
 _PY_MIN_DATE_DAYS, _PY_MAX_DATE_DAYS = -719_162, 2_932_896  # 0001-01-01, 9999-12-31
 _PY_MIN_US = _PY_MIN_DATE_DAYS * _DAY_US
 _PY_MAX_US = (_PY_MAX_DATE_DAYS + 1) * _DAY_US - 1
+# compute functions' constants, made once from their buffers (arrow_values)
+_TRUE, _FALSE = scalar(True), scalar(False)
+_PG_MIN_TIMESTAMP, _PG_MIN_DATE = scalar(_PG_MIN_TIMESTAMP_US), scalar(_PG_MIN_DATE_DAYS)
+_NAN_UNSCALED = scalar(NUMERIC_NAN_UNSCALED)
 
 
 def within_python_range(array: pa.Array) -> pa.Array | None:
@@ -148,8 +154,8 @@ def within_python_range(array: pa.Array) -> pa.Array | None:
         raw, lo, hi = array.view(pa.int64()), _PY_MIN_US, _PY_MAX_US
     else:
         return None
-    inside = pc.and_(pc.greater_equal(raw, lo), pc.less_equal(raw, hi))
-    return pc.fill_null(inside, True)
+    inside = pc.and_(pc.greater_equal(raw, scalar(lo)), pc.less_equal(raw, scalar(hi)))
+    return pc.fill_null(inside, _TRUE)
 
 
 def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
@@ -158,7 +164,7 @@ def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
     text: Callable[[int], str]
     if base_type in ("timestamp", "timestamptz"):
         raw = array.view(pa.int64())
-        mask = pc.less(raw, _PG_MIN_TIMESTAMP_US)
+        mask = pc.less(raw, _PG_MIN_TIMESTAMP)
         zone = base_type == "timestamptz"
 
         def text(i: int) -> str:
@@ -166,26 +172,26 @@ def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
 
     elif base_type == "date":
         raw = array.view(pa.int32())
-        mask = pc.less(raw, _PG_MIN_DATE_DAYS)
+        mask = pc.less(raw, _PG_MIN_DATE)
 
         def text(i: int) -> str:
             return _date_text(raw[i].as_py())
 
     elif base_type == "numeric" and pa.types.is_int64(array.type):  # unscaled
-        mask = pc.equal(array, NUMERIC_NAN_UNSCALED)
+        mask = pc.equal(array, _NAN_UNSCALED)
 
         def text(i: int) -> str:
             return "NaN"
 
     elif base_type == "numeric":
-        mask = pc.equal(pc.utf8_lower(array.storage), "nan")
+        mask = pc.equal(pc.utf8_lower(array.storage), scalar("nan"))
 
         def text(i: int) -> str:
             return "NaN"
 
     else:
         raise ValueError(f"no special values known for {base_type}")
-    mask = pc.fill_null(mask, False)
+    mask = pc.fill_null(mask, _FALSE)
     if not pc.any(mask).as_py():
         return array, pa.nulls(n, pa.string())
     where = pc.indices_nonzero(mask).to_pylist()
@@ -193,11 +199,11 @@ def split_special(array: pa.Array, base_type: str) -> tuple[pa.Array, pa.Array]:
     for i in where:
         texts[i] = text(i)
     if isinstance(array.type, pa.BaseExtensionType):
-        clean_storage = pc.if_else(mask, pa.scalar(None, array.storage.type), array.storage)
+        clean_storage = pc.if_else(mask, scalar(None, array.storage.type), array.storage)
         clean = pa.ExtensionArray.from_storage(array.type, clean_storage)
     else:
-        clean = pc.if_else(mask, pa.scalar(None, array.type), array)
-    return clean, pa.array(texts, pa.string())
+        clean = pc.if_else(mask, scalar(None, array.type), array)
+    return clean, strings(texts)
 
 
 def staging_table(table: pa.Table) -> pa.Table:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from archiver.arrow_values import scalar
 from archiver.bulk import BulkCursor
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.restore.remap import ColumnMap, execute
@@ -74,8 +75,8 @@ def _text(arrow: pa.DataType) -> Convert | None:
 def _jsonb(arrow: pa.DataType) -> Convert | None:
     if not pa.types.is_string(arrow):
         return None
-    version = pa.scalar(b"\x01", pa.binary())  # jsonb's binary form: version 1, then text
-    return lambda a: pc.binary_join_element_wise(version, a.cast(pa.binary()), b"")
+    version = scalar(b"\x01")  # jsonb's binary form: version 1, then text
+    return lambda a: pc.binary_join_element_wise(version, a.cast(pa.binary()), scalar(b""))
 
 
 _NIL = "00000000-0000-0000-0000-000000000000"
@@ -87,8 +88,8 @@ def _uuid_bytes(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
     after any group of four digits, so where they stand does not change the value)."""
     a = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not len(a):
-        return pa.array([], pa.binary(16))
-    hex_ = pc.replace_substring(pc.fill_null(a, _NIL), "-", "")  # new: its text from 0
+        return pa.nulls(0, pa.binary(16))
+    hex_ = pc.replace_substring(pc.fill_null(a, scalar(_NIL)), "-", "")  # new: its text from 0
     lengths = pc.min_max(pc.binary_length(hex_)).as_py()
     offsets = memoryview(hex_.buffers()[1]).cast("i")
     if (lengths["min"], lengths["max"]) != (32, 32) or hex_.offset or offsets[0] != 0:
@@ -102,7 +103,7 @@ def _uuid_bytes(column: pa.ChunkedArray | pa.Array) -> pa.Array | None:
     fixed = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(16), len(hex_), [None, pa.py_buffer(raw)]
     )
-    return pc.if_else(a.is_valid(), fixed, pa.scalar(None, pa.binary(16)))
+    return pc.if_else(a.is_valid(), fixed, scalar(None, pa.binary(16)))
 
 
 def _uuid(arrow: pa.DataType) -> Convert | None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from archiver.arrow_values import scalar
 from archiver.ident import TableName, quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.restore.remap import ArchivedColumns, ColumnMap
@@ -33,7 +34,7 @@ def maybe_in_range(
         return None
     margin = timedelta(days=1)
     maybe = pc.is_null(column)
-    within = pa.scalar(True)
+    within = scalar(True)
     for bound, compare, shift in (
         (lower, pc.greater_equal, -margin),
         (upper, pc.less, margin),
@@ -44,13 +45,13 @@ def maybe_in_range(
         if edge.tzinfo is not None:
             edge = edge.astimezone(UTC)
         if pa.types.is_date(kind):
-            value = pa.scalar(edge.date(), kind)
+            value = scalar(edge.date(), kind)
         elif kind.tz is None:
-            value = pa.scalar(edge.replace(tzinfo=None), kind)
+            value = scalar(edge.replace(tzinfo=None), kind)
         else:
-            value = pa.scalar(edge if edge.tzinfo else edge.replace(tzinfo=UTC), kind)
+            value = scalar(edge if edge.tzinfo else edge.replace(tzinfo=UTC), kind)
         within = pc.and_(within, compare(column, value))
-    maybe = pc.or_(maybe, pc.fill_null(within, False))
+    maybe = pc.or_(maybe, pc.fill_null(within, scalar(False)))
     special = cutoff + PG_TEXT_SUFFIX  # ±infinity and the like, beyond Arrow's range
     if special in data.column_names:
         maybe = pc.or_(maybe, pc.is_valid(data.column(special)))

@@ -246,7 +246,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # foundations
         "archiver.model", "archiver.limits", "archiver.config", "archiver.errors",
         "archiver.ident", "archiver.text", "archiver.logs", "archiver.failpoints",
-        "archiver.memory", "archiver.outcome", "archiver.scratch",
+        "archiver.memory", "archiver.outcome", "archiver.scratch", "archiver.arrow_values",
     ),
 )  # fmt: skip
 
