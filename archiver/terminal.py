@@ -1,7 +1,7 @@
 """What the CLI prints: aligned tables for people, JSON for scripts, a job's live progress.
 
 Formatting only; the figures come from the operator views (sql/003_ops_views.sql)
-through jobs.py, so psql and the CLI always agree.
+through store/jobs.py, so psql and the CLI always agree.
 """
 
 from __future__ import annotations

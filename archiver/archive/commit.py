@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 class SourceTransaction(Protocol):
     """The source database's side of a chunk: its transaction, and what PostgreSQL knows
-    of earlier ones. `PgSource` is the real one; catalog.MemoryDatabase the in-memory one."""
+    of earlier ones. `PgSource` is the real one; testing.memory.MemoryDatabase the in-memory one."""
 
     def transaction_id(self) -> str:
         """The open transaction's id (assigning one if it has none yet)."""
