@@ -70,6 +70,12 @@ class Spec:
     alias: str | None = None  # a second variable read when the first is unset
 
 
+# Azure's access tiers: new files are written in one of the first three; Archive is
+# offline (a file reaches it only through `archiver tier`, once verified)
+WRITTEN_TIERS = ("Hot", "Cool", "Cold")
+ARCHIVE_TIER = "Archive"
+
+
 def _setting(
     default: Any,
     variable: str,
@@ -333,7 +339,7 @@ class Settings:
         None,
         "ARCHIVER_ACCESS_TIER",
         "the Azure access tier new files are written in: `Hot`, `Cool` or `Cold` (a policy's `tier` and `enqueue --tier` choose per job); `Archive` only through `archiver tier`, for files already verified (see [Lifecycle](lifecycle.md))",
-        _choice("Hot", "Cool", "Cold"),
+        _choice(*WRITTEN_TIERS),
         shown="the account's default",
     )
     blob_tags: bool = _setting(

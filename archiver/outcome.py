@@ -17,7 +17,7 @@ cut short part-way (`partial`) an error."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from archiver.errors import (
@@ -28,6 +28,8 @@ from archiver.errors import (
     RestoreFailed,
     first_line,
 )
+
+Report = Callable[[str], None]  # a command's progress, a line a call
 
 
 class Said(ArchiverError):

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 
+from archiver.config import WRITTEN_TIERS
 from archiver.errors import ConfigError, InputError
 from archiver.ident import TableName, parse_column
 from archiver.lifecycle.retention import Age
@@ -211,8 +212,9 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
             raise fail("compact_target", str(exc).split(": ", 1)[1]) from None
     if raw.get("compact_period", "month") not in ("month", "year", "none"):
         raise fail("compact_period", f"expected month, year or none, got {raw['compact_period']!r}")
-    if raw.get("tier", "Hot") not in ("Hot", "Cool", "Cold"):
-        raise fail("tier", f"expected Hot, Cool or Cold, got {raw['tier']!r}")
+    if raw.get("tier", WRITTEN_TIERS[0]) not in WRITTEN_TIERS:
+        *first, last = WRITTEN_TIERS
+        raise fail("tier", f"expected {', '.join(first)} or {last}, got {raw['tier']!r}")
     for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
         if key in raw and raw[key] < minimum:
             raise fail(key, f"must be at least {minimum}, got {raw[key]}")

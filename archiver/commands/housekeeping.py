@@ -9,6 +9,7 @@ import sys
 
 from archiver import text
 from archiver.commands.args import Subcommands, add_no_wait
+from archiver.config import ARCHIVE_TIER, WRITTEN_TIERS
 from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import TableName, as_typed
@@ -50,14 +51,14 @@ def add_parsers(sub: Subcommands) -> None:
 
     p = sub.add_parser("tier", help="move a table's archived files to an access tier")
     p.add_argument("--table", required=True, help="schema.table or table")
-    p.add_argument("--tier", required=True, choices=("Hot", "Cool", "Cold", "Archive"))
+    p.add_argument("--tier", required=True, choices=(*WRITTEN_TIERS, ARCHIVE_TIER))
     p.add_argument("--older-than", help="only files wholly older than this ('1 year')")
     p.add_argument("--dry-run", action="store_true", help="count the files; move nothing")
     p.set_defaults(func=cmd_tier)
 
     p = sub.add_parser("rehydrate", help="bring a table's Archive-tier files back online")
     p.add_argument("--table", required=True, help="schema.table or table")
-    p.add_argument("--tier", choices=("Hot", "Cool", "Cold"), default="Hot")
+    p.add_argument("--tier", choices=WRITTEN_TIERS, default=WRITTEN_TIERS[0])
     p.add_argument("--priority", choices=("Standard", "High"), default="Standard")
     add_no_wait(p)
     p.set_defaults(func=cmd_rehydrate)

@@ -13,6 +13,7 @@ from typing import Any
 
 from archiver import terminal, text
 from archiver.commands.args import Subcommands, add_limits, positive_int
+from archiver.config import WRITTEN_TIERS
 from archiver.context import Context
 from archiver.errors import InputError, JobFailed
 from archiver.ident import TableName, parse_column
@@ -39,7 +40,7 @@ def add_parsers(sub: Subcommands) -> None:
     p.add_argument("--mode", choices=[str(m) for m in Mode], default=str(Mode.MOVE))
     p.add_argument(
         "--tier",
-        choices=("Hot", "Cool", "Cold"),
+        choices=WRITTEN_TIERS,
         help="the access tier its files are written in (default ARCHIVER_ACCESS_TIER)",
     )
     p.add_argument(

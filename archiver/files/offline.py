@@ -10,9 +10,9 @@ import logging
 
 from archiver import failpoints
 from archiver.bulk import BulkConnection
+from archiver.config import ARCHIVE_TIER
 from archiver.context import Context
 from archiver.errors import StorageError
-from archiver.storage.seam import ARCHIVE_TIER
 from archiver.store import archive_files
 from archiver.text import counted
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from archiver import failpoints
+from archiver.config import ARCHIVE_TIER
 from archiver.errors import VerificationError
 from archiver.files.facts import NotDeltaType, file_facts
 from archiver.files.stats import ChunkStats, in_arrow_order, key_text
@@ -21,7 +22,6 @@ from archiver.model import ArchivedFile, CatalogFile
 from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, rows_at, writer_options
 from archiver.pgtypes.arrow import staging_table
 from archiver.storage.seam import (
-    ARCHIVE_TIER,
     Storage,
     check_stored,
     file_md5,

@@ -20,7 +20,6 @@ rewrites catalogued and the originals swept: never both, never neither."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from archiver.files.stats import in_arrow_order
 from archiver.ident import TableName, quote_ident
 from archiver.lifecycle.predicate import FILE, Predicate, matches
 from archiver.model import CatalogFile
+from archiver.outcome import Report
 from archiver.source.references import ForeignKey
 from archiver.storage.seam import Storage
 
@@ -132,7 +132,7 @@ def erase(
     conn: BulkConnection,
     plan: ErasePlan,
     found: Found,
-    report: Callable[[str], None],
+    report: Report,
 ) -> int:
     """Steps 2-4 for what `find` found: the ledger id."""
     storage = ctx.storage()

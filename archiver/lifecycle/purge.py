@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from archiver import ledger
@@ -18,6 +17,7 @@ from archiver.bulk import BulkConnection
 from archiver.context import Context
 from archiver.lifecycle.retention import Age, Expired
 from archiver.model import CatalogFile
+from archiver.outcome import Report
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def purge(
     ctx: Context,
     conn: BulkConnection,
     plan: PurgePlan,
-    report: Callable[[str], None],
+    report: Report,
 ) -> tuple[int, int]:
     """Retire and delete the plan's files: (ledger id, rows)."""
     files = plan.expired.going + plan.children

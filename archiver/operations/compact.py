@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,14 +28,13 @@ from archiver.ident import TableName
 from archiver.lifecycle.compact import PERIODS, Chunk, Plan, chunks_of, plan
 from archiver.model import CatalogFile
 from archiver.operations.publish import make_visible
+from archiver.outcome import Report
 from archiver.store import archive_files
 from archiver.text import counted
 
 __all__ = ["Compacted", "Options", "Plan", "compact_table", "options_for", "resolve"]
 
 log = logging.getLogger(__name__)
-
-Report = Callable[[str], None]
 
 
 class Yielded(ArchiverError):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from archiver.bulk import BulkConnection
@@ -28,13 +27,12 @@ from archiver.operations.selection import (
     stored_table_files,
     table_files,
 )
+from archiver.outcome import Report
 from archiver.query import statement
 from archiver.query.catalog import integer_columns
 from archiver.query.engine import engine
 from archiver.source.references import ForeignKey
 from archiver.store import jobs
-
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@ after every job), or the Delta log dropped and rebuilt from the catalog."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from archiver.context import Context
 from archiver.errors import InputError, PublisherBusy, error_line
 from archiver.ident import as_typed
+from archiver.outcome import Report
 from archiver.store import archive_files, jobs
 from archiver.text import counted, period
 
@@ -49,7 +50,7 @@ async def publish_table(
 
 
 async def make_visible(
-    ctx: Context, tables: Iterable[str], *, no_wait: bool, report: Callable[[str], None]
+    ctx: Context, tables: Iterable[str], *, no_wait: bool, report: Report
 ) -> None:
     """After a command changed the archive (restore's move back, erase, purge,
     rehydrate): publish each table's change to its Delta table now and delete the files

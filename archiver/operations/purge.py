@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from archiver.context import Context
@@ -22,8 +21,7 @@ from archiver.operations.selection import (
     stored_table_files,
     table_files,
 )
-
-Report = Callable[[str], None]
+from archiver.outcome import Report
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import asyncio
 import datetime as dt
 import logging
 import tempfile
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +30,7 @@ from archiver.operations.selection import (
     mark_offline,
     refuse_offline,
 )
+from archiver.outcome import Report
 from archiver.text import counted
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ async def restore(
     skip_conflicts: bool,
     dry_run: bool,
     ignore_dropped_columns: bool,
-    report: Callable[[str], None],
+    report: Report,
     no_wait: bool = False,
 ) -> tuple[Restored, list[CatalogFile]]:
     """Restore the selected committed files in one transaction: what it did, and the
@@ -86,7 +86,7 @@ async def _restore(
     skip_conflicts: bool,
     dry_run: bool,
     ignore_dropped_columns: bool,
-    report: Callable[[str], None],
+    report: Report,
     no_wait: bool,
 ) -> tuple[Restored, list[CatalogFile]]:
     from archiver.restore import RestorePlan, restore

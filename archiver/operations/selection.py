@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from archiver import db
+from archiver.config import ARCHIVE_TIER
 from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import as_typed
@@ -170,5 +171,5 @@ async def mark_offline(ctx: Context, paths: list[str]) -> None:
     async with ctx.catalog() as conn:
         ids = await archive_files.ids_at(conn, here, paths)
         await archive_files.going_offline(conn, ids, None)
-        await archive_files.set_tier(conn, ids, "Archive")
+        await archive_files.set_tier(conn, ids, ARCHIVE_TIER)
         await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)

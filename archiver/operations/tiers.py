@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
 
 from archiver import failpoints
+from archiver.config import ARCHIVE_TIER
 from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import as_typed
@@ -32,11 +33,9 @@ from archiver.operations.selection import (
     stored_table_files,
     table_files,
 )
-from archiver.storage.seam import ARCHIVE_TIER
+from archiver.outcome import Report
 from archiver.store import archive_files, publisher_lock
 from archiver.text import counted
-
-Report = Callable[[str], None]
 
 
 async def _selected(

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from archiver.files.rewrite import key_ends, rewrite
 from archiver.files.stats import in_arrow_order
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
+from archiver.outcome import Report
 from archiver.parquet import rows_at
 from archiver.pgtypes.arrow import staging_table
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 STAGE = "archiver_restore_stage"
 ROW = "__archiver_row"  # a staged row's position in its file
 UNIQUE_VIOLATION = "23505"
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)

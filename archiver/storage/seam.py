@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from archiver.config import StorageLocation
+from archiver.config import ARCHIVE_TIER, StorageLocation
 from archiver.errors import VerificationError
 
 _READ_BLOCK = 8 * 1024 * 1024
@@ -42,7 +42,6 @@ class StoredObject:
 
 # doctor's lines about a container: (what it does, what that means for purge and erase)
 Features = list[tuple[str, str]]
-ARCHIVE_TIER = "Archive"
 
 
 class Storage(Protocol):

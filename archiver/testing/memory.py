@@ -16,10 +16,10 @@ from typing import Any
 
 from archiver import failpoints
 from archiver.catalog import resumed
-from archiver.config import StorageLocation
+from archiver.config import ARCHIVE_TIER, StorageLocation
 from archiver.errors import LeaseLost, OfflineError, StorageError
 from archiver.model import ArchivedFile, FileState, PendingFile, Progress
-from archiver.storage.seam import ARCHIVE_TIER, Features, StoredObject, Upload, join_name
+from archiver.storage.seam import Features, StoredObject, Upload, join_name
 
 
 @dataclass
