@@ -1,7 +1,7 @@
 """Bulk connections to PostgreSQL through the ADBC driver (rows as Arrow, COPY BINARY
-decoded in C): synchronous, run in threads. Also the driver's database object a process
-shares, and the pool a process's context keeps them in (archiver.context). The check that the driver writes values
-back exactly is restore's (archiver.driver_check)."""
+decoded in C), synchronous, run in threads; the driver's database object a process shares
+and the pool its context keeps them in (archiver.context). The check that the driver
+writes values back exactly is restore's (archiver.driver_check)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ class BulkCursor(Protocol):
     @property
     def adbc_statement(self) -> Any: ...
     @property
-    def rowcount(self) -> int: ...  # rows a statement without a result changed
+    def rowcount(self) -> int: ...  # rows executemany's statement changed
     def execute(self, operation: str, parameters: Any = None) -> None: ...
+    def executemany(self, operation: str, seq_of_parameters: Any) -> None: ...
     def fetchall(self) -> list[Row]: ...
     def fetch_record_batch(self) -> Any: ...  # a pyarrow.RecordBatchReader
     def fetch_arrow_table(self) -> Any: ...  # a pyarrow.Table
@@ -71,10 +72,9 @@ class BulkConnection(Protocol):
 def record_batches(cur: BulkCursor) -> Any:
     """The cursor's result as a pyarrow.RecordBatchReader whose errors keep the server's
     SQLSTATE. The driver's public fetch_record_batch() returns pyarrow's bare reader, on
-    which an error raised while rows stream (a lock timeout or a deadlock in the middle
-    of a DELETE ... RETURNING) is a plain ArrowInvalid with no SQLSTATE; the driver
-    manager's own wrapper around it asks the driver for the error's details
-    (adbc-driver-manager 1.13; arrow-adbc #1530 is why the public call unwraps it)."""
+    which an error raised while rows stream (a lock timeout or a deadlock amid a DELETE
+    ... RETURNING) is a plain ArrowInvalid with no SQLSTATE; the driver manager's own
+    wrapper asks the driver for the error's details (adbc-driver-manager 1.13)."""
     reader = getattr(getattr(cur, "_results", None), "reader", None)
     return reader if reader is not None else cur.fetch_record_batch()
 

@@ -22,11 +22,8 @@ class Binding(_dbapi_backend.DbapiBackend):
         self._arrow = _dbapi_backend.default_backend()
 
     def convert_bind_parameters(self, parameters: Any) -> Any:
-        if isinstance(parameters, (list, tuple)):
-            made = arrays(parameters)
-            if made is not None:
-                return pa.RecordBatch.from_arrays(made, names=[str(i) for i in range(len(made))])
-        return self._arrow.convert_bind_parameters(parameters)
+        made = batch(parameters) if isinstance(parameters, (list, tuple)) else None
+        return made if made is not None else self._arrow.convert_bind_parameters(parameters)
 
     def convert_executemany_parameters(self, parameters: Any) -> Any:
         return self._arrow.convert_executemany_parameters(parameters)
@@ -39,6 +36,14 @@ class Binding(_dbapi_backend.DbapiBackend):
 
     def import_schema(self, handle: Any) -> Any:
         return self._arrow.import_schema(handle)
+
+
+def batch(values: Sequence[Any]) -> pa.RecordBatch | None:
+    """The values as one row of positional parameters; None as `arrays`."""
+    made = arrays(values)
+    if made is None:
+        return None
+    return pa.RecordBatch.from_arrays(made, names=[str(i) for i in range(len(made))])
 
 
 def arrays(values: Sequence[Any]) -> list[pa.Array] | None:

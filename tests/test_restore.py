@@ -99,6 +99,14 @@ def test_restore_into_original_refuses_conflicts_then_skips_them(h: Harness) -> 
     assert "they left the archive: 3 files rewritten without them" in skipped.stdout
     assert sorted(r["id"] for r in h.archived()) == list(range(1, 3001, 2))
 
+    # a copy of a range skipping conflicts counts what went in, as a move does
+    h.sql("DELETE FROM orders WHERE id % 4 = 1")
+    since = ("--table", "orders", "--from", "2000-01-01")  # a range: bound parameters
+    copied = h.cli("restore", *since, "--keep-archive", "--on-conflict", "skip")
+    assert copied.returncode == 0, copied.stderr
+    assert "restored 750 rows" in copied.stdout, copied.stdout
+    assert same_rows(h.url, "orders", "snapshot")
+
 
 def test_restore_into_another_table_and_a_failure_changes_nothing(h: Harness) -> None:
     job = move_all(h, 3000)

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from archiver import driver_check, failpoints, ledger
 from archiver.bulk import BulkConnection, BulkCursor
+from archiver.bulk_parameters import batch
 from archiver.db import query
 from archiver.errors import InputError, RestoreFailed, first_line
 from archiver.files import names
@@ -235,12 +236,11 @@ def _insert(
 ) -> int | pa.Array:
     """Run the restore's INSERT: how many rows went in or, `returning`, the staged
     positions of those rows, found by key among what the INSERT returned: a hash join,
-    linear in the rows staged (a list of rows passed back as `= ANY (array)` was
-    quadratic: twenty minutes for a month out of 136k- and 545k-row files), fetched as
-    Arrow, never row by row."""
-    if not returning:
-        execute(cur, insert, params)
-        return int(cur.rowcount)  # the command's own count: nothing returned
+    linear in the rows staged (`= ANY (array)` of the rows was quadratic: twenty minutes
+    for a month of 136k- and 545k-row files), fetched as Arrow, never row by row."""
+    if not returning:  # executemany counts: execute's rowcount is -1 once parameters are bound
+        cur.executemany(insert, batch(params) if params else None)
+        return int(cur.rowcount)
     keys = [quote_ident(k) for k in key]
     inserted_row = " AND ".join(f"i.{k} = {values[c]}" for k, c in zip(keys, key, strict=True))
     cur.execute(
