@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -22,28 +22,98 @@ from archiver.lifecycle.retention import Age
 from archiver.limits import WINDOW, Window, replica_lag_limit, size_bytes, wal_rate_limit
 from archiver.model import ArchiveRequest, Mode
 
+Cast = Callable[[str, Any], Any]  # (key, the TOML value) -> the value, or _Bad
+
+
+class _Bad(Exception):
+    """A policy value's problem; parse_policy names the policy and the key."""
+
+
+def _string(key: str, value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise _Bad("expected a non-empty string")
+    return value
+
+
+def _flag(key: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise _Bad("expected true or false")
+    return value
+
+
+def _whole(minimum: int | None = None) -> Cast:
+    def cast(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad("expected a whole number")
+        if minimum is not None and value < minimum:
+            raise _Bad(f"must be at least {minimum}, got {value}")
+        return value
+
+    return cast
+
+
+def _one_of(*named: str, unsaid: str = "") -> Cast:
+    """One of `named` (or `unsaid`, the default, accepted but not offered)."""
+
+    def cast(key: str, value: Any) -> Any:
+        if value not in (*named, *([unsaid] if unsaid else [])):
+            *first, last = named
+            raise _Bad(f"expected {', '.join(first)} or {last}, got {value!r}")
+        return value
+
+    return cast
+
+
+def _read(parse: Callable[[str, str], Any], expected: str = "", labelled: bool = True) -> Cast:
+    """A string read by `parse` (text, key) as the CLI reads the same value; its error
+    without the label `parse` puts first, if `labelled`."""
+
+    def cast(key: str, value: Any) -> Any:
+        if expected and not isinstance(value, str):
+            raise _Bad(f"expected {expected}")
+        try:
+            return parse(_string(key, value), key)
+        except InputError as exc:
+            raise _Bad(str(exc).split(": ", 1)[-1] if labelled else str(exc)) from None
+
+    return cast
+
+
+def _zone(key: str, value: Any) -> ZoneInfo:
+    try:
+        return ZoneInfo(_string(key, value))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise _Bad(f"unknown time zone {value!r}") from None
+
+
 REQUIRED_KEYS = ("name", "table", "older_than", "schedule")
-OPTIONAL_KEYS = (
-    "column",
-    "timezone",
-    "mode",
-    "chunk_rows",
-    "priority",
-    "max_attempts",
-    "cdc_marker",
-    "max_rows_per_second",
-    "max_replica_lag",
-    "max_wal_per_second",
-    "window",
-    "with_children",
-    "partitions",
-    "delta",
-    "retain",
-    "tier",
-    "compact",
-    "compact_target",
-    "compact_period",
-)
+CASTS: dict[str, Cast] = {  # every key a policy may have, in the order they are read
+    "name": _string,
+    "table": _read(lambda text, key: TableName.parse(text), labelled=False),
+    "older_than": _read(Age.parse),
+    "schedule": _string,
+    "column": _read(lambda text, key: parse_column(text), labelled=False),
+    "timezone": _zone,
+    "mode": _one_of(*Mode),
+    "chunk_rows": _whole(1),
+    "priority": _whole(),
+    "max_attempts": _whole(1),
+    "cdc_marker": _flag,
+    "max_rows_per_second": _whole(1),
+    "max_replica_lag": _read(
+        lambda text, key: replica_lag_limit(text), "a size or duration such as '64MB' or '30s'"
+    ),
+    "max_wal_per_second": _read(lambda text, key: wal_rate_limit(text), "a size such as '16MB'"),
+    WINDOW: _string,  # read against the policy's time zone
+    "with_children": _flag,
+    "partitions": _one_of("drop", "detach", "rows", unsaid="auto"),
+    "delta": _flag,
+    "retain": _read(Age.parse),
+    "tier": _one_of(*WRITTEN_TIERS),
+    "compact": _flag,
+    "compact_target": _read(size_bytes),
+    "compact_period": _one_of("month", "year", "none"),
+}
 _CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
 
 
@@ -132,114 +202,60 @@ def parse_policy(raw: dict[str, Any], number: int) -> Policy:
         return ConfigError(f"{label}: {key}: {problem}")
 
     for key in raw:
-        if key not in REQUIRED_KEYS + OPTIONAL_KEYS:
-            raise fail(key, f"unknown key (known: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
+        if key not in CASTS:
+            raise fail(key, f"unknown key (known: {', '.join(CASTS)})")
     for key in REQUIRED_KEYS:
         if key not in raw:
             raise fail(key, "missing")
-    for key in (
-        "name", "table", "older_than", "schedule", "column", "timezone", "mode", WINDOW,
-        "retain", "tier", "compact_target", "compact_period",
-    ):  # fmt: skip
-        if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
-            raise fail(key, "expected a non-empty string")
-    for key in ("cdc_marker", "with_children", "delta", "compact"):
-        if key in raw and not isinstance(raw[key], bool):
-            raise fail(key, "expected true or false")
-    for key in ("chunk_rows", "priority", "max_attempts", "max_rows_per_second"):
-        if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], int)):
-            raise fail(key, "expected a whole number")
-
-    try:
-        table = TableName.parse(raw["table"])
-    except InputError as exc:
-        raise fail("table", str(exc)) from None
-    try:
-        column = parse_column(raw.get("column", "created_at"))
-    except InputError as exc:
-        raise fail("column", str(exc)) from None
-    try:
-        older_than = Age.parse(raw["older_than"], "older_than")
-    except InputError as exc:
-        raise fail("older_than", str(exc).split(": ", 1)[1]) from None
-    try:
-        timezone = ZoneInfo(raw.get("timezone", "UTC"))
-    except (ZoneInfoNotFoundError, ValueError):
-        raise fail("timezone", f"unknown time zone {raw['timezone']!r}") from None
-    if raw.get("partitions", "auto") not in ("auto", "drop", "detach", "rows"):
-        raise fail("partitions", f"expected drop, detach or rows, got {raw['partitions']!r}")
-    mode = raw.get("mode", Mode.MOVE)
-    if mode not in tuple(Mode):
-        raise fail("mode", f"expected move or copy, got {mode!r}")
-    limits: dict[str, Any] = {}
-    for key, parse, expected in (
-        ("max_replica_lag", replica_lag_limit, "a size or duration such as '64MB' or '30s'"),
-        ("max_wal_per_second", wal_rate_limit, "a size such as '16MB'"),
-    ):
-        if key not in raw:
-            continue
-        if not isinstance(raw[key], str):
-            raise fail(key, f"expected {expected}")
+    value: dict[str, Any] = {}
+    for key, cast in CASTS.items():
         try:
-            limits.update(parse(raw[key]))
-        except InputError as exc:
-            raise fail(key, str(exc).split(": ", 1)[1]) from None
-    if "max_rows_per_second" in raw:
-        limits["max_rows_per_second"] = raw["max_rows_per_second"]
-    if WINDOW in raw:  # in the policy's time zone unless it names one
+            if key in raw:
+                value[key] = cast(key, raw[key])
+        except _Bad as exc:
+            raise fail(key, str(exc)) from None
+    timezone = value.get("timezone", ZoneInfo("UTC"))
+    limits: dict[str, Any] = {
+        **value.get("max_replica_lag", {}),
+        **value.get("max_wal_per_second", {}),
+    }
+    if "max_rows_per_second" in value:
+        limits["max_rows_per_second"] = value["max_rows_per_second"]
+    if WINDOW in value:  # in the policy's time zone unless it names one
         try:
-            limits[WINDOW] = str(Window.parse(raw[WINDOW], timezone.key))
+            limits[WINDOW] = str(Window.parse(value[WINDOW], timezone.key))
         except InputError as exc:
-            raise fail(WINDOW, str(exc).split(": ", 1)[1]) from None
-    retain = None
-    if "retain" in raw:
-        try:
-            retain = Age.parse(raw["retain"], "retain")
-        except InputError as exc:
-            raise fail("retain", str(exc).split(": ", 1)[1]) from None
-        now = dt.datetime.now(dt.UTC)
-        if retain.before(now) >= older_than.before(now):
-            raise fail(
-                "retain",
-                f"{retain} is not longer than older_than ({older_than}): each slot "
-                "would purge what it just archived",
-            )
-    compact_target = None
-    if "compact_target" in raw:
-        try:
-            compact_target = size_bytes(raw["compact_target"], "compact_target")
-        except InputError as exc:
-            raise fail("compact_target", str(exc).split(": ", 1)[1]) from None
-    if raw.get("compact_period", "month") not in ("month", "year", "none"):
-        raise fail("compact_period", f"expected month, year or none, got {raw['compact_period']!r}")
-    if raw.get("tier", WRITTEN_TIERS[0]) not in WRITTEN_TIERS:
-        *first, last = WRITTEN_TIERS
-        raise fail("tier", f"expected {', '.join(first)} or {last}, got {raw['tier']!r}")
-    for key, minimum in (("chunk_rows", 1), ("max_attempts", 1), ("max_rows_per_second", 1)):
-        if key in raw and raw[key] < minimum:
-            raise fail(key, f"must be at least {minimum}, got {raw[key]}")
+            raise fail(WINDOW, str(exc).split(": ", 1)[-1]) from None
+    older_than, retain = value["older_than"], value.get("retain")
+    now = dt.datetime.now(dt.UTC)
+    if retain is not None and retain.before(now) >= older_than.before(now):
+        raise fail(
+            "retain",
+            f"{retain} is not longer than older_than ({older_than}): each slot "
+            "would purge what it just archived",
+        )
     return Policy(
-        name=raw["name"].strip(),
-        table=table,
-        column=column,
+        name=value["name"].strip(),
+        table=value["table"],
+        column=value.get("column", "created_at"),
         older_than=older_than,
-        schedule=raw["schedule"],
+        schedule=value["schedule"],
         timezone=timezone,
-        trigger=cron_trigger(raw["schedule"], timezone, label),
-        mode=Mode(mode),
-        chunk_rows=raw.get("chunk_rows"),
-        cdc_marker=raw.get("cdc_marker", True),
-        with_children=raw.get("with_children", False),
-        delta=raw.get("delta", True),
-        partitions=raw.get("partitions", "auto"),
+        trigger=cron_trigger(value["schedule"], timezone, label),
+        mode=Mode(value.get("mode", Mode.MOVE)),
+        chunk_rows=value.get("chunk_rows"),
+        cdc_marker=value.get("cdc_marker", True),
+        with_children=value.get("with_children", False),
+        delta=value.get("delta", True),
+        partitions=value.get("partitions", "auto"),
         limits=limits,
-        priority=raw.get("priority", 0),
-        max_attempts=raw.get("max_attempts", 5),
+        priority=value.get("priority", 0),
+        max_attempts=value.get("max_attempts", 5),
         retain=retain,
-        tier=raw.get("tier", ""),
-        compact=raw.get("compact", True),
-        compact_target=compact_target,
-        compact_period=raw.get("compact_period"),
+        tier=value.get("tier", ""),
+        compact=value.get("compact", True),
+        compact_target=value.get("compact_target"),
+        compact_period=value.get("compact_period"),
     )
 
 

@@ -15,15 +15,14 @@ import pyarrow as pa
 from archiver import failpoints
 from archiver.archive.context import FileOf, JobContext
 from archiver.bulk import BulkConnection, BulkCursor, record_batches
-from archiver.errors import VerificationError
-from archiver.files.facts import NotDeltaType, file_facts
-from archiver.files.stats import ChunkStats, key_text
+from archiver.files.stats import ChunkStats
+from archiver.files.written import Origin, Ranges, catalogued
 from archiver.model import ArchivedFile
-from archiver.parquet import ParquetFileWriter, file_metadata, read_metadata
+from archiver.parquet import ParquetFileWriter, file_metadata
 from archiver.pgtypes import sql as pgtypes
 from archiver.source.chunks import FIRST_KEY, LAST_KEY
 from archiver.source.partitions import bound_range
-from archiver.storage.seam import HashingSink, StoredObject, check_stored, file_tags
+from archiver.storage.seam import HashingSink, StoredObject, file_tags
 
 # The driver's batches: half its default of 16 MiB. At most ENCODE_QUEUE of them wait for
 # the encoder while the driver fills the next, so they are most of what a chunk holds
@@ -133,44 +132,15 @@ def verify(
     of: FileOf,
 ) -> ArchivedFile:
     """What the service holds equals what was sent; the file holds every row taken."""
-    size = check_stored(name, local, md5, stored)
-    file_rows, _ = read_metadata(local)
-    if file_rows != rows_taken:
-        raise VerificationError(f"{name}: file holds {file_rows} rows, {rows_taken} were taken")
     if rows_taken:
-        assert stats.min_key is not None and stats.max_key is not None
-        min_key, max_key = (
-            [key_text(v) for v in stats.min_key],
-            [key_text(v) for v in stats.max_key],
-        )
-        min_cutoff, max_cutoff = stats.cutoff_range()
+        ranges = Ranges.of(stats)
     else:  # an empty partition's file: no key range; its cutoff range is its bound
-        min_key, max_key = [], []
-        min_cutoff, max_cutoff = bound_range(str(of.metadata.get("partition_bound", "")))
-    try:
-        delta_schema, delta_stats = file_facts(local)
-    except NotDeltaType:  # the move goes on; the publisher names the file it leaves out
-        delta_schema = delta_stats = ""
-    return ArchivedFile(
-        job_id=job.job_id,
-        part=part,
-        source_table=of.table.qualified,
-        storage_url=str(job.storage.location),
-        path=name,
-        row_count=rows_taken,
-        byte_size=size,
-        md5=md5,
-        key_columns=of.keys,
-        min_key=min_key,
-        max_key=max_key,
-        cutoff_column=of.cutoff,
-        min_cutoff_value=min_cutoff,
-        max_cutoff_value=max_cutoff,
-        delta_schema=delta_schema,
-        delta_stats=delta_stats,
-        delta=job.request.publishes,
-        tier=job.request.tier or job.storage.default_tier,
-    )
+        ranges = Ranges([], [], *bound_range(str(of.metadata.get("partition_bound", ""))))
+    origin = Origin(
+        job.job_id, part, of.table.qualified, str(job.storage.location), of.keys, of.cutoff,
+        job.request.publishes, job.request.tier or job.storage.default_tier,
+    )  # fmt: skip
+    return catalogued(origin, name, local, md5, stored, rows_taken, ranges)
 
 
 def _overlapped(reader: pa.RecordBatchReader, encode: Callable[[pa.RecordBatch], None]) -> None:

@@ -49,6 +49,10 @@ def add_parsers(sub: Subcommands) -> None:
     add_no_wait(p)
     p.set_defaults(func=cmd_erase)
 
+    _add_storage(sub)
+
+
+def _add_storage(sub: Subcommands) -> None:
     p = sub.add_parser("tier", help="move a table's archived files to an access tier")
     p.add_argument("--table", required=True, help="schema.table or table")
     p.add_argument("--tier", required=True, choices=(*WRITTEN_TIERS, ARCHIVE_TIER))

@@ -25,6 +25,51 @@ from archiver.store.queue import PgQueue
 
 
 def add_parsers(sub: Subcommands) -> None:
+    _add_enqueue(sub)
+
+    p = sub.add_parser("status", help="jobs by table and status, running, failing, archived")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("jobs", help="list jobs, newest first")
+    p.add_argument("--status", choices=[str(s) for s in Status])
+    p.add_argument("--table", help="table or schema.table")
+    p.add_argument("--limit", type=positive_int, default=20, help="at most N jobs (default 20)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("show", help="one job: payload, attempts, errors, progress, files")
+    p.add_argument("job_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "cancel", help="cancel a queued job, or stop a running one at its next chunk"
+    )
+    p.add_argument("job_id")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("retry", help="queue a failed or cancelled job again")
+    p.add_argument("job_id")
+    p.set_defaults(func=cmd_retry)
+
+    for name, verb in (("pause", "pause"), ("resume", "resume")):
+        p = sub.add_parser(
+            name,
+            help=f"{verb} a table's jobs (and later ones) or one job"
+            + ("; running ones stop at their next chunk" if name == "pause" else ""),
+        )
+        p.add_argument("job_id", nargs="?", help="one job")
+        p.add_argument("--table", help="every job of this table, now and later")
+        p.set_defaults(func=cmd_pause if name == "pause" else cmd_resume)
+
+    p = sub.add_parser("throttle", help="change a queued or running job's limits")
+    p.add_argument("job_id")
+    add_limits(p, removable=True)
+    p.set_defaults(func=cmd_throttle)
+
+
+def _add_enqueue(sub: Subcommands) -> None:
     p = sub.add_parser("enqueue", help="queue an archive job; prints its id")
     p.add_argument("--table", required=True, help="table or schema.table")
     p.add_argument("--before", required=True, help="archive rows older than this date/timestamp")
@@ -100,47 +145,6 @@ def add_parsers(sub: Subcommands) -> None:
         "warnings (with --dry-run: the plan)",
     )
     p.set_defaults(func=cmd_enqueue)
-
-    p = sub.add_parser("status", help="jobs by table and status, running, failing, archived")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("jobs", help="list jobs, newest first")
-    p.add_argument("--status", choices=[str(s) for s in Status])
-    p.add_argument("--table", help="table or schema.table")
-    p.add_argument("--limit", type=positive_int, default=20, help="at most N jobs (default 20)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_jobs)
-
-    p = sub.add_parser("show", help="one job: payload, attempts, errors, progress, files")
-    p.add_argument("job_id")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_show)
-
-    p = sub.add_parser(
-        "cancel", help="cancel a queued job, or stop a running one at its next chunk"
-    )
-    p.add_argument("job_id")
-    p.set_defaults(func=cmd_cancel)
-
-    p = sub.add_parser("retry", help="queue a failed or cancelled job again")
-    p.add_argument("job_id")
-    p.set_defaults(func=cmd_retry)
-
-    for name, verb in (("pause", "pause"), ("resume", "resume")):
-        p = sub.add_parser(
-            name,
-            help=f"{verb} a table's jobs (and later ones) or one job"
-            + ("; running ones stop at their next chunk" if name == "pause" else ""),
-        )
-        p.add_argument("job_id", nargs="?", help="one job")
-        p.add_argument("--table", help="every job of this table, now and later")
-        p.set_defaults(func=cmd_pause if name == "pause" else cmd_resume)
-
-    p = sub.add_parser("throttle", help="change a queued or running job's limits")
-    p.add_argument("job_id")
-    add_limits(p, removable=True)
-    p.set_defaults(func=cmd_throttle)
 
 
 async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:

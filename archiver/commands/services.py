@@ -58,6 +58,10 @@ def add_parsers(sub: Subcommands) -> None:
     )
     p.set_defaults(func=cmd_serve)
 
+    _add_attach(sub)
+
+
+def _add_attach(sub: Subcommands) -> None:
     p = sub.add_parser(
         "attach",
         help="in the application's database: a foreign table of a table's archive and a view "

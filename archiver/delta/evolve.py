@@ -6,10 +6,18 @@ other change is refused for that file, naming table, column and both types."""
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from archiver.delta import mapping
 from archiver.errors import ArchiverError
+
+if TYPE_CHECKING:
+    from archiver.delta.commits import LogWriter
+
+log = logging.getLogger(__name__)
 
 Field = dict[str, Any]  # a Delta schema field: name, type, nullable, metadata
 
@@ -78,3 +86,67 @@ def merge(fields: list[Field], incoming: list[Field], table: str) -> Merged:
 
 def _name(t: Any) -> str:
     return t if isinstance(t, str) else str(t.get("type"))
+
+
+def evolve_table(
+    table: Any, changes: Merged, uri: str, options: dict[str, str], writer: LogWriter, name: str
+) -> Any:
+    """The Delta table at `uri` (`table`, None before its first file) with the schema its
+    new files need: created with it, its new columns added, its widened types written
+    (by `writer`); with column mapping where a name needs it (delta.mapping)."""
+    from deltalake import DeltaTable, Schema
+    from deltalake.schema import Field
+
+    if not changes.fields or (table is not None and not (changes.added or changes.widened)):
+        return table  # as it is: no reload of its log
+    description = f"rows archived from {name} by archiver"
+    if table is None and mapping.needs(changes.fields):
+        fields, last = mapping.assign(changes.fields, 0)
+        writer.create(
+            _schema(fields),
+            {mapping.MODE: "name", mapping.MAX_ID: str(last)},
+            mapping.protocol(fields),
+            name,
+            description,
+        )
+        log.info("%s: Delta table created with column mapping (a name Spark refuses)",
+                 name)  # fmt: skip
+    elif table is None:
+        return DeltaTable.create(
+            uri,
+            Schema.from_json(_schema(changes.fields)),
+            name=name,
+            description=description,
+            storage_options=options,
+        )
+    elif mapping.mapped(config := dict(table.metadata().configuration)) or mapping.needs(
+        changes.added
+    ):
+        upgrade = not mapping.mapped(config)
+        fields, last = mapping.assign(changes.fields, int(config.get(mapping.MAX_ID, "0")))
+        config.update({mapping.MODE: "name", mapping.MAX_ID: str(last)})
+        # a feature a new column needs (timestampNtz) joins the protocol with it
+        protocol = mapping.protocol(fields, table.protocol())
+        writer.write_schema(
+            table,
+            _schema(fields),
+            name,
+            configuration=config,
+            protocol=None if mapping.same_protocol(table.protocol(), protocol) else protocol,
+            operation="ADD COLUMNS" if changes.added else "CHANGE COLUMN",
+        )
+        if upgrade:
+            log.info("%s: Delta table upgraded to column mapping for column %s",
+                     name, ", ".join(repr(f["name"]) for f in changes.added))  # fmt: skip
+    else:
+        if changes.added:
+            table.alter.add_columns([Field.from_json(json.dumps(f)) for f in changes.added])
+        if changes.widened:
+            writer.write_schema(table, _schema(changes.fields), name)
+    for name, old, new in changes.widened:
+        log.info("%s: column %s widened from %s to %s", name, name, old, new)
+    return DeltaTable(uri, storage_options=options)
+
+
+def _schema(fields: list[dict[str, Any]]) -> str:
+    return json.dumps({"type": "struct", "fields": fields})

@@ -35,11 +35,10 @@ from archiver import failpoints, ledger
 from archiver.bulk import BulkConnection
 from archiver.config import StorageLocation
 from archiver.context import Context
-from archiver.delta import mapping
 from archiver.delta.check import LOG_DIR
 from archiver.delta.commits import APP_ID, LogWriter
 from archiver.delta.convert import convert
-from archiver.delta.evolve import Merged, SchemaRefused, merge
+from archiver.delta.evolve import Merged, SchemaRefused, evolve_table, merge
 from archiver.delta.history import forget_history
 from archiver.delta.location import storage_options, table_uri
 from archiver.files import offline
@@ -171,39 +170,14 @@ class Publisher:
 
     def _publish(self, number: int, done: Published) -> None:
         from deltalake import DeltaTable
-        from deltalake.transaction import AddAction
 
         files = self._files(number, done)
         removals = publications.removals(self.conn, self.url, self.table, number)
         self.conn.commit()
-        # a merge whose inputs leave the log in this publication and whose files enter
-        # it moves rows: no data change (its files refused below: its inputs' rows go)
-        merged_out = {r.merged_by for r in removals if r.merged_by is not None}
         table = self._table()
         fields = json.loads(table.schema().to_json())["fields"] if table else []
-        adds: list[AddAction] = []
-        made_by: list[int | None] = []
-        rows = 0
-        changes = Merged(fields)
-        for f in files:
-            try:
-                incoming = json.loads(f["schema"])["fields"]
-                merged = merge(changes.fields, incoming, self.table)
-            except SchemaRefused as exc:
-                self._refuse(f["id"], str(exc), done)
-                continue
-            changes = Merged(
-                merged.fields, changes.added + merged.added, changes.widened + merged.widened
-            )
-            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], True, f["stats"]))
-            made_by.append(f["made_by"])
-            rows += f["rows"]
-        merges = merged_out & set(made_by)
-        for add, op in zip(adds, made_by, strict=True):
-            add.data_change = op not in merges
-        removals = [r._replace(merged_by=r.merged_by if r.merged_by in merges else None)
-                    for r in removals]  # fmt: skip
-        table = self._evolve(table, changes)
+        adds, removals, changes, rows = self._actions(files, removals, fields, done)
+        table = evolve_table(table, changes, self.uri, self.options, self.writer, self.table)
         if table is not None and (table.transaction_version(APP_ID) or 0) >= number:
             log.info("%s: publication %d was committed before a restart", self.table, number)
         elif adds or removals:
@@ -258,6 +232,44 @@ class Publisher:
             len(removals),
             version,
         )
+
+    def _actions(
+        self,
+        files: list[dict[str, Any]],
+        removals: list[publications.Removal],
+        fields: list[Any],
+        done: Published,
+    ) -> tuple[list[Any], list[publications.Removal], Merged, int]:
+        """The publication's add actions (a file whose schema the table cannot take is
+        refused), its removals, the schema changes its files bring, and their rows."""
+        from deltalake.transaction import AddAction
+
+        # a merge whose inputs leave the log in this publication and whose files enter
+        # it moves rows: no data change (its files refused below: its inputs' rows go)
+        merged_out = {r.merged_by for r in removals if r.merged_by is not None}
+        adds: list[AddAction] = []
+        made_by: list[int | None] = []
+        rows = 0
+        changes = Merged(fields)
+        for f in files:
+            try:
+                incoming = json.loads(f["schema"])["fields"]
+                merged = merge(changes.fields, incoming, self.table)
+            except SchemaRefused as exc:
+                self._refuse(f["id"], str(exc), done)
+                continue
+            changes = Merged(
+                merged.fields, changes.added + merged.added, changes.widened + merged.widened
+            )
+            adds.append(AddAction(f["path"], f["size"], {}, f["created_ms"], True, f["stats"]))
+            made_by.append(f["made_by"])
+            rows += f["rows"]
+        merges = merged_out & set(made_by)
+        for add, op in zip(adds, made_by, strict=True):
+            add.data_change = op not in merges
+        removals = [r._replace(merged_by=r.merged_by if r.merged_by in merges else None)
+                    for r in removals]  # fmt: skip
+        return adds, removals, changes, rows
 
     def _files(self, number: int, done: Published) -> list[dict[str, Any]]:
         """The files of publication `number`, their facts read from their footers where
@@ -323,67 +335,6 @@ class Publisher:
             return DeltaTable(self.uri, storage_options=self.options)
         except TableNotFoundError:
             return None
-
-    def _evolve(self, table: Any, changes: Merged) -> Any:
-        """The Delta table with the schema its new files need: created with it, its new
-        columns added, its widened types written; with column mapping where a name needs
-        it (delta.mapping)."""
-        from deltalake import DeltaTable, Schema
-        from deltalake.schema import Field
-
-        if not changes.fields or (table is not None and not (changes.added or changes.widened)):
-            return table  # as it is: no reload of its log
-        description = f"rows archived from {self.table} by archiver"
-        if table is None and mapping.needs(changes.fields):
-            fields, last = mapping.assign(changes.fields, 0)
-            self.writer.create(
-                _schema(fields),
-                {mapping.MODE: "name", mapping.MAX_ID: str(last)},
-                mapping.protocol(fields),
-                self.table,
-                description,
-            )
-            log.info("%s: Delta table created with column mapping (a name Spark refuses)",
-                     self.table)  # fmt: skip
-        elif table is None:
-            return DeltaTable.create(
-                self.uri,
-                Schema.from_json(_schema(changes.fields)),
-                name=self.table,
-                description=description,
-                storage_options=self.options,
-            )
-        elif mapping.mapped(config := dict(table.metadata().configuration)) or mapping.needs(
-            changes.added
-        ):
-            upgrade = not mapping.mapped(config)
-            fields, last = mapping.assign(changes.fields, int(config.get(mapping.MAX_ID, "0")))
-            config.update({mapping.MODE: "name", mapping.MAX_ID: str(last)})
-            # a feature a new column needs (timestampNtz) joins the protocol with it
-            protocol = mapping.protocol(fields, table.protocol())
-            self.writer.write_schema(
-                table,
-                _schema(fields),
-                self.table,
-                configuration=config,
-                protocol=None if mapping.same_protocol(table.protocol(), protocol) else protocol,
-                operation="ADD COLUMNS" if changes.added else "CHANGE COLUMN",
-            )
-            if upgrade:
-                log.info("%s: Delta table upgraded to column mapping for column %s",
-                         self.table, ", ".join(repr(f["name"]) for f in changes.added))  # fmt: skip
-        else:
-            if changes.added:
-                table.alter.add_columns([Field.from_json(json.dumps(f)) for f in changes.added])
-            if changes.widened:
-                self.writer.write_schema(table, _schema(changes.fields), self.table)
-        for name, old, new in changes.widened:
-            log.info("%s: column %s widened from %s to %s", self.table, name, old, new)
-        return DeltaTable(self.uri, storage_options=self.options)
-
-
-def _schema(fields: list[dict[str, Any]]) -> str:
-    return json.dumps({"type": "struct", "fields": fields})
 
 
 def publish_table_on(ctx: Context, conn: BulkConnection, table: str, **run: Any) -> Published:

@@ -12,22 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver import failpoints
 from archiver.config import ARCHIVE_TIER
-from archiver.errors import VerificationError
-from archiver.files.facts import NotDeltaType, file_facts
-from archiver.files.stats import ChunkStats, in_arrow_order, key_text
+from archiver.files.written import Origin, Ranges, catalogued, put_guarded, write_pieces
 from archiver.ident import quote_ident
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, rows_at, writer_options
+from archiver.parquet import METADATA_PREFIX, rows_at
 from archiver.pgtypes.arrow import staging_table
-from archiver.storage.seam import (
-    Storage,
-    check_stored,
-    file_md5,
-    file_tags,
-    put_file,
-)
+from archiver.storage.seam import Storage, file_tags
 
 
 def key_ends(
@@ -76,59 +67,18 @@ def rewrite(
     meta[(METADATA_PREFIX + "rewrite_of").encode()] = original.path.encode()
     schema = schema.with_metadata(meta)
     keys, cutoff = original.key_columns, original.cutoff_column
-    stats = ChunkStats(arrow_order=in_arrow_order([schema.field(k).type for k in keys]))
-    dictionary = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-    with pq.ParquetWriter(local, schema, **writer_options(schema, dictionary)) as writer:
-        pending = Pending(writer)
-        for piece, _ in rows_at(source, keep):
-            for batch in piece.to_batches():
-                if batch.num_rows:
-                    stats.observe(batch, keys, cutoff)
-            pending.add(piece)
-        pending.flush()
+    pieces = (piece for piece, _ in rows_at(source, keep))
+    stats, _ = write_pieces(local, schema, pieces, keys, cutoff)
     if not stats.arrow_order:
         assert ordered_keys is not None, "keys Arrow does not order need PostgreSQL's ends"
         stats.min_key, stats.max_key = (tuple(k) for k in ordered_keys)
-    assert stats.min_key is not None and stats.max_key is not None
-    min_cutoff, max_cutoff = stats.cutoff_range()  # None: unbounded, or no cutoff column
-    md5 = file_md5(local)
-    tags = file_tags(original.source_table, original.job_id, min_cutoff, max_cutoff)
+    ranges = Ranges.of(stats)  # a cutoff None: unbounded, or no cutoff column
+    tags = file_tags(original.source_table, original.job_id, ranges.min_cutoff, ranges.max_cutoff)
     tier = "" if original.tier == ARCHIVE_TIER else original.tier  # as it was written
-    guard()
-    failpoints.reach("rewrite_checked")
-    stored = put_file(storage, name, local, tags, tier)
-    failpoints.reach("rewrite_uploaded")
-    try:
-        guard()
-    except BaseException:
-        storage.delete(name)
-        raise
-    size = check_stored(name, local, md5, stored)
-    rows, _ = read_metadata(local)
-    if rows != len(keep):
-        raise VerificationError(f"{name}: file holds {rows} rows, {len(keep)} were kept")
-    try:
-        delta_schema, delta_stats = file_facts(local)
-    except NotDeltaType:  # as for a chunk's file: the publisher names what it leaves out
-        delta_schema = delta_stats = ""
-    return ArchivedFile(
-        job_id=original.job_id,
-        part=original.part,
-        source_table=original.source_table,
-        storage_url=original.storage_url,
-        path=name,
-        row_count=len(keep),
-        byte_size=size,
-        md5=md5,
-        key_columns=keys,
-        min_key=[key_text(v) for v in stats.min_key],
-        max_key=[key_text(v) for v in stats.max_key],
-        cutoff_column=cutoff,
-        min_cutoff_value=min_cutoff,
-        max_cutoff_value=max_cutoff,
-        delta_schema=delta_schema,
-        delta_stats=delta_stats,
-        delta=original.delta,
-        tier=tier,
-        made_by=operation,
-    )
+    points = ("rewrite_checked", "rewrite_uploaded")
+    md5, stored = put_guarded(storage, name, local, tags, tier, guard, points)
+    origin = Origin(
+        original.job_id, original.part, original.source_table, original.storage_url,
+        keys, cutoff, original.delta, tier, made_by=operation,
+    )  # fmt: skip
+    return catalogued(origin, name, local, md5, stored, len(keep), ranges)

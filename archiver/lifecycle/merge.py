@@ -17,20 +17,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archiver import failpoints
 from archiver.bulk import BulkConnection
 from archiver.db import query
 from archiver.errors import VerificationError
 from archiver.files import names
-from archiver.files.facts import NotDeltaType, file_facts
 from archiver.files.rewrite import key_ends
-from archiver.files.stats import ChunkStats, in_arrow_order, key_text
+from archiver.files.written import Origin, Ranges, catalogued, put_guarded, write_pieces
 from archiver.ident import TableName, quote_ident
 from archiver.lifecycle.compact import Chunk, instant
 from archiver.model import ArchivedFile, CatalogFile
-from archiver.parquet import METADATA_PREFIX, Pending, read_metadata, writer_options
+from archiver.parquet import METADATA_PREFIX, read_metadata
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
-from archiver.storage.seam import Storage, check_stored, file_md5, file_tags, put_file
+from archiver.storage.seam import Storage, file_tags
 
 # what a file's metadata says of how its columns were archived: merged only where equal
 ARCHIVED_AS = ("columns", "key_columns", "cutoff_column", "partition", "partition_bound")
@@ -140,66 +138,21 @@ def merge(
     }
     schema = inputs.schema.with_metadata({**(inputs.schema.metadata or {}), **meta})
     keys, cutoff = first.key_columns, first.cutoff_column
-    stats = ChunkStats(arrow_order=in_arrow_order([schema.field(k).type for k in keys]))
-    dictionary = [x.name for x in schema if pa.types.is_dictionary(x.type)]
-    rows = 0
-    with pq.ParquetWriter(local, schema, **writer_options(schema, dictionary)) as writer:
-        pending = Pending(writer)
-        for piece in _pieces(inputs, schema):
-            for batch in piece.to_batches():
-                if batch.num_rows:
-                    stats.observe(batch, keys, cutoff)
-            rows += piece.num_rows
-            pending.add(piece)
-        pending.flush()
+    stats, rows = write_pieces(local, schema, _pieces(inputs, schema), keys, cutoff)
     if rows != expected:
         raise VerificationError(f"{table}: the merge read {rows} rows, the catalog says {expected}")
-    if stats.arrow_order:
-        assert stats.min_key is not None and stats.max_key is not None
-        low, high = [key_text(v) for v in stats.min_key], [key_text(v) for v in stats.max_key]
-    else:  # keys PostgreSQL orders by a collation: the inputs' ends, sorted there
-        low, high = _key_ends(conn, inputs.files)
+    if not stats.arrow_order:  # keys PostgreSQL orders by a collation: the inputs' ends
+        stats.min_key, stats.max_key = (tuple(k) for k in _key_ends(conn, inputs.files))
+    ranges = Ranges.of(stats, _cutoff_range(inputs.files))
     name = storage.object_name(names.merged_name(table, operation, part))
-    md5 = file_md5(local)
-    min_cutoff, max_cutoff = _cutoff_range(inputs.files)
-    tags = file_tags(table, extra["job_id"], min_cutoff, max_cutoff)
-    guard()
-    failpoints.reach("compact_merged")
-    stored = put_file(storage, name, local, tags, first.tier)
-    failpoints.reach("compact_uploaded")
-    try:
-        guard()
-    except BaseException:
-        storage.delete(name)
-        raise
-    size = check_stored(name, local, md5, stored)
-    if read_metadata(local)[0] != expected:
-        raise VerificationError(f"{name}: the merged file does not hold {expected} rows")
-    try:
-        delta_schema, delta_stats = file_facts(local)
-    except NotDeltaType:  # as its inputs were: the publisher names what it leaves out
-        delta_schema = delta_stats = ""
-    return ArchivedFile(
-        job_id=extra["job_id"],
-        part=part,
-        source_table=table,
-        storage_url=first.storage_url,
-        path=name,
-        row_count=expected,
-        byte_size=size,
-        md5=md5,
-        key_columns=keys,
-        min_key=low,
-        max_key=high,
-        cutoff_column=cutoff,
-        min_cutoff_value=min_cutoff,
-        max_cutoff_value=max_cutoff,
-        delta_schema=delta_schema,
-        delta_stats=delta_stats,
-        delta=first.delta,
-        tier=first.tier,
+    tags = file_tags(table, extra["job_id"], ranges.min_cutoff, ranges.max_cutoff)
+    points = ("compact_merged", "compact_uploaded")
+    md5, stored = put_guarded(storage, name, local, tags, first.tier, guard, points)
+    origin = Origin(
+        extra["job_id"], part, table, first.storage_url, keys, cutoff, first.delta, first.tier,
         made_by=operation,
-    )
+    )  # fmt: skip
+    return catalogued(origin, name, local, md5, stored, expected, ranges)
 
 
 def _pieces(inputs: Inputs, schema: pa.Schema) -> Iterator[pa.Table]:

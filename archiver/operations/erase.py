@@ -79,39 +79,13 @@ async def _erase(
     no_wait: bool,
 ) -> Erased:
     from archiver.lifecycle import erase as eraser
-    from archiver.restore.target import parents_first_today
 
     name, every = await stored_table_files(ctx, table, "erase")
     integer_keys = await ctx.on(ctx.settings.effective_source_url, lambda c: _integers(c, name))
     # one file at least: the predicate is checked on it
     files = _may_match(every, where, integer_keys) or every[:1]
-    per_table = {name: files}
-    keys: list[ForeignKey] = []
-    if with_children:
-        children = (await aggregate_children(ctx, [name])).get(name, [])
-        if not children:
-            raise InputError(f"erase: --with-children: no table references {name} today")
-        ordered, keys = await ctx.on(
-            ctx.settings.effective_source_url,
-            lambda conn: parents_first_today(conn, [name, *children]),
-        )
-        here = str(ctx.settings.storage_location())
-        for child in ordered[1:]:
-            stored = await FileSelection(table=as_typed(child)).files(ctx, "committed")
-            per_table[child] = [f for f in stored if f.storage_url == here]
-    elif await chunk_children(ctx, every):
-        raise InputError(
-            f"erase: {name} was archived with the rows that reference it (--with-children): "
-            "give --with-children, or those rows would stay archived without their parents"
-        )
-    async with ctx.catalog() as conn:
-        running = await jobs.running_archive(conn, name)
-    if running:
-        raise InputError(
-            f"erase: job {running} is archiving {name} now, and rows it moves after the "
-            "erasure read the archive would escape it: wait for it to finish (or "
-            f"`archiver pause --table {as_typed(name)}`), then erase"
-        )
+    per_table, keys = await _with_children(ctx, name, files, every, with_children)
+    await _refuse_running(ctx, name)
     refuse_offline("erase", [f for fs in per_table.values() for f in fs])
     storage = ctx.storage()
     location = ctx.settings.storage_location()
@@ -151,6 +125,50 @@ async def _erase(
         tables = [t for t in per_table if found.positions.get(t)]
         await make_visible(ctx, tables, no_wait=no_wait, report=report)
     return Erased(ledger_id, rows, counts)
+
+
+async def _with_children(
+    ctx: Context,
+    name: str,
+    files: list[CatalogFile],
+    every: list[CatalogFile],
+    with_children: bool,
+) -> tuple[dict[str, list[CatalogFile]], list[ForeignKey]]:
+    """The files to read per table (`files` of `name`; with_children, every stored file
+    of each table of its aggregate), and the aggregate's foreign keys."""
+    from archiver.restore.target import parents_first_today
+
+    per_table = {name: files}
+    keys: list[ForeignKey] = []
+    if with_children:
+        children = (await aggregate_children(ctx, [name])).get(name, [])
+        if not children:
+            raise InputError(f"erase: --with-children: no table references {name} today")
+        ordered, keys = await ctx.on(
+            ctx.settings.effective_source_url,
+            lambda conn: parents_first_today(conn, [name, *children]),
+        )
+        here = str(ctx.settings.storage_location())
+        for child in ordered[1:]:
+            stored = await FileSelection(table=as_typed(child)).files(ctx, "committed")
+            per_table[child] = [f for f in stored if f.storage_url == here]
+    elif await chunk_children(ctx, every):
+        raise InputError(
+            f"erase: {name} was archived with the rows that reference it (--with-children): "
+            "give --with-children, or those rows would stay archived without their parents"
+        )
+    return per_table, keys
+
+
+async def _refuse_running(ctx: Context, name: str) -> None:
+    async with ctx.catalog() as conn:
+        running = await jobs.running_archive(conn, name)
+    if running:
+        raise InputError(
+            f"erase: job {running} is archiving {name} now, and rows it moves after the "
+            "erasure read the archive would escape it: wait for it to finish (or "
+            f"`archiver pause --table {as_typed(name)}`), then erase"
+        )
 
 
 def _integers(conn: BulkConnection, table: str) -> set[str]:

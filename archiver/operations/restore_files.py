@@ -36,7 +36,8 @@ from archiver.text import counted
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from archiver.restore import Restored
+    from archiver.restore import Restored, RestorePlan
+    from archiver.storage.seam import Storage
 
 
 async def restore(
@@ -113,14 +114,7 @@ async def _restore(
         keep=ctx.settings.reader_retention,
     )
     tables = list(dict.fromkeys(f.source_table for f in files))
-    request = {
-        "job": str(selection.job_id) if selection.job_id else None,
-        # as archiver records tables (the erase's and purge's requests name it so too)
-        "table": str(TableName.parse(selection.table)) if selection.table else None,
-        "from": selection.cutoff_from,
-        "to": selection.cutoff_to,
-        "on_conflict": "skip" if skip_conflicts else "refuse",
-    }
+    request = _request(selection, skip_conflicts)
 
     def run(conn: BulkConnection) -> Restored:
         workdir = Path(tempfile.gettempdir())
@@ -129,32 +123,7 @@ async def _restore(
             if not dry_run:
                 ctx.committed(f"{counted(done.rows, 'row')} restored into {into or tables[0]}")
             return done
-        # the catalog in another database (ARCHIVER_SOURCE_URL): its own connection, and
-        # the ledger's intent bridges the two transactions (archiver.ledger)
-        apart = not ctx.settings.same_database
-        with ctx.bulk(ctx.settings.database_url) if apart else nullcontext(conn) as catalog:
-            if dry_run:
-                return restore(conn, storage, plan, workdir, report, catalog if apart else None)
-            operation = ledger.begin(catalog, "restore", str(storage.location), tables, request)
-            try:
-                done = restore(conn, storage, replace(plan, operation=operation), workdir,
-                               report, catalog if apart else None)  # fmt: skip
-            except BaseException:  # abandoned (not if the source decides), or left to the sweep
-                ledger.give_up(catalog, storage, operation, tables)
-                raise
-            ctx.committed(
-                f"{counted(done.rows, 'row')} moved back out of the archive (ledger {operation})",
-                "the workers' next publication and sweep finish it",
-            )
-            failpoints.reach("restore_committed")
-            try:  # the lock also goes with the session
-                ledger.end(catalog, operation)
-                if no_wait:  # files never published go now; the others after their removal
-                    for table in tables:  # from the Delta log (the publications queued below)
-                        ledger.reap_now(catalog, storage, table)
-            except Exception as exc:  # the rows have moved back: the rest, a sweep does
-                log.warning("restore committed; retired files left for the sweep: %s", exc)
-        return done
+        return _move_back(ctx, conn, storage, plan, tables, request, workdir, report, no_wait)
 
     try:
         done: Restored = await ctx.on(ctx.settings.effective_source_url, run)
@@ -164,3 +133,57 @@ async def _restore(
     if moves_back and not dry_run and done.retired:
         await make_visible(ctx, tables, no_wait=no_wait, report=report)
     return done, files
+
+
+def _move_back(
+    ctx: Context,
+    conn: BulkConnection,
+    storage: Storage,
+    plan: RestorePlan,
+    tables: list[str],
+    request: dict[str, str | None],
+    workdir: Path,
+    report: Report,
+    no_wait: bool,
+) -> Restored:
+    """A restore that moves the rows back, under a ledger operation; the catalog in
+    another database (ARCHIVER_SOURCE_URL) on its own connection, the ledger's intent
+    bridging the two transactions (archiver.ledger)."""
+    from archiver.restore import restore
+
+    apart = not ctx.settings.same_database
+    with ctx.bulk(ctx.settings.database_url) if apart else nullcontext(conn) as catalog:
+        if plan.dry_run:
+            return restore(conn, storage, plan, workdir, report, catalog if apart else None)
+        operation = ledger.begin(catalog, "restore", str(storage.location), tables, request)
+        try:
+            done = restore(conn, storage, replace(plan, operation=operation), workdir,
+                           report, catalog if apart else None)  # fmt: skip
+        except BaseException:  # abandoned (not if the source decides), or left to the sweep
+            ledger.give_up(catalog, storage, operation, tables)
+            raise
+        ctx.committed(
+            f"{counted(done.rows, 'row')} moved back out of the archive (ledger {operation})",
+            "the workers' next publication and sweep finish it",
+        )
+        failpoints.reach("restore_committed")
+        try:  # the lock also goes with the session
+            ledger.end(catalog, operation)
+            if no_wait:  # files never published go now; the others after their removal
+                for table in tables:  # from the Delta log (the publications queued below)
+                    ledger.reap_now(catalog, storage, table)
+        except Exception as exc:  # the rows have moved back: the rest, a sweep does
+            log.warning("restore committed; retired files left for the sweep: %s", exc)
+    return done
+
+
+def _request(selection: FileSelection, skip_conflicts: bool) -> dict[str, str | None]:
+    """What the ledger records of the restore asked for."""
+    return {
+        "job": str(selection.job_id) if selection.job_id else None,
+        # as archiver records tables (the erase's and purge's requests name it so too)
+        "table": str(TableName.parse(selection.table)) if selection.table else None,
+        "from": selection.cutoff_from,
+        "to": selection.cutoff_to,
+        "on_conflict": "skip" if skip_conflicts else "refuse",
+    }

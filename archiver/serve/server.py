@@ -1,7 +1,8 @@
-"""`archiver serve`: the checks on where it listens and who may read, then a PostgreSQL
-protocol server until SIGTERM: TLS when a certificate is configured, SCRAM-SHA-256
-(archiver.serve.scram) for the one user settings name, a maximum of connections, an idle timeout,
-messages of bounded size, and each connection's failures kept to that connection."""
+"""`archiver serve`: once where it listens is checked (archiver.serve.listen), a
+PostgreSQL protocol server until SIGTERM: TLS when a certificate is configured, people
+signed in by SCRAM-SHA-256 (archiver.serve.signin), a maximum of connections, an idle
+timeout, messages of bounded size, and each connection's failures kept to that
+connection."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ import signal
 import ssl
 import struct
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from archiver.config import Settings
 from archiver.context import Context
-from archiver.errors import ConfigError, first_line
+from archiver.errors import first_line
 from archiver.serve import wire
 from archiver.serve.audit import ReadAudit
+from archiver.serve.listen import Listen, check
 from archiver.serve.privileges import Mirror
 from archiver.serve.selects import ServedArchive
 from archiver.serve.session import Session
@@ -31,8 +32,6 @@ from archiver.serve.statements import REPORTED
 from archiver.serve.upstream import PersonUpstream, Upstream
 from archiver.serve.watchdog import WATCHDOG
 from archiver.serve.wire import SqlError
-from archiver.web.middleware import is_loopback
-from archiver.web.server import parse_bind
 
 log = logging.getLogger(__name__)
 
@@ -42,48 +41,6 @@ STOP_SECONDS = 10.0  # for the connections to end when serve stops, then their s
 UPSTREAM_CONNECTIONS = 8  # to the definitions database, shared by the sessions
 CLOSE_SECONDS = 5.0  # what serve's stop waits for its sessions to close, twice at most
 FLUSH_MESSAGES = 256  # answered messages held at most before they are written
-
-
-@dataclass(frozen=True)
-class Listen:
-    """Where serve listens and how: checked once, before anything is opened."""
-
-    host: str
-    port: int
-    tls: ssl.SSLContext | None
-
-
-def check(settings: Settings, bind: str) -> Listen:
-    """One line naming the problem when serve must not start as configured: no
-    password, a half-configured certificate, or a bind beyond loopback without TLS that
-    ARCHIVER_SERVE_ALLOW_PLAINTEXT does not allow."""
-    host, port = parse_bind(bind)
-    if not settings.serve_password and not settings.serve_roles:
-        raise ConfigError(
-            "serve: nobody could sign in: set ARCHIVER_SERVE_PASSWORD (the configured user), "
-            "or ARCHIVER_SERVE_ROLES=true (each person as their own role)"
-        )
-    cert, key = settings.serve_tls_cert, settings.serve_tls_key
-    if bool(cert) != bool(key):
-        raise ConfigError(
-            "serve: ARCHIVER_SERVE_TLS_CERT and ARCHIVER_SERVE_TLS_KEY go together: set both"
-        )
-    tls = None
-    if cert and key:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            tls.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"serve: the TLS certificate or key cannot be loaded: {exc}"
-            ) from None
-    elif not is_loopback(host) and not settings.serve_allow_plaintext:
-        raise ConfigError(
-            f"serve: refusing to listen on {host}, beyond this machine, without TLS: set "
-            "ARCHIVER_SERVE_TLS_CERT and ARCHIVER_SERVE_TLS_KEY, or "
-            "ARCHIVER_SERVE_ALLOW_PLAINTEXT=true where the network is private"
-        )
-    return Listen(host, port, tls)
 
 
 class Server:
@@ -186,9 +143,7 @@ class Server:
             )
             try:
                 await session.start(parameters)
-            except (
-                SqlError
-            ) as exc:  # a setting of the start-up packet refused: as PostgreSQL, fatal
+            except SqlError as exc:  # a start-up packet's setting refused: fatal, as PostgreSQL
                 writer.write(wire.error(exc.sqlstate, str(exc), "FATAL"))
                 return
             await self._serve(reader, writer, session)
@@ -210,29 +165,37 @@ class Server:
         except Exception as exc:  # a connection's failure ends that connection alone
             log.error("serve: %s: %s: %s", _peer(peer), type(exc).__name__, first_line(exc))
         finally:
-            # The task stays among the connections until its session is released: stopping
-            # serve cancels it and waits for it, here too (its client gone), and it must
-            # still end without being cancelled, or Python 3.11's stream callback logs a
-            # traceback for it (task.exception() raises).
-            try:
-                if session is None and person is not None:
-                    person.close()
-                if session is not None:
-                    self._keys = {k: s for k, s in self._keys.items() if s is not session}
-                    closing = asyncio.get_running_loop().run_in_executor(
-                        self.executor, session.close
-                    )
-                    try:
-                        await asyncio.shield(closing)
-                    except asyncio.CancelledError:
-                        await closing  # released before the archive closes
-                with contextlib.suppress(Exception):
-                    await writer.drain()
-            except asyncio.CancelledError:
-                pass
-            finally:
-                self.connections.pop(task, None)
-                writer.close()
+            await self._release(task, writer, session, person)
+
+    async def _release(
+        self,
+        task: asyncio.Task[Any],
+        writer: asyncio.StreamWriter,
+        session: Session | None,
+        person: PersonUpstream | None,
+    ) -> None:
+        """A connection's end: its session closed (or, never begun, its person's upstream),
+        then its socket. The task stays among the connections until its session is
+        released: stopping serve cancels it and waits for it, here too (its client gone),
+        and it must still end without being cancelled, or Python 3.11's stream callback
+        logs a traceback for it (task.exception() raises)."""
+        try:
+            if session is None and person is not None:
+                person.close()
+            if session is not None:
+                self._keys = {k: s for k, s in self._keys.items() if s is not session}
+                closing = asyncio.get_running_loop().run_in_executor(self.executor, session.close)
+                try:
+                    await asyncio.shield(closing)
+                except asyncio.CancelledError:
+                    await closing  # released before the archive closes
+            with contextlib.suppress(Exception):
+                await writer.drain()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.connections.pop(task, None)
+            writer.close()
 
     async def _start_up(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -769,3 +769,29 @@ def test_the_docs_say_what_is_not_which_commit() -> None:
     }
     assert sum(len(h) for h in named.values()) <= 6, {k: v for k, v in named.items() if v}
     assert commit_hashes("at 82728a7 on 2026-11-24; 1.2345678901234568e+29") == ["82728a7"]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(source: str) -> list[str]:
+    """The functions of `source` (methods and nested ones each on their own) over
+    MAX_FUNCTION_LINES lines, decorators and docstring included."""
+    return [
+        f"line {node.lineno}: {node.name} ({length} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (length := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES  # type: ignore[operator]
+    ]
+
+
+def test_no_function_is_over_80_lines() -> None:
+    found = {
+        name: long
+        for name, path in modules().items()
+        if _under(name, ("archiver",)) and (long := long_functions(path.read_text()))
+    }
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines: {found}"
+    # the rule sees one: a function of 81 lines
+    body = "".join(f"    x = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions(f"def f():\n{body}\n\ndef g():\n    pass\n") == ["line 1: f (81 lines)"]
