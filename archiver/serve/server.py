@@ -258,8 +258,9 @@ class Server:
         pid, secret = next(self._pids), secrets.randbits(31)
         self._keys[(pid, secret)] = session
         for name, shown in REPORTED.items():
-            if name in session.settings:
-                writer.write(wire.parameter_status(shown, session.settings[name]))
+            value = session.settings.get(name)
+            if value is not None:
+                writer.write(wire.parameter_status(shown, value))
         writer.write(wire.backend_key(pid, secret))
         writer.write(wire.ready(session.status))
         await writer.drain()

@@ -27,7 +27,8 @@ from archiver.serve.columns import Origin
 from archiver.serve.privileges import Mirror
 from archiver.serve.registry import Registry
 from archiver.serve.selects import Result, ServedArchive
-from archiver.serve.statements import REPORTED, SETTINGS, Statement
+from archiver.serve.settings import Reported, SessionSettings
+from archiver.serve.statements import REPORTED, SETTINGS, Kind, Statement
 from archiver.serve.types import Column
 from archiver.serve.upstream import Answer, PersonUpstream, Upstream
 from archiver.serve.wire import SqlError
@@ -35,19 +36,7 @@ from archiver.serve.wire import SqlError
 log = logging.getLogger(__name__)
 
 _TYPE_NAMES = [*types.TYPES, *types.ALIASES]
-_ROWS_KINDS = ("select", "catalog", "fetch", "show")
-# Settings serve keeps for itself: what it writes values in, and what it reports
-_OWN = frozenset(
-    (
-        "client_encoding",
-        "datestyle",
-        "intervalstyle",
-        "timezone",
-        "standard_conforming_strings",
-        "extra_float_digits",
-        "bytea_output",
-    )
-)
+_ROWS_KINDS = (Kind.SELECT, Kind.CATALOG, Kind.FETCH, Kind.SHOW)
 _ENCODINGS = {"utf8": "UTF8", "utf-8": "UTF8", "unicode": "UTF8", "sql_ascii": "SQL_ASCII"}
 
 
@@ -131,7 +120,7 @@ class Session:
         self._out: list[bytes] = []
         self.send = self._out.append
         self.user = user
-        self.settings = dict(
+        values = dict(
             SETTINGS,
             session_authorization=user,
             server_version=archive.definitions.reported_version(),
@@ -139,10 +128,7 @@ class Session:
             transaction_isolation="repeatable read",
             default_transaction_isolation="read committed",
         )
-        self.changed: dict[str, str] = {}  # PostgreSQL's settings the client set, as it spells them
-        self.defaults: tuple[dict[str, str], dict[str, str]] = (dict(self.settings), {})
-        self.local: dict[str, tuple[str | None, str | None]] | None = None  # SET LOCAL's undo
-        self.style = text.Style(text.UTC, money=archive.definitions.money)
+        self.settings = SessionSettings(values, archive.definitions.money)
         self.statement_timeout = statement_timeout
         self.status = b"I"  # I idle, T in a transaction, E in a failed one
         self.prepared: dict[str, Prepared] = {}
@@ -191,10 +177,10 @@ class Session:
                 continue
             quoted = "'" + value.replace("'", "''") + "'"
             await self._set(
-                Statement("set", f"SET {quote_ident(name)} TO {quoted}", name=name, value=value),
+                Statement(Kind.SET, f"SET {quote_ident(name)} TO {quoted}", name=name, value=value),
                 report=False,
             )
-        self.defaults = (dict(self.settings), dict(self.changed))
+        self.settings.started()
 
     # -- the two protocols --------------------------------------------------------
 
@@ -203,7 +189,7 @@ class Session:
         for part in statements.split(text):
             statement = self._classify(part)
             try:
-                if statement.kind == "empty":
+                if statement.kind == Kind.EMPTY:
                     self.send(wire.EMPTY_QUERY)
                     continue
                 portal = Portal(statement, [], [])
@@ -299,7 +285,7 @@ class Session:
         if prepared is None:
             raise SqlError("26000", f'prepared statement "{name}" does not exist')
         params = []
-        if prepared.statement.kind != "catalog":  # PostgreSQL reads them as sent
+        if prepared.statement.kind != Kind.CATALOG:  # PostgreSQL reads them as sent
             oids = self._param_oids(prepared, count)
             for i, data in enumerate(raw):
                 fmt = (
@@ -340,9 +326,12 @@ class Session:
             if prepared is None:
                 raise SqlError("26000", f'prepared statement "{name}" does not exist')
             statement = prepared.statement
-            if statement.kind == "catalog":
+            if statement.kind == Kind.CATALOG:
                 oids, fields = await self._upstream(
-                    self.upstream.describe, statement.text, prepared.param_oids, dict(self.changed)
+                    self.upstream.describe,
+                    statement.text,
+                    prepared.param_oids,
+                    dict(self.settings.changed),
                 )
                 self.send(wire.parameter_description(oids))
                 columns = [_column(f) for f in fields]
@@ -400,9 +389,9 @@ class Session:
 
     def _check(self, statement: Statement) -> None:
         """Refuse what serve never runs, before anything runs."""
-        if statement.kind == "refused":
+        if statement.kind == Kind.REFUSED:
             raise SqlError(statement.sqlstate, statement.value)
-        if statement.kind == "mixed":
+        if statement.kind == Kind.MIXED:
             raise SqlError(
                 "0A000",
                 "a statement of archiver serve reads the archive or PostgreSQL's catalogs, "
@@ -415,14 +404,18 @@ class Session:
         if portal.rows is not None or portal.done:
             return
         statement = portal.statement
-        if self.status == b"E" and statement.kind not in ("commit", "rollback", "rollback_to"):
+        if self.status == b"E" and statement.kind not in (
+            Kind.COMMIT,
+            Kind.ROLLBACK,
+            Kind.ROLLBACK_TO,
+        ):
             raise SqlError(
                 "25P02",
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
         kind = statement.kind
         self._check(statement)
-        if kind == "select":
+        if kind == Kind.SELECT:
             read = self._begun(portal)
             try:
                 self.audit.check()
@@ -444,7 +437,7 @@ class Session:
                 portal.read, portal.finish = read, self.audit.finish
                 portal.rows = self._counted(read, portal.rows)
             return
-        if kind == "catalog":
+        if kind == Kind.CATALOG:
             answer = await self._upstream(
                 self.upstream.run,
                 statement.text,
@@ -452,25 +445,25 @@ class Session:
                 portal.param_oids,
                 portal.param_formats,
                 portal.formats,
-                dict(self.changed),
+                dict(self.settings.changed),
             )
             self._answered(portal, answer)
             return
-        if kind == "fetch":
+        if kind == Kind.FETCH:
             cursor = self.cursors.get(statement.name)
             if cursor is None:
                 raise SqlError("34000", f'cursor "{statement.name}" does not exist')
             portal.columns, portal.formatted = cursor.columns, cursor.formatted
             portal.rows = self._take(cursor, statement.count)
             return
-        if kind == "show":
+        if kind == Kind.SHOW:
             await self._show(portal, statement.name)
             return
-        if kind == "set":
+        if kind == Kind.SET:
             await self._set(statement)
-        elif kind == "reset":
-            self._reset(statement.name)
-        elif kind == "declare":
+        elif kind == Kind.RESET:
+            self._report(self.settings.reset(statement.name))
+        elif kind == Kind.DECLARE:
             await self._declare(portal, statement)
         else:
             self._session_statement(statement)
@@ -510,7 +503,9 @@ class Session:
         """PostgreSQL's check of a read of the archive, in the person's own session:
         the (schema, table) it reads."""
         assert isinstance(self.upstream, PersonUpstream) and self.mirror is not None
-        passed = self.upstream.passed(portal.statement.text, portal.param_oids, self.changed)
+        passed = self.upstream.passed(
+            portal.statement.text, portal.param_oids, self.settings.changed
+        )
         if passed is not None:
             return passed
         count = max(len(portal.raw), len(portal.params))
@@ -520,7 +515,7 @@ class Session:
             portal.raw or [None] * count,
             portal.param_oids,
             portal.param_formats if portal.raw else [],
-            dict(self.changed),
+            dict(self.settings.changed),
             self.mirror.row_security,
         )
         return read
@@ -552,7 +547,7 @@ class Session:
     async def _show(self, portal: Portal, name: str) -> None:
         if name == "all":
             answer = await self._upstream(
-                self.upstream.run, "SHOW ALL", [], [], [], [], dict(self.changed)
+                self.upstream.run, "SHOW ALL", [], [], [], [], dict(self.settings.changed)
             )
             for row in answer.rows:  # serve's own settings as serve keeps them
                 mine = self.settings.get((row[0] or b"").decode().lower())
@@ -561,13 +556,13 @@ class Session:
             self._answered(portal, answer)
             return
         key = "timezone" if name == "time zone" else name
-        if key in self.settings:
-            value = self.settings[key]
+        value = self.settings.get(key)
+        if value is not None:
             portal.columns = [Column(REPORTED.get(key, key), 25, -1, "text")]
             rows: list[list[bytes | None]] = [[value.encode()]]
             portal.rows = iter(rows)
             return
-        column, value = await self._upstream(self.upstream.show, key, dict(self.changed))
+        column, value = await self._upstream(self.upstream.show, key, dict(self.settings.changed))
         portal.columns = [Column(column, 25, -1, "text")]
         portal.rows = iter([[value.encode()]])
 
@@ -588,11 +583,11 @@ class Session:
                     "0A000",
                     f"archiver serve speaks UTF8 (or SQL_ASCII): client_encoding {statement.value!r} refused",
                 )
-            self._remember(name, encoding, statement.hold, report)
+            self._changed(name, encoding, statement.local, report)
             return
         try:
             value = await self._upstream(
-                self.upstream.setting, statement.text, name, dict(self.changed)
+                self.upstream.setting, statement.text, name, dict(self.settings.changed)
             )
         except SqlError as exc:
             if exc.sqlstate == "42704" and name in self.archive.engine_settings:
@@ -602,88 +597,23 @@ class Session:
                     "settings only, and nobody changes its engine's",
                 ) from None
             raise
-        if name in _OWN:
-            self._styled(name, value)
-        self._remember(name, value, statement.hold, report)
+        self._changed(name, value, statement.local, report)
 
-    def _styled(self, name: str, value: str) -> None:
-        """One of the settings serve writes values by: refused where it cannot."""
-        if name == "datestyle" and not value.upper().startswith("ISO"):
-            raise SqlError(
-                "0A000",
-                f"archiver serve writes dates in the ISO style only: DateStyle {value!r} refused",
-            )
-        if name == "intervalstyle" and value != "postgres":
-            raise SqlError(
-                "0A000",
-                f"archiver serve writes intervals in the postgres style only: IntervalStyle {value!r} refused",
-            )
-        if name == "standard_conforming_strings" and value != "on":
-            raise SqlError("0A000", "archiver serve reads standard-conforming strings only")
-        if name == "timezone":
-            try:
-                text.Zone(value)
-            except ValueError as exc:
-                raise SqlError("0A000", str(exc)) from None
+    def _changed(self, name: str, value: str, local: bool, report: bool) -> None:
+        in_transaction = self.status != b"I"
+        reported = self.settings.set(name, value, local=local, in_transaction=in_transaction)
+        if report:
+            self._report(reported)
 
-    def _remember(self, name: str, value: str, local: bool, report: bool) -> None:
-        if local:
-            if self.status == b"I":
-                return  # SET LOCAL outside a transaction: PostgreSQL warns, and it lasts nothing
-            if self.local is None:
-                self.local = {}
-            self.local.setdefault(name, (self.settings.get(name), self.changed.get(name)))
-        if name in self.settings or name in _OWN:
-            self.settings[name] = value
-        if name != "client_encoding":
-            self.changed[name] = value
-        self._restyle()
-        if report and name in REPORTED:
-            self.send(wire.parameter_status(REPORTED[name], value))
-
-    def _reset(self, name: str) -> None:
-        settings, changed = self.defaults
-        names = set(self.settings) | set(self.changed) if name == "all" else {name}
-        for key in names:
-            before = self.settings.get(key)
-            if key in settings:
-                self.settings[key] = settings[key]
-            else:
-                self.settings.pop(key, None)
-            if key in changed:
-                self.changed[key] = changed[key]
-            else:
-                self.changed.pop(key, None)
-            if key in REPORTED and key in self.settings and self.settings[key] != before:
-                self.send(wire.parameter_status(REPORTED[key], self.settings[key]))
-        self._restyle()
-
-    def _restyle(self) -> None:
-        digits = self.changed.get("extra_float_digits", "1")
-        self.style = text.Style(
-            text.Zone(self.settings.get("timezone", "UTC")),
-            int(digits) if digits.lstrip("-").isdigit() else 1,
-            self.changed.get("bytea_output") == "escape",
-            self.archive.definitions.money,
-        )
+    def _report(self, reported: Reported) -> None:
+        for name, value in reported.items():
+            self.send(wire.parameter_status(name, value))
 
     def _end_transaction(self) -> None:
         """COMMIT or ROLLBACK: the cursors that do not outlive it closed, SET LOCAL undone."""
         self.status = b"I"
         self._close_cursors(held_too=False)
-        for name, (setting, changed) in (self.local or {}).items():
-            if setting is None:
-                self.settings.pop(name, None)
-            else:
-                self.settings[name] = setting
-            if changed is None:
-                self.changed.pop(name, None)
-            else:
-                self.changed[name] = changed
-            if name in REPORTED and setting is not None:
-                self.send(wire.parameter_status(REPORTED[name], setting))
-        self.local = None
-        self._restyle()
+        self._report(self.settings.end_transaction())
 
     async def _declare(self, portal: Portal, statement: Statement) -> None:
         if statement.name in self.cursors:
@@ -692,7 +622,7 @@ class Session:
             raise SqlError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
         query = self._classify(statement.value)
         self._check(query)
-        if query.kind not in ("select", "catalog"):
+        if query.kind not in (Kind.SELECT, Kind.CATALOG):
             raise SqlError("42601", "DECLARE CURSOR must be FOR a SELECT")
         cursor = Portal(
             query,
@@ -713,26 +643,26 @@ class Session:
 
     def _session_statement(self, statement: Statement) -> None:
         kind = statement.kind
-        if kind == "begin":
+        if kind == Kind.BEGIN:
             self.status = b"T"
-        elif kind in ("commit", "rollback"):
+        elif kind in (Kind.COMMIT, Kind.ROLLBACK):
             self._end_transaction()
-        elif kind == "rollback_to":
+        elif kind == Kind.ROLLBACK_TO:
             self.status = b"T" if self.status != b"I" else b"I"
-        elif kind == "discard":
+        elif kind == Kind.DISCARD:
             if statement.name == "ALL":
                 if self.status != b"I":
                     raise SqlError("25001", "DISCARD ALL cannot run inside a transaction block")
                 self._close_cursors()
                 self.prepared.clear()
-                self._reset("all")
-        elif kind == "deallocate":
+                self._report(self.settings.reset("all"))
+        elif kind == Kind.DEALLOCATE:
             if statement.name:
                 if self.prepared.pop(statement.name, None) is None:
                     raise SqlError("26000", f'prepared statement "{statement.name}" does not exist')
             else:
                 self.prepared.clear()
-        elif kind == "close":
+        elif kind == Kind.CLOSE:
             if statement.name:
                 cursor = self.cursors.pop(statement.name, None)
                 if cursor is None:
@@ -800,7 +730,7 @@ class Session:
 
     def _rows(self, result: Result) -> Iterator[list[bytes | None]]:
         """The result's rows as each column's PostgreSQL text, a batch at a time."""
-        style, registry = self.style, self.registry
+        style, registry = self.settings.style, self.registry
         zoned = style.zone.name != "UTC"
         for batch in result.batches():
             columns = []
@@ -881,9 +811,9 @@ class Session:
             if len(batch) < 1000:
                 break
         kind = portal.statement.kind
-        tag = {"fetch": "FETCH", "show": "SHOW"}.get(kind, "SELECT")
+        tag = {Kind.FETCH: "FETCH", Kind.SHOW: "SHOW"}.get(kind, "SELECT")
         total = portal.sent
-        self.send(wire.command_complete(f"{tag} {total}" if kind != "show" else "SHOW"))
+        self.send(wire.command_complete(f"{tag} {total}" if kind != Kind.SHOW else "SHOW"))
         portal.rows = iter(())
         portal.done = True
 
@@ -1025,7 +955,7 @@ def _duckdb_state(exc: Exception) -> str:
 def _described_only(statement: Statement) -> Statement:
     """A SELECT whose result's columns are wanted, not its rows (a Describe of a
     prepared statement): run with no row to read."""
-    if statement.kind != "select":
+    if statement.kind != Kind.SELECT:
         return statement
     described = f"SELECT * FROM ({statement.text}) AS described LIMIT 0"
-    return Statement("select", described, names=statement.names)
+    return Statement(Kind.SELECT, described, names=statement.names)

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from pglast import parser
@@ -73,19 +74,42 @@ _CURSOR_SCROLL = 0x02
 _FETCH_ALL = 2**63 - 1
 
 
+class Kind(StrEnum):
+    """What a statement is, as a session answers it."""
+
+    BEGIN = "begin"
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    SAVEPOINT = "savepoint"
+    RELEASE = "release"
+    ROLLBACK_TO = "rollback_to"
+    SET = "set"
+    RESET = "reset"
+    SHOW = "show"
+    DISCARD = "discard"
+    DECLARE = "declare"
+    FETCH = "fetch"
+    CLOSE = "close"
+    DEALLOCATE = "deallocate"
+    EMPTY = "empty"
+    REFUSED = "refused"
+    SELECT = "select"  # of the archive: DuckDB answers it
+    CATALOG = "catalog"  # of PostgreSQL's catalogs alone: the definitions database does
+    MIXED = "mixed"  # of both, refused
+
+
 @dataclass(frozen=True)
 class Statement:
     """What a statement is: `kind` says which, the rest what it names."""
 
-    kind: str  # begin, commit, rollback, savepoint, release, rollback_to, set, reset,
-    # show, discard, declare, fetch, close, deallocate, empty, refused, select (the
-    # archive's: DuckDB), catalog (PostgreSQL's catalogs: the definitions database)
+    kind: Kind
     text: str = ""
     name: str = ""  # a cursor's or setting's name
     value: str = ""  # SET's value as written; DECLARE's query
     count: int | None = None  # FETCH's row count (None: ALL)
     tag: str = ""  # the CommandComplete tag of a statement that returns no rows
     hold: bool = False  # DECLARE … WITH HOLD
+    local: bool = False  # SET LOCAL
     sqlstate: str = ""  # a refused statement's
     names: tuple[str, ...] | None = None  # a SELECT's columns as PostgreSQL names them
     origins: tuple[Origin | None, ...] | None = None  # the table column each one plainly is
@@ -119,16 +143,16 @@ def classify(text: str, catalogs: frozenset[str]) -> Statement:
 def _classify(text: str, catalogs: frozenset[str]) -> Statement:
     body = text.strip()
     if not body.rstrip(";").strip():
-        return Statement("empty")
+        return Statement(Kind.EMPTY)
     try:
         parsed = json.loads(parser.parse_sql_json(body))["stmts"]
     except ParseError:
-        return Statement("select", body)  # DuckDB's own syntax, or nonsense: DuckDB says which
+        return Statement(Kind.SELECT, body)  # DuckDB's own syntax, or nonsense: DuckDB says which
     if not parsed:
-        return Statement("empty")  # comments alone
+        return Statement(Kind.EMPTY)  # comments alone
     if len(parsed) != 1:
         return Statement(
-            "refused",
+            Kind.REFUSED,
             body,
             sqlstate="42601",
             value="cannot insert multiple commands into a prepared statement",
@@ -136,17 +160,17 @@ def _classify(text: str, catalogs: frozenset[str]) -> Statement:
     ((kind, node),) = parsed[0]["stmt"].items()
     if kind == "SelectStmt":
         side = _side(node, catalogs)
-        origins = columns.origins(node) if side == "select" else None
+        origins = columns.origins(node) if side == Kind.SELECT else None
         return Statement(side, body, names=columns.names(node), origins=origins, tree=node)
     handler = _UTILITY.get(kind)
     if handler is None:
-        return Statement("select", body)  # a write or DuckDB's: refused there in its words
+        return Statement(Kind.SELECT, body)  # a write or DuckDB's: refused there in its words
     return handler(body, node)
 
 
-def _side(node: dict[str, Any], catalogs: frozenset[str]) -> str:
-    """ "catalog" where the SELECT reads only PostgreSQL's catalogs (or no table),
-    "select" where it reads the archive alone, "mixed" where it reads both."""
+def _side(node: dict[str, Any], catalogs: frozenset[str]) -> Kind:
+    """CATALOG where the SELECT reads only PostgreSQL's catalogs (or no table), SELECT
+    where it reads the archive alone, MIXED where it reads both."""
     archive = catalog = False
     for ref in _relations(node):
         schema, name = ref.get("schemaname"), ref.get("relname", "")
@@ -155,8 +179,8 @@ def _side(node: dict[str, Any], catalogs: frozenset[str]) -> str:
         else:
             archive = True
     if archive and catalog:
-        return "mixed"
-    return "select" if archive else "catalog"
+        return Kind.MIXED
+    return Kind.SELECT if archive else Kind.CATALOG
 
 
 def _relations(node: Any, hidden: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
@@ -194,19 +218,19 @@ def _transaction(body: str, node: dict[str, Any]) -> Statement:
     name = node.get("savepoint_name") or ""
     if kind in ("TRANS_STMT_BEGIN", "TRANS_STMT_START"):
         tag = "BEGIN" if kind == "TRANS_STMT_BEGIN" else "START TRANSACTION"
-        return Statement("begin", body, tag=tag)
+        return Statement(Kind.BEGIN, body, tag=tag)
     if kind == "TRANS_STMT_COMMIT":
-        return Statement("begin" if chain else "commit", body, tag="COMMIT")
+        return Statement(Kind.BEGIN if chain else Kind.COMMIT, body, tag="COMMIT")
     if kind == "TRANS_STMT_ROLLBACK":
-        return Statement("begin" if chain else "rollback", body, tag="ROLLBACK")
+        return Statement(Kind.BEGIN if chain else Kind.ROLLBACK, body, tag="ROLLBACK")
     if kind == "TRANS_STMT_SAVEPOINT":
-        return Statement("savepoint", body, name=name, tag="SAVEPOINT")
+        return Statement(Kind.SAVEPOINT, body, name=name, tag="SAVEPOINT")
     if kind == "TRANS_STMT_RELEASE":
-        return Statement("release", body, name=name, tag="RELEASE")
+        return Statement(Kind.RELEASE, body, name=name, tag="RELEASE")
     if kind == "TRANS_STMT_ROLLBACK_TO":
-        return Statement("rollback_to", body, name=name, tag="ROLLBACK")
+        return Statement(Kind.ROLLBACK_TO, body, name=name, tag="ROLLBACK")
     return Statement(
-        "refused", body, sqlstate="0A000", value="archiver serve reads only: no two-phase commit"
+        Kind.REFUSED, body, sqlstate="0A000", value="archiver serve reads only: no two-phase commit"
     )
 
 
@@ -214,21 +238,21 @@ def _set(body: str, node: dict[str, Any]) -> Statement:
     kind = node.get("kind", "")
     name = str(node.get("name") or "").lower()
     if kind == "VAR_RESET_ALL":
-        return Statement("reset", body, name="all", tag="RESET")
+        return Statement(Kind.RESET, body, name="all", tag="RESET")
     if kind == "VAR_RESET":
-        return Statement("reset", body, name=name, tag="RESET")
+        return Statement(Kind.RESET, body, name=name, tag="RESET")
     if kind == "VAR_SET_MULTI":  # SET TRANSACTION …, SET SESSION CHARACTERISTICS …
-        return Statement("set", body, name="", tag="SET")
+        return Statement(Kind.SET, body, name="", tag="SET")
     if name in ("role", "session_authorization"):
         return Statement(
-            "refused",
+            Kind.REFUSED,
             body,
             sqlstate="42501",
             value=f"SET {name.upper()} refused: archiver serve has one user",
         )
     value = "DEFAULT" if kind in ("VAR_SET_DEFAULT", "VAR_SET_CURRENT") else _set_value(node)
     return Statement(
-        "set", body, name=name, value=value, tag="SET", hold=bool(node.get("is_local"))
+        Kind.SET, body, name=name, value=value, tag="SET", local=bool(node.get("is_local"))
     )
 
 
@@ -246,34 +270,36 @@ def _set_value(node: dict[str, Any]) -> str:
 
 
 def _show(body: str, node: dict[str, Any]) -> Statement:
-    return Statement("show", body, name=str(node.get("name", "")).lower(), tag="SHOW")
+    return Statement(Kind.SHOW, body, name=str(node.get("name", "")).lower(), tag="SHOW")
 
 
 def _discard(body: str, node: dict[str, Any]) -> Statement:
     target = str(node.get("target", "DISCARD_ALL")).removeprefix("DISCARD_")
     target = {"TEMP": "TEMP", "SEQUENCES": "SEQUENCES", "PLANS": "PLANS"}.get(target, "ALL")
-    return Statement("discard", body, name=target, tag=f"DISCARD {target}")
+    return Statement(Kind.DISCARD, body, name=target, tag=f"DISCARD {target}")
 
 
 def _deallocate(body: str, node: dict[str, Any]) -> Statement:
     name = node.get("name") or ""
-    return Statement("deallocate", body, name=name, tag="DEALLOCATE" if name else "DEALLOCATE ALL")
+    return Statement(
+        Kind.DEALLOCATE, body, name=name, tag="DEALLOCATE" if name else "DEALLOCATE ALL"
+    )
 
 
 def _declare(body: str, node: dict[str, Any]) -> Statement:
     options = int(node.get("options") or 0)
     if options & _CURSOR_SCROLL:
         return Statement(
-            "refused",
+            Kind.REFUSED,
             body,
             sqlstate="0A000",
             value="archiver serve's cursors scan forward only (NO SCROLL)",
         )
     query = _declared_query(body)
     if query is None:
-        return Statement("refused", body, sqlstate="42601", value="DECLARE without FOR <query>")
+        return Statement(Kind.REFUSED, body, sqlstate="42601", value="DECLARE without FOR <query>")
     return Statement(
-        "declare",
+        Kind.DECLARE,
         body,
         name=node.get("portalname", ""),
         value=query,
@@ -296,19 +322,21 @@ def _fetch(body: str, node: dict[str, Any]) -> Statement:
     direction = node.get("direction", "FETCH_FORWARD")
     if direction != "FETCH_FORWARD" or node.get("ismove"):
         return Statement(
-            "refused",
+            Kind.REFUSED,
             body,
             sqlstate="0A000",
             value="archiver serve's cursors fetch forward only (FETCH n, FETCH ALL)",
         )
     many = node.get("howMany")
     count = 0 if many is None else None if many == _FETCH_ALL else int(many)  # FETCH 0: none here
-    return Statement("fetch", body, name=node.get("portalname", ""), count=count)
+    return Statement(Kind.FETCH, body, name=node.get("portalname", ""), count=count)
 
 
 def _close(body: str, node: dict[str, Any]) -> Statement:
     name = node.get("portalname") or ""
-    return Statement("close", body, name=name, tag="CLOSE CURSOR" if name else "CLOSE CURSOR ALL")
+    return Statement(
+        Kind.CLOSE, body, name=name, tag="CLOSE CURSOR" if name else "CLOSE CURSOR ALL"
+    )
 
 
 _UTILITY = {

@@ -74,7 +74,7 @@ def test_cursors_and_settings_as_postgresql_reads_them() -> None:
         assert statements.classify(text, CATALOGS).count == count, text
     assert statements.classify("SET search_path = public, sales", CATALOGS).name == "search_path"
     assert statements.classify("RESET ALL", CATALOGS).name == "all"
-    assert statements.classify("SET LOCAL TimeZone TO 'UTC'", CATALOGS).hold
+    assert statements.classify("SET LOCAL TimeZone TO 'UTC'", CATALOGS).local
 
 
 def test_columns_are_named_and_traced_as_postgresql_does() -> None:
