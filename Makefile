@@ -25,7 +25,7 @@ $(AZURITE): dev/package.json dev/package-lock.json
 install: $(STAMP) $(AZURITE)
 
 # For the tests: the 1.12.0 wheel's driver library, which writes NULL array elements back
-# as "" and 0; doctor and restore must refuse it (tests/test_driver.py).
+# as "" and 0; doctor and restore must refuse it (tests/integration/test_driver.py).
 FLAWED_DRIVER := dev/flawed-driver/libadbc_driver_postgresql.so
 $(FLAWED_DRIVER): $(STAMP)
 	rm -rf dev/flawed-driver && mkdir -p dev/flawed-driver

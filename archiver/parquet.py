@@ -34,7 +34,7 @@ def writer_options(schema: pa.Schema, dictionary: Sequence[str]) -> dict[str, An
     for keys and times in rising order stores little more than their differences, and
     for random integers about as small as PLAIN under zstd, and cheaper to encode
     (docs/performance.md, the footprint). Every reader the tests run reads both
-    (tests/test_readers.py); Spark's vectorized reader decodes DELTA_BINARY_PACKED itself
+    (tests/integration/test_readers.py); Spark's vectorized reader decodes DELTA_BINARY_PACKED itself
     from 3.3 (SPARK-36879), through parquet-mr's decoder before that."""
     wanted = set(dictionary)
     delta = {

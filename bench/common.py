@@ -195,7 +195,7 @@ def archiver_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "archiver", *args]
 
 
-# Set by the tests' tiny run (tests/test_bench.py), whose figures are not judged: this
+# Set by the tests' tiny run (tests/integration/test_bench.py), whose figures are not judged: this
 # checkout's archiver processes are forked from a server that imported archiver once
 # (archiver.testing.forkserver) instead of each importing it (~0.6 s of CPU, ~190 a run).
 # Their peak RSS then starts at the server's; a real run never forks.

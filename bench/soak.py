@@ -2,7 +2,7 @@
 checked every minute and at the end (archiver.testing.soak). Exits 1 on any problem.
 
     python -m bench.soak --minutes 30          # the figures in docs/performance.md
-    python -m bench.soak --minutes 3 --seed 7  # what tests/test_soak.py runs (seed 1)
+    python -m bench.soak --minutes 3 --seed 7  # what tests/integration/test_soak.py runs (seed 1)
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ import pytest
 
 from archiver import db
 from archiver.testing.services import Azurite, with_database
-from tests.access_support import Team
-from tests.harness import Harness, Worlds, world_env
 from tests.support import ADMIN_URL, ROOT, fast_env, fresh_database, reap_started, sql
+from tests.support.access import Team
+from tests.support.harness import Harness, Worlds, world_env
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,7 +68,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 def worlds(
     template_db: str, azurite: Azurite, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worlds]:
-    """Archives a module's tests share, built once per process (tests.harness.Worlds)."""
+    """Archives a module's tests share, built once per process (tests.support.harness.Worlds)."""
     built = Worlds(template_db, azurite, tmp_path_factory.mktemp("worlds"))
     yield built
     built.close()
@@ -89,7 +89,7 @@ def env(database_url: str, azurite: Azurite, container: str, tmp_path: Path) -> 
 def h(
     env: dict[str, str], database_url: str, azurite: Azurite, container: str, tmp_path: Path
 ) -> Harness:
-    """The test's world in one: see tests/harness.py."""
+    """The test's world in one: see tests/support/harness.py."""
     return Harness(env, database_url, azurite, container, tmp_path)
 
 
@@ -121,7 +121,7 @@ def fast(env: dict[str, str]) -> dict[str, str]:
 # seconds for most): with `--dist worksteal` they start at once while the other
 # processes take the rest, instead of one of them starting last and running alone at
 # the end.
-LONGEST_FIRST = ("tests/test_soak.py", "tests/test_bench.py")
+LONGEST_FIRST = ("tests/integration/test_soak.py", "tests/integration/test_bench.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -134,7 +134,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def team(h: Harness) -> Iterator[Team]:
-    """Roles made for the test (tests.access_support.Team), dropped after it."""
+    """Roles made for the test (tests.support.access.Team), dropped after it."""
     t = Team(h)
     try:
         yield t

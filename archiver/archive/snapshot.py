@@ -7,7 +7,7 @@ transaction, as pg_dump locks its tables: a chunk then never waits for a table l
 One that did (an application's ACCESS EXCLUSIVE lock taken between the job's planning
 and its first read of a child table) ran out of lock_timeout, and its rollback ended the
 transaction holding the snapshot: the chunks after it read newer rows than the pair
-reader and than the chunks before (tests/test_locks.py, which saw orders deleted
+reader and than the chunks before (tests/integration/test_locks.py, which saw orders deleted
 mid-job missing from the copy). A lock an application holds past ARCHIVER_LOCK_TIMEOUT
 now stops the snapshot from being taken, before anything is read: both transactions
 are rolled back and it is taken again after a backoff."""

@@ -39,7 +39,7 @@ def pin_scans(con: Any, sql: str) -> None:
     pinned to an export of its transaction's snapshot; but in a statement with more than
     one scan of the attached database it reads the first range of each such scan on a
     pooled connection it never pins (duckdb-postgres b7632f3 fixes it, after 1.5.5): rows
-    committed after the snapshot are then read or missed (tests/test_with_live_commits.py).
+    committed after the snapshot are then read or missed (tests/integration/test_with_live_commits.py).
     Without ctid ranges, every scan runs on the transaction's own connection: alone, it
     streams; beside others, each is read into memory first (the scanner's way of sharing
     one connection). So ranges only where the plan has exactly one scan of the source."""

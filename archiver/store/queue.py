@@ -2,7 +2,7 @@
 (as River's driver has one per query), so the worker's claim loop, its job runs and its
 rescuer and pruner are the same code over PostgreSQL (`PgQueue`, over store.jobs) and
 over the in-memory queue of archiver.testing.queue, which the contract suite
-(tests/test_queue_contract.py) holds to the same behaviour.
+(tests/integration/test_queue_contract.py) holds to the same behaviour.
 
 What a worker does goes through here, and what an operator does to a job or a table
 (cancel, retry, pause, resume, throttle, and the audit row of each: archiver.operations.

@@ -16,7 +16,7 @@ What a fresh `python -m archiver` has that a fork does not, and what is done abo
 - the hash seed is the server's in every child (no test depends on set order across
   processes).
 The installed entry point and a fresh interpreter's imports are tested apart
-(tests/test_wheel.py, tests/unit/test_imports.py). ARCHIVER_TEST_FORKSERVER=0 starts
+(tests/integration/test_wheel.py, tests/unit/test_imports.py). ARCHIVER_TEST_FORKSERVER=0 starts
 every process the ordinary way.
 
 The server is `python -m archiver.testing.forkserver SOCKET`, one per process that asks

@@ -1,7 +1,7 @@
 """The queue in memory (store.queue.Queue), as procrastinate ships an in-memory connector
 apart from its production code: the worker's claim loop, its job runs and its rescuer
 and pruner tested in-process in milliseconds. It mirrors store/jobs.sql statement by
-statement, and tests/test_queue_contract.py runs the same contract against it and
+statement, and tests/integration/test_queue_contract.py runs the same contract against it and
 against PostgreSQL, so the two cannot drift apart unnoticed. Never used by archiver
 itself."""
 

@@ -9,7 +9,7 @@ restarted, Azurite restarted, archiver's backends terminated, and the network be
 every service and PostgreSQL or the blob store paused, reset, refusing or slow (a fault
 proxy before each: archiver.testing.faultproxy). Every minute and at the end
 the invariants of archiver.testing.soak_checks are checked. `bench/soak.py` runs it for
-30 minutes with its figures; tests/test_soak.py for three."""
+30 minutes with its figures; tests/integration/test_soak.py for three."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ FAULTS = ("kill_worker", "restart_postgres", "network_postgres", "restart_azurit
 # (archiver.testing.faultproxy). Not a flow frozen for good: the proxy's own kernel keeps
 # answering a frozen flow's keepalives, where a dropped flow's would go unanswered and
 # TCP_USER_TIMEOUT and keepalive end it, so a job's frozen COPY would hang here for good,
-# as it never does in production; tests/test_network_faults.py freezes flows per service.
+# as it never does in production; tests/integration/test_network_faults.py freezes flows per service.
 NETWORK = ("pause", "reset", "refuse", "slow")
 
 

@@ -1,6 +1,6 @@
 """SQLAlchemy 2 (psycopg) and pandas against `archiver serve`, beside the same calls
 against the source database: what Superset's database sync and a notebook's
-pandas.read_sql call. Prints one JSON object for tests/test_serve_clients.py to compare.
+pandas.read_sql call. Prints one JSON object for tests/integration/test_serve_clients.py to compare.
 Usage: python sqlalchemy_client.py SERVE_URL SOURCE_URL ID..."""
 
 import json

@@ -1,7 +1,7 @@
 """The requests archiver sends to Azure for what Azurite does not emulate (it answers
 501 to per-blob immutability policies and legal holds, and ignores encryption scopes),
 recorded by a transport in place of the network: beside, never instead of, the Azurite
-tests of what it does emulate (tests/test_tiers.py, tests/test_purge.py)."""
+tests of what it does emulate (tests/integration/test_tiers.py, tests/integration/test_purge.py)."""
 
 from __future__ import annotations
 

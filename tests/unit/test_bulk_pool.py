@@ -1,5 +1,5 @@
 """The worker's pool of ADBC connections against fake connections (the integration test
-in tests/test_crash.py drops real ones): reuse after a clean job, never after a failed
+in tests/integration/test_crash.py drops real ones): reuse after a clean job, never after a failed
 one, nor after one that still holds a session advisory lock, a dead connection replaced
 instead of handed out, idle ones closed."""
 

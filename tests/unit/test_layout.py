@@ -273,7 +273,7 @@ def imports_up(edges: dict[str, frozenset[str]]) -> list[str]:
 
 def importing_test_modules(edges: dict[str, frozenset[str]]) -> list[str]:
     """Test modules importing another test module (shared helpers live in support
-    modules: tests/support.py, harness.py, *_check.py and the like)."""
+    modules: tests/support/__init__.py, harness.py, *_check.py and the like)."""
 
     def is_test(name: str) -> bool:
         return name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")
@@ -411,10 +411,12 @@ def test_no_import_goes_up_the_layers() -> None:
 def test_no_test_module_imports_another() -> None:
     assert importing_test_modules(graph()) == []
     both = {
-        "tests.test_erase": frozenset({"tests.test_console"}),
-        "tests.test_console": frozenset(),
+        "tests.integration.test_erase": frozenset({"tests.integration.test_console"}),
+        "tests.integration.test_console": frozenset(),
     }
-    assert importing_test_modules(both) == ["tests.test_erase imports tests.test_console"]
+    assert importing_test_modules(both) == [
+        "tests.integration.test_erase imports tests.integration.test_console"
+    ]
 
 
 KIND_NAMES = {"archive", "publish", "purge", "noop"}  # archiver.kinds.KINDS' names

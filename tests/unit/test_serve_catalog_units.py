@@ -1,8 +1,8 @@
 """archiver serve's reading of statements (PostgreSQL's parser, through pglast), the
 narrowing of the cluster's shared relations, and the binary forms of the types it
 announces by OID, each against what PostgreSQL itself does. The same paths meet real
-clients and a real PostgreSQL in tests/test_serve_clients.py and
-tests/test_serve_catalog.py."""
+clients and a real PostgreSQL in tests/integration/test_serve_clients.py and
+tests/integration/test_serve_catalog.py."""
 
 from __future__ import annotations
 

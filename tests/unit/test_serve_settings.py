@@ -1,6 +1,6 @@
 """A serve session's settings (archiver.serve.settings) as PostgreSQL keeps a
 backend's: SET, SET LOCAL undone at the transaction's end, RESET to what the start-up
-set, what each change reports. The protocol around them is tests/test_serve_*'s."""
+set, what each change reports. The protocol around them is tests/integration/test_serve_*'s."""
 
 from __future__ import annotations
 

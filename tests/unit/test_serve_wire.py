@@ -1,6 +1,6 @@
 """archiver serve's parsers fuzzed with malformed input (each raises its own error, never
 another), the SCRAM exchange against scramp's client, and the text forms PostgreSQL
-prints, value by value. The same bytes reach a real server in tests/test_serve.py."""
+prints, value by value. The same bytes reach a real server in tests/integration/test_serve.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The worker's claim loop, its job runs and its rescuer, in-process on the in-memory
 queue (archiver.testing.queue, held to PostgreSQL's behaviour by
-tests/test_queue_contract.py): what the end-to-end tests show with real processes,
+tests/integration/test_queue_contract.py): what the end-to-end tests show with real processes,
 here in milliseconds, with kinds of the test's own."""
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def test_a_dead_workers_job_is_rescued_and_run(seen: Seen) -> None:
 
 def test_an_idle_worker_claims_once_a_poll_interval() -> None:
     """Nothing queued: the loop waits its poll interval between claims (an empty queue's
-    "next run in 0 s" once made it claim 20 times a second; tests/test_scale.py counts
+    "next run in 0 s" once made it claim 20 times a second; tests/integration/test_scale.py counts
     the same on PostgreSQL in transactions)."""
 
     class Counted(MemoryQueue):
