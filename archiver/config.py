@@ -312,7 +312,7 @@ class Settings:
     iceberg: bool = _setting(
         False,
         "ARCHIVER_ICEBERG",
-        "also publish each Delta table as an Iceberg (v2) table from the same files, its metadata beside `_delta_log/` and its catalog in the catalog database (the JDBC catalog's tables), for Snowflake, Trino, Spark, Flink, pyiceberg and DuckDB; needs `ARCHIVER_DELTA` and the `iceberg` extra (see [Iceberg](iceberg.md))",
+        "also publish each Delta table as an Iceberg (v2) table from the same files, its metadata beside `_delta_log/` and its catalog in the queue database (the JDBC catalog's tables), for Snowflake, Trino, Spark, Flink, pyiceberg and DuckDB; needs `ARCHIVER_DELTA` and the `iceberg` extra (see [Iceberg](iceberg.md))",
         _flag,
         shown="false",
     )
@@ -575,16 +575,16 @@ class Settings:
     serve_definitions_database: str | None = _setting(
         None,
         "ARCHIVER_SERVE_DEFINITIONS_DATABASE",
-        "the database on the catalog's server where serve declares the archived tables for PostgreSQL's catalogs (made by serve where missing)",
+        "the database on the queue database's server where serve declares the archived tables for PostgreSQL's catalogs (made by serve where missing)",
         _text,
-        shown="<catalog database>_archive",
+        shown="<queue database>_archive",
     )
     serve_definitions_role: str | None = _setting(
         None,
         "ARCHIVER_SERVE_DEFINITIONS_ROLE",
-        "the login role that owns that database and nothing else; serve answers catalog queries as it (made by serve where missing)",
+        "the login role that owns that database and nothing else; serve answers statements of PostgreSQL's catalogs as it (made by serve where missing)",
         _text,
-        shown="<catalog database>_archive",
+        shown="<queue database>_archive",
     )
     serve_definitions_password: str | None = _setting(
         None,

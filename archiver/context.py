@@ -11,7 +11,7 @@ Where one is made, and how it hands out sessions:
                         database shared by the command's steps in turn, one ADBC
                         connection per database the same way, closed when it ends
     worker, scheduler,  `cli.main` makes theirs as for a command, and the service opens
-    console, serve      its pool of the catalog database on it (`open_pool`); the worker's
+    console, serve      its pool of the queue database on it (`open_pool`); the worker's
                         job threads take the context's ADBC connections
     tests               `Context(settings, storage=...)`: any storage (a folder, the
                         in-memory one), a session opened per ask
@@ -80,7 +80,7 @@ class Context:
         self.settings, self.name, self.side = settings, name, side
         self.workdir = workdir or Path(tempfile.gettempdir())
         self._storage = storage
-        self.pool: asyncpg.Pool | None = None  # the catalog database's, once a service opened it
+        self.pool: asyncpg.Pool | None = None  # the queue database's, once a service opened it
         self._held: dict[str, _Held] | None = {} if shared_sessions else None
         self._iceberg: Any = None  # the Iceberg SQL catalog, once asked for
         self._iceberg_lock = threading.Lock()  # asked for by job threads at once
@@ -97,7 +97,7 @@ class Context:
     def iceberg(self, open_catalog: Callable[[Settings], Any]) -> Any:
         """The process's Iceberg catalog, made by `open_catalog`
         (archiver.iceberg.catalog's) when first asked for: pyiceberg's SqlCatalog over the
-        catalog database, its SQLAlchemy pool closed by `aclose`."""
+        queue database, its SQLAlchemy pool closed by `aclose`."""
         with self._iceberg_lock:
             if self._iceberg is None:
                 self._iceberg = open_catalog(self.settings)
@@ -108,7 +108,7 @@ class Context:
     async def open_pool(
         self, *, size: int, lazy: bool = False, command_timeout: float = db.COMMAND_TIMEOUT
     ) -> asyncpg.Pool:
-        """A service's pool of catalog sessions: `connection` to the catalog database takes
+        """A service's pool of catalog sessions: `connection` to the queue database takes
         one of it from now on (closed by `aclose`). `command_timeout`: what a statement
         waits for its answer at most, unless its call says otherwise."""
         self.pool = await db.create_pool(

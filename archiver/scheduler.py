@@ -41,7 +41,7 @@ RETRY_MAX_SECONDS = 30.0
 class PolicyScheduler:
     def __init__(self, ctx: Context, policies: list[tuple[Policy, str]]) -> None:
         """`policies`: each policy with its table's schema-qualified name, as checked;
-        `run` opens the scheduler's pool of the catalog database on `ctx`."""
+        `run` opens the scheduler's pool of the queue database on `ctx`."""
         settings = ctx.settings
         if settings.scheduler_grace >= settings.retention_days * 86400:
             # A finished job is pruned after the retention period, and with it the record

@@ -72,7 +72,7 @@ class Worker:
         queue: Queue | None = None,
     ) -> None:
         """`ctx`: the process's context, whose storage, scratch directory and ADBC
-        connections every job uses; `run` opens its pool of the catalog database on it.
+        connections every job uses; `run` opens its pool of the queue database on it.
         `queue`: the jobs' queue (default: PostgreSQL's, at settings.database_url; the
         in-memory one of archiver.testing.queue runs the loop with no database, without
         LISTEN and the duties that read the catalog)."""

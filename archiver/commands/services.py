@@ -53,7 +53,7 @@ def add_parsers(sub: Subcommands) -> None:
     p.add_argument(
         "--auth-sql",
         action="store_true",
-        help="print the SQL an administrator runs in the catalog database so that people sign "
+        help="print the SQL an administrator runs in the queue database so that people sign "
         "in as their own roles (docs/access.md), and exit",
     )
     p.set_defaults(func=cmd_serve)

@@ -1,5 +1,5 @@
 """Where an archived table's Iceberg table is and how pyiceberg reaches it: the SQL
-catalog in the catalog database (the Iceberg JDBC catalog's tables, sql/020_iceberg.sql,
+catalog in the queue database (the Iceberg JDBC catalog's tables, sql/020_iceberg.sql,
 made by the migration, never by pyiceberg), the table's location (its folder, beside
 `_delta_log/`) and its files' URIs in the form engines read on Azure
 (`abfss://<container>@<account>.dfs.core.windows.net/<path>`, through adlfs), or their
@@ -85,7 +85,7 @@ def io_properties(settings: Settings, location: StorageLocation) -> dict[str, st
 
 
 def sqlalchemy_url(database_url: str) -> str:
-    """The catalog database's URL for SQLAlchemy on psycopg 3 (libpq's URI, its query
+    """The queue database's URL for SQLAlchemy on psycopg 3 (libpq's URI, its query
     parameters kept)."""
     scheme, rest = database_url.split("://", 1)
     if scheme not in ("postgres", "postgresql"):

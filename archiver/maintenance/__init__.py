@@ -55,7 +55,7 @@ def duties(
     ctx: Context, queue: Queue, wake: Callable[[], None], config: ConfigFile | None = None
 ) -> list[Duty]:
     """The duties a worker runs: those its settings and its queue allow. Each is handed
-    what it uses once: the queue, the context's pool of the catalog database (none for a
+    what it uses once: the queue, the context's pool of the queue database (none for a
     worker on an in-memory queue: the duties that read the catalog or the storage then
     stay off), the context itself where it needs the storage or ADBC sessions. `wake`: a
     duty that queued or freed work wakes the claim loop."""

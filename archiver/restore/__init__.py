@@ -85,7 +85,7 @@ def restore(
     # a stable sort: within a table the catalog's order (oldest file first) stands
     files = sorted(plan.files, key=lambda f: order[f.source_table])
     done = Restored()
-    intent = False  # recorded in the other catalog database: the sweep may settle it
+    intent = False  # recorded in the queue database, apart from the source: a sweep settles it
     try:
         if (
             plan.moves_back
@@ -179,7 +179,7 @@ def _leave_archive(
     conn: BulkConnection, plan: RestorePlan, done: Restored, catalog: BulkConnection | None
 ) -> bool:
     """A move back's files out of the archive: in the restore's own transaction, or
-    recorded as the ledger's intent in the other catalog database (True)."""
+    recorded as the ledger's intent in the queue database apart from it (True)."""
     assert plan.operation is not None
     changes = (done.retired, done.written, done.rows, done.per_table)
     if catalog is None:

@@ -1,8 +1,8 @@
 """The read audit's writer: every read of the archive through serve and every refusal (a
 statement PostgreSQL refused, a failed sign-in) becomes a row of `archive_reads` in the
-catalog database and one JSON line of the `archiver.reads` log. Rows are written off the
+queue database and one JSON line of the `archiver.reads` log. Rows are written off the
 statement's path: a thread of their own COPYs what is pending every FLUSH_SECONDS. Where
-the catalog database cannot take them, they wait, at most BACKLOG of them; past that,
+the queue database cannot take them, they wait, at most BACKLOG of them; past that,
 serve refuses reads (53400) until they are written: no read goes unrecorded."""
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ class Read:
         )  # fmt: skip
 
 
-WRITE_SECONDS = 10.0  # what a batch's write waits for the catalog database at most
+WRITE_SECONDS = 10.0  # what a batch's write waits for the queue database at most
 
 
 class ReadAudit:
-    """The reads pending, and the thread that writes them to the catalog database."""
+    """The reads pending, and the thread that writes them to the queue database."""
 
     def __init__(self, url: str, parameters: bool) -> None:
         self.url = url
@@ -86,7 +86,7 @@ class ReadAudit:
         if len(self._pending) >= BACKLOG:
             raise SqlError(
                 "53400",
-                "serve: the read audit cannot be written to the catalog database; reads "
+                "serve: the read audit cannot be written to the queue database; reads "
                 "are refused until it can",
             )
 

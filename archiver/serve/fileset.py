@@ -77,12 +77,12 @@ class FileSet:
                 conn.finish()
 
     def check_primary(self) -> None:
-        """Refuse a catalog database in recovery: its readers' snapshots are a standby's,
+        """Refuse a queue database in recovery: its readers' snapshots are a standby's,
         which the primary's reaping does not see (archiver_seen_committed)."""
         res = self._connection().exec_(b"SELECT pg_is_in_recovery()")
         if res.status != pq.ExecStatus.TUPLES_OK:
             said = res.error_message.decode(errors="replace").strip()
-            raise DatabaseUnavailable(f"serve: the catalog database did not answer: {said}")
+            raise DatabaseUnavailable(f"serve: the queue database did not answer: {said}")
         if res.get_value(0, 0) == b"t":
             raise ConfigError(
                 "serve: ARCHIVER_DATABASE_URL is a standby in recovery: serve reads the "

@@ -1,7 +1,7 @@
 """Where serve keeps the archived tables' definitions and who reads them: a database of
 its own on the catalog's server, owned by a login role that owns nothing else and is
 granted nothing else (ARCHIVER_SERVE_DEFINITIONS_DATABASE and _ROLE, by default
-`<catalog database>_archive` both). archiver's role makes them where they are missing
+`<queue database>_archive` both). archiver's role makes them where they are missing
 (CREATE ROLE, CREATE DATABASE); where it may not, one line says what an administrator
 runs. Serve sets the role's password at each start (a SCRAM verifier: the password never
 reaches the server's statement log) unless ARCHIVER_SERVE_DEFINITIONS_PASSWORD gives it."""
@@ -27,7 +27,7 @@ _NAME_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1
 class Place:
     """Where the definitions live and who reads them."""
 
-    admin: str  # the catalog database's URL (archiver's own role)
+    admin: str  # the queue database's URL (archiver's own role)
     database: str
     role: str
     password: str

@@ -1,6 +1,6 @@
 """archiver serve's Iceberg REST catalog (ARCHIVER_SERVE_ICEBERG_REST, `serve
 --iceberg-rest`): the REST spec's read side over the archive's Iceberg tables (the JDBC
-catalog in the catalog database, archiver.iceberg), for engines that speak only REST.
+catalog in the queue database, archiver.iceberg), for engines that speak only REST.
 
 - Sign-in: OAuth2 client credentials at `/v1/oauth/tokens`, a login role and its
   password, checked as serve checks them (archiver.serve.tokens); the configured user

@@ -7,7 +7,7 @@ definitions database (libpq's `scram_client_key`, SCRAM pass-through): every cat
 statement and every privilege check then runs as that person, and PostgreSQL refuses
 what it would refuse them (CONNECT not granted among them).
 
-The function lives in the catalog database, schema `archiver_auth` (AUTH_SQL). Serve
+The function lives in the queue database, schema `archiver_auth` (AUTH_SQL). Serve
 makes it where archiver's role is a superuser; elsewhere an administrator runs AUTH_SQL
 once (docs/access.md), and until then serve signs in its one configured user only."""
 

@@ -1,5 +1,5 @@
 """The archive as an Iceberg table beside each Delta table (ARCHIVER_ICEBERG): found in
-the catalog database by pyiceberg's SqlCatalog as a JDBC catalog finds it, read exactly
+the queue database by pyiceberg's SqlCatalog as a JDBC catalog finds it, read exactly
 by the engines that run here, every change of the archive a snapshot of it, an erasure
 leaving no retained snapshot that reads an erased row, and a publication killed at each
 step healed exactly once."""

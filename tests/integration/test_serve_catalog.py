@@ -5,7 +5,7 @@ pgjdbc's DatabaseMetaData, SQLAlchemy's dialect, Npgsql's type loader and Grafan
 (tests/support/catalog_queries.py); and those mutated -- their conditions dropped, their
 relations swapped, the functions clients call over the catalogs applied to their
 columns. For each: serve never crashes; no answer shows a relation or a row of the
-catalog database beyond the archived tables (its state tables, its name, the server's
+queue database beyond the archived tables (its state tables, its name, the server's
 other databases and roles); and each answer is PostgreSQL's own -- the same columns,
 types, rows and SQLSTATE as the definitions database gives its reader directly."""
 
@@ -305,7 +305,7 @@ def _psql_queries(dsn: str) -> list[str]:
 
 
 def _forbidden(h: Harness, definitions: str) -> set[str]:
-    """What no answer may hold: the catalog database's relations that are not archived
+    """What no answer may hold: the queue database's relations that are not archived
     tables (nor their keys), its name, the server's other databases and roles."""
     theirs = {
         str(r[0])
@@ -327,7 +327,7 @@ def _no_leak(answer: tuple[Any, ...], forbidden: set[str], definitions: str, que
     for row in answer[2]:
         for value in row:
             assert value not in forbidden, (query, value)
-            text = value.replace(definitions, "")  # which holds the catalog database's name
+            text = value.replace(definitions, "")  # which holds the queue database's name
             for name in forbidden:
                 if len(name) > 8 and name in text:
                     raise AssertionError((query, name, value[:200]))

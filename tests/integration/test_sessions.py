@@ -94,7 +94,7 @@ def test_a_command_opens_one_session_of_each_driver_per_database(h: Harness) -> 
                              "--with-children", "--dry-run").stdout  # fmt: skip
 
 
-# A worker's sessions, concurrency 1: its pool of the catalog database (concurrency + 3),
+# A worker's sessions, concurrency 1: its pool of the queue database (concurrency + 3),
 # its LISTEN session, and its ADBC connections (an archive job's source, catalog and
 # second source reader at once), with the driver's database object's one.
 WORKER_POOL, LISTEN, WORKER_ADBC = 1 + 3, 1, 3
