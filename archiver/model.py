@@ -52,6 +52,25 @@ class KeyRange:
     first: str | None = None
 
 
+@dataclass(frozen=True)
+class PageSpan:
+    """Heap pages [first, end) of a table (None: to its end, pages added meanwhile
+    included): one of `parts` of a backlog split for the workers free to take it
+    (enqueue --parallel), each read by the backlog plan (archive.backlog)."""
+
+    first: int
+    end: int | None
+    parts: int
+
+    @classmethod
+    def split(cls, pages: int, parts: int) -> list[PageSpan]:
+        """A table's `pages` in `parts` spans (fewer for a table of fewer pages), the
+        last open-ended."""
+        n = max(1, min(parts, pages))
+        per = max(1, -(-pages // n))
+        return [cls(i * per, None if i == n - 1 else (i + 1) * per, n) for i in range(n)]
+
+
 R_co = TypeVar("R_co", covariant=True)
 
 
@@ -162,6 +181,7 @@ class ArchiveRequest:
     # One part of a split archive (enqueue --parallel): only keys in the range.
     # `group` ties the parts together.
     key_range: KeyRange | None = None
+    pages: PageSpan | None = None  # or only rows in these pages (a backlog's move)
     group: str | None = None
     # Move mode: each chunk's transaction carries a logical decoding message (prefix
     # `archiver`) so CDC consumers can tell archival deletes from the application's.
@@ -194,7 +214,7 @@ class ArchiveRequest:
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> ArchiveRequest:
-        bounds = payload.get("key_range")
+        bounds, span = payload.get("key_range"), payload.get("pages")
         return cls(
             table=payload["table"],
             column=payload["column"],
@@ -204,6 +224,7 @@ class ArchiveRequest:
             key_range=KeyRange(bounds["after"], bounds["through"], bounds.get("parts"))
             if bounds
             else None,
+            pages=PageSpan(span["first"], span["end"], span["parts"]) if span else None,
             group=payload.get("group"),
             cdc_marker=payload.get("cdc_marker", True),
             vacuum=payload.get("vacuum", False),
@@ -240,6 +261,10 @@ class ArchiveRequest:
             r = self.key_range
             data["key_range"] = {"after": r.after, "through": r.through, "parts": r.parts}
             data["group"] = self.group
+        if self.pages is not None:
+            p = self.pages
+            data["pages"] = {"first": p.first, "end": p.end, "parts": p.parts}
+            data["group"] = self.group
         return data
 
     def keys(self) -> tuple[str, str]:
@@ -260,7 +285,8 @@ class ArchiveRequest:
         """(dedup_key, lock_key) of part `index` of a split archive: the parts of one
         table run in parallel, each part never twice at once."""
         dedup_key, lock_key = self.keys()
-        return f"{dedup_key}:range:{index}/{parts}", f"{lock_key}:range:{index}"
+        split = "pages" if self.pages is not None else "range"
+        return f"{dedup_key}:{split}:{index}/{parts}", f"{lock_key}:range:{index}"
 
 
 @dataclass(frozen=True)

@@ -232,18 +232,26 @@ def enqueue_orders(env: dict[str, str], mode: str, *extra: str, root: Path = ROO
         env, cwd=root)  # fmt: skip
 
 
-def run_workers(env: dict[str, str], count: int, *args: str, root: Path = ROOT) -> list[int]:
-    """Run `count` burst workers to the end; their peak RSS in bytes, each its own VmHWM
-    read every 10 ms until it exits (as wait_measured).
+def run_workers(
+    env: dict[str, str], count: int, *args: str, root: Path = ROOT, pinned: bool = False
+) -> list[int]:
+    """Run `count` burst workers to the end (`pinned`: each held to a core of its own by
+    taskset, standing in for a machine of its own); their peak RSS in bytes, each its own
+    VmHWM read every 10 ms until it exits (as wait_measured).
 
     Not the ru_maxrss wait4 reports: a child's starts at its parent's peak (Linux carries
     the old address space's high-water mark across exec, and Python spawns with vfork,
     whose old address space is the parent's; seen here: a 14 MB child read 314 MB after
     the parent touched 300 MB, and still after it freed them). A worker lighter than the
     bench then read as the bench (the tiny bench of a fresh clone: 165 MB both)."""
+    cores = os.cpu_count() or 1
     procs = [
-        start_process(archiver_cmd("worker", "--burst", *args), env, cwd=root) for _ in range(count)
-    ]
+        start_process(
+            [*(["taskset", "-c", str(i % cores)] if pinned else []),
+             *archiver_cmd("worker", "--burst", *args)], env, cwd=root,
+        )
+        for i in range(count)
+    ]  # fmt: skip
     peaks = [0] * count
     while any(proc.poll() is None for proc in procs):
         for i, proc in enumerate(procs):

@@ -94,16 +94,17 @@ class Bench:
             service.delete_container(container)
 
     def archive_move(
-        self, rows: int, workers: int, parallel: int, **extra: str
+        self, rows: int, workers: int, parallel: int, pinned: bool = False, **extra: str
     ) -> tuple[float, int, float]:
-        """A move of every row of a fresh copy: (the job's own seconds, the workers' peak
-        RSS, the WAL it wrote in bytes)."""
+        """A move of every row of a fresh copy (`pinned`: each worker held to a core of
+        its own): (the job's own seconds, the workers' peak RSS, the WAL it wrote in
+        bytes)."""
         url = self.dbs.copy(rows)
         try:
             env = env_for(url, self.storage("az"), self.azurite, **extra)
             before = sql(url, WAL)[0][0]
             enqueue_orders(env, "move", *(["--parallel", str(parallel)] if parallel > 1 else []))
-            peak = max(run_workers(env, workers))
+            peak = max(run_workers(env, workers, pinned=pinned))
             wal = sql(url, WAL)[0][0] - before
             return job_seconds(url), peak, wal
         finally:

@@ -53,7 +53,7 @@ from archiver.archive.upload import archive_file, chunk_cursor
 from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
 from archiver.errors import LockBusy, StorageError
-from archiver.model import ArchivedFile, Mode, Progress
+from archiver.model import ArchivedFile, Mode, PageSpan, Progress
 from archiver.source.binding import bind_chunk, set_lock_timeout
 from archiver.source.ctid import bind_pages, delete_pages, read_pages
 from archiver.source.guardrails import (
@@ -70,33 +70,50 @@ ChunkDone = Callable[[int, int, float], None]
 
 @dataclasses.dataclass(frozen=True)
 class PageRanges:
-    """The table's pages cut into `count` ranges of `pages` each; the last runs on to the
-    table's end (pages added while the job runs), and `done` are those committed."""
+    """The job's pages -- the table's, or [first, end) of them for a share of a split
+    backlog -- cut into `count` ranges of `pages` each; the last ends where the job's
+    pages end (or runs on to the table's end, pages added while the job runs), and
+    `done` are those committed."""
 
     pages: int
     count: int
     done: frozenset[int] = frozenset()
+    first: int = 0
+    end: int | None = None
 
     @classmethod
-    def plan(cls, pages: int, old_rows: int, chunk_rows: int, lanes: int) -> PageRanges:
-        """The table's `pages` in ranges of about `chunk_rows` old rows each (the old rows
-        taken as spread evenly over the pages), and at least one per connection."""
-        per = pages if old_rows <= 0 else -(-chunk_rows * pages // old_rows)
-        per = max(1, min(per, -(-pages // lanes)))
-        return cls(per, max(1, -(-pages // per)))
+    def plan(
+        cls, pages: int, old_rows: int, chunk_rows: int, lanes: int, span: PageSpan | None = None
+    ) -> PageRanges:
+        """The job's share of the table's `pages` (all, or `span`) in ranges of about
+        `chunk_rows` old rows each (the old rows taken as spread evenly over them), and
+        at least one per connection."""
+        first, end = (0, None) if span is None else (span.first, span.end)
+        held = max(0, (pages if end is None else min(pages, end)) - first)
+        per = held if old_rows <= 0 else -(-chunk_rows * held // old_rows)
+        per = max(1, min(per, -(-held // max(1, lanes))))
+        return cls(per, max(1, -(-held // per)), first=first, end=end)
 
     def bounds(self, i: int) -> tuple[int, int | None]:
-        return i * self.pages, None if i == self.count - 1 else (i + 1) * self.pages
+        start = self.first + i * self.pages
+        return start, self.end if i == self.count - 1 else start + self.pages
 
     def left(self) -> list[int]:
         return [i for i in range(self.count) if i not in self.done]
 
     def to_json(self) -> dict[str, Any]:
-        return {"pages": self.pages, "ranges": self.count, "done": sorted(self.done)}
+        data = {"pages": self.pages, "ranges": self.count, "done": sorted(self.done)}
+        return {**data, "first": self.first, "end": self.end} if self.first or self.end else data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PageRanges:
-        return cls(int(data["pages"]), int(data["ranges"]), frozenset(data.get("done", [])))
+        return cls(
+            int(data["pages"]),
+            int(data["ranges"]),
+            frozenset(data.get("done", [])),
+            int(data.get("first", 0)),
+            data.get("end"),
+        )
 
 
 @dataclasses.dataclass
@@ -146,7 +163,8 @@ def run_backlog(
     saved = progress.extra.get(BACKLOG)
     if saved is None or copy:
         old = max(0, progress.rows_estimated - progress.rows)
-        saved = PageRanges.plan(pages(), old, progress.chunk_rows, job.backlog.connections)
+        lanes, span = job.backlog.connections, job.request.pages
+        saved = PageRanges.plan(pages(), old, progress.chunk_rows, lanes, span)
         saved = saved.to_json()
     ranges = PageRanges.from_json(saved)
     progress = _with(progress, ranges)
@@ -171,7 +189,7 @@ def run_backlog(
         ranges.pages,
         job.backlog.connections,
     )
-    lanes = min(job.backlog.connections, max(1, len(run.left)))
+    lanes = max(1, min(job.backlog.connections, len(run.left)))
     recorded = False  # a copy's files catalogued: from then on never discarded
     try:
         with ThreadPoolExecutor(max(1, lanes - 1), thread_name_prefix="backlog") as pool:

@@ -59,6 +59,13 @@ def choose_plan(
     """The plan of a job (KEY or BACKLOG) from the planner's estimates of its old rows
     (`older`) and of the table's (`total`), and why: what `--dry-run` prints."""
     share = f"~{older:,} of ~{total:,} rows older than the cutoff"
+    if request.pages is not None:  # a share of a backlog split by enqueue (split_pages)
+        first, end, parts = request.pages.first, request.pages.end, request.pages.parts
+        lanes = max(1, rule.connections)
+        return BACKLOG, (
+            f"pages {first}-{'end' if end is None else end - 1}, one of {parts} shares of a "
+            f"--parallel backlog, on {lanes} connection{'s' if lanes > 1 else ''} ({share})"
+        )
     refusals = (
         (rule.connections < 2, "ARCHIVER_BACKLOG_CONNECTIONS is below 2"),
         (request.with_children, "with its children"),
@@ -228,6 +235,8 @@ def plan_archive(
     # a range of 4,240 of the reference table's old rows).
     if request.key_range is not None and request.key_range.parts:
         older = -(-older // request.key_range.parts)
+    if request.pages is not None:
+        older = -(-older // request.pages.parts)
     action, parts = _partitions(conn, request, queries)
     chosen, why = choose_plan(backlog, request, queries.table, older, total, throttled=throttled)
     return ArchivePlan(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import datetime as dt
 import sys
 import uuid
@@ -18,7 +17,7 @@ from archiver.context import Context
 from archiver.errors import InputError, JobFailed
 from archiver.ident import TableName, parse_column
 from archiver.limits import limit_changes
-from archiver.model import ArchiveRequest, KeyRange, Mode, Status, parse_job_id
+from archiver.model import ArchiveRequest, Mode, Status, parse_job_id
 from archiver.operations import actions, enqueue, inspect
 from archiver.store import archive_files, jobs, read_models
 from archiver.store.queue import PgQueue
@@ -128,7 +127,8 @@ def _add_enqueue(sub: Subcommands) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="split into N key ranges that N workers take at once (one job each)",
+        help="split into N jobs that any N free workers take at once: spans of the table's "
+        "pages for a move of most of it (the backlog plan), else key ranges",
     )
     p.add_argument(
         "--wait", action="store_true", help="show progress until the job ends; non-zero if it fails"
@@ -170,9 +170,7 @@ async def cmd_enqueue(args: argparse.Namespace, ctx: Context) -> int:
     if args.dry_run:
         if args.wait:
             raise InputError("--dry-run and --wait exclude each other")
-        if args.parallel > 1:  # each job one of that many key ranges
-            request = dataclasses.replace(request, key_range=KeyRange(None, None, args.parallel))
-        plan = await enqueue.plan(ctx, request, _limits(args) or None)
+        plan = await enqueue.plan(ctx, request, _limits(args) or None, args.parallel)
         print(terminal.dumps(plan) if args.json else terminal.plan_report(plan, cutoff, args.mode))
         return 0
     group, queued, warnings = await enqueue.enqueue_archive(

@@ -15,11 +15,12 @@ from archiver.config import ConfigFile
 from archiver.context import Context
 from archiver.errors import ConfigError, InputError
 from archiver.limits import window_opens
-from archiver.model import ArchiveRequest, Mode
+from archiver.model import ArchiveRequest, KeyRange, Mode, PageSpan
 from archiver.source import partitions
 from archiver.source.aggregates import describe_aggregate
 from archiver.source.binding import session_lock_timeout
 from archiver.source.chunks import ChunkQueries, describe_archive
+from archiver.source.ctid import table_pages
 from archiver.source.explain import explain_archive, newer_rows
 from archiver.source.guardrails import LOCK_NOT_AVAILABLE, lock_holders
 from archiver.source.references import check_unreferenced
@@ -32,6 +33,7 @@ from archiver.source.tables import (
 from archiver.store import jobs
 
 if TYPE_CHECKING:
+    from archiver.archive.plan import BacklogRule
     from archiver.policy import Policy
 
 
@@ -75,16 +77,18 @@ def _ahead(delta: dt.timedelta) -> str:
 
 
 async def plan(
-    ctx: Context, request: ArchiveRequest, limits: dict[str, Any] | None = None
+    ctx: Context, request: ArchiveRequest, limits: dict[str, Any] | None = None, parallel: int = 1
 ) -> dict[str, Any]:
-    """What `enqueue --dry-run` reports: EXPLAIN of the archive, nothing written."""
-    from archiver.archive.pacing import rate_limited
-    from archiver.archive.plan import BacklogRule, plan_archive
+    """What `enqueue --dry-run` reports: EXPLAIN of the archive (of its first part, split
+    `parallel` ways), nothing written."""
+    from archiver.archive.plan import plan_archive
 
-    rule, throttled = BacklogRule.of(ctx.settings), rate_limited(limits)
+    rule, throttled = _backlog_rule(ctx, limits)
 
     def explain(conn: BulkConnection) -> dict[str, Any]:
-        found = plan_archive(conn, request, list_triggers=True, backlog=rule, throttled=throttled)
+        _, parts = archive_parts(conn, request, parallel, rule, throttled)
+        first = parts[0][0] if parallel > 1 else request
+        found = plan_archive(conn, first, list_triggers=True, backlog=rule, throttled=throttled)
         said = warnings(conn, request, ctx.settings.lock_timeout)
         return {**found.to_json(), "warnings": said}
 
@@ -106,8 +110,10 @@ async def enqueue_archive(
     operator)."""
     storage = ctx.storage()
 
+    rule, throttled = _backlog_rule(ctx, limits)
+
     def check(conn: BulkConnection) -> tuple[str | None, list[jobs.Part], list[str]]:
-        group, parts = archive_parts(conn, request, parallel)
+        group, parts = archive_parts(conn, request, parallel, rule, throttled)
         return group, parts, warnings(conn, request, ctx.settings.lock_timeout)
 
     group, parts, said = await ctx.on(ctx.settings.effective_source_url, check)
@@ -157,12 +163,26 @@ def warnings(conn: BulkConnection, request: ArchiveRequest, lock_timeout: float)
     return [*found, share] if share else found
 
 
+def _backlog_rule(ctx: Context, limits: dict[str, Any] | None) -> tuple[BacklogRule, bool]:
+    from archiver.archive.pacing import rate_limited
+    from archiver.archive.plan import BacklogRule
+
+    return BacklogRule.of(ctx.settings), rate_limited(limits)
+
+
 def archive_parts(
-    conn: BulkConnection, request: ArchiveRequest, parallel: int = 1
+    conn: BulkConnection,
+    request: ArchiveRequest,
+    parallel: int = 1,
+    backlog: BacklogRule | None = None,
+    throttled: bool = False,
 ) -> tuple[str | None, list[jobs.Part]]:
     """Check an archive on the source and split it into the jobs that do it: one, or one
-    per key range (`parallel` > 1), or one per old partition (whole, or its older rows).
-    Several share a group id: (the group id or None, the jobs)."""
+    per old partition (whole, or its older rows), or (`parallel` > 1) one per key range
+    -- or, a move the backlog plan would take (most of the table, `backlog` its rule),
+    one per span of the table's pages, each read by pages in parallel (archive.backlog),
+    each claimed by whichever worker is free. Several share a group id: (the group id
+    or None, the jobs)."""
     queries = describe_archive(
         conn, request.table, request.column, request.mode, request.with_children
     )
@@ -175,12 +195,16 @@ def archive_parts(
             f"{len(whole)} partitions to take whole, each by a job of its own already "
             "(--partitions rows to split it by rows instead)"
         )
-    ranges = []
+    ranges: list[KeyRange] = []
+    spans: list[PageSpan] = []
     if parallel > 1:
         older = explain_archive(conn, queries, request.cutoff, 1, move=False).rows_older
-        ranges = queries.split(conn, request.cutoff, parallel, older=older)
+        if backlog is not None and _by_pages(conn, request, queries, older, backlog, throttled):
+            spans = PageSpan.split(table_pages(conn, queries), parallel)
+        else:
+            ranges = queries.split(conn, request.cutoff, parallel, older=older)
     request = dataclasses.replace(request, table=queries.table.qualified, partitions=action)
-    group = str(uuid.uuid4()) if ranges or whole else None
+    group = str(uuid.uuid4()) if ranges or spans or whole else None
     if whole:  # a job per old partition: whole, or its older rows (no lock on the others)
         parts = []
         for name in whole + by_rows:
@@ -188,13 +212,33 @@ def archive_parts(
             part = dataclasses.replace(request, partition=name, partitions=how, group=group)
             parts.append((part, part.partition_keys()))
         return group, parts
-    if ranges:
-        parts = []
-        for i, key_range in enumerate(ranges):
-            part = dataclasses.replace(request, key_range=key_range, group=group)
-            parts.append((part, part.range_keys(i, len(ranges))))
-        return group, parts
+    split = [dataclasses.replace(request, key_range=r, group=group) for r in ranges] + [
+        dataclasses.replace(request, pages=span, group=group) for span in spans
+    ]
+    if split:
+        return group, [(part, part.range_keys(i, len(split))) for i, part in enumerate(split)]
     return None, [(request, request.keys())]
+
+
+def _by_pages(
+    conn: BulkConnection,
+    request: ArchiveRequest,
+    queries: ChunkQueries,
+    older: int,
+    backlog: BacklogRule,
+    throttled: bool,
+) -> bool:
+    """A split archive goes by pages where its job would take the backlog plan, and is a
+    move: a copy's shares would each read at a snapshot of their own, and a row an
+    update moved from one share's pages to another's between two of them would be
+    copied twice, or not at all (a move's DELETE takes each row once, wherever it is)."""
+    from archiver.archive.plan import BACKLOG, choose_plan
+
+    if request.mode != Mode.MOVE:
+        return False
+    total, _ = estimate_rows(conn, queries.table)
+    chosen, _ = choose_plan(backlog, request, queries.table, older, total, throttled=throttled)
+    return chosen == BACKLOG
 
 
 async def checked_policies(ctx: Context, config: ConfigFile | None) -> list[tuple[Policy, str]]:

@@ -240,3 +240,50 @@ def test_a_copy_is_one_snapshot_while_rows_change(h: Harness) -> None:
     assert len(archived) == len(set(archived)), "a row copied twice"
     assert set(archived) <= set(old), "a row newer than the cutoff copied"
     assert set(old) - changed <= set(archived), "a row missed"
+
+
+@pytest.mark.slow
+def test_a_split_backlog_is_shared_by_the_free_workers_each_row_once_under_sigkill(
+    h: Harness, fast: dict[str, str]
+) -> None:
+    """`enqueue --parallel 3` of a backlog: three jobs, each a span of the table's pages,
+    taken by whichever worker is free; one killed after its first range's commit, its
+    job rescued by another; every old row archived once."""
+    env = {**fast, **BACKLOG}
+    h = h.with_env(**BACKLOG)
+    seed_orders(h.url, 30_000)
+    expected = old_ids(h)
+    args = ("--table", "orders", "--before", CUTOFF, "--chunk-rows", "2000", "--parallel", "3")
+    dry = h.cli("enqueue", *args, "--dry-run")
+    assert dry.returncode == 0 and "one of 3 shares of a --parallel backlog" in dry.stdout, dry
+    jobs = h.enqueue(*args)
+    assert len(jobs) == 3
+    spans = [
+        json.loads(h.value("SELECT payload FROM background_jobs WHERE id = $1::uuid", j))["pages"]
+        for j in jobs
+    ]
+    pages = h.value("SELECT pg_relation_size('orders') / current_setting('block_size')::int")
+    assert spans[0]["first"] == 0 and spans[-1]["end"] is None and pages > 30
+    assert [s["end"] for s in spans[:-1]] == [s["first"] for s in spans[1:]]  # no gap, no overlap
+    kill_at_failpoint(env, "after_commit", h.tmp / "a.log")  # one range of its job committed
+    killed = [j for j in jobs if f"job {j}" in (h.tmp / "a.log").read_text()]
+    assert len(killed) == 1
+    workers = [start_worker(env, log=h.tmp / f"{name}.log") for name in ("b", "c")]
+    rows = [h.wait_for(j, "completed", timeout=120) for j in jobs]
+    assert all(stop(w) == 0 for w in workers)
+    completed = {
+        name: [j for j in jobs if f"job {j}: completed" in (h.tmp / f"{name}.log").read_text()]
+        for name in ("b", "c")
+    }
+    assert all(completed.values()), completed  # both took a share
+    assert sorted(j for done in completed.values() for j in done) == sorted(jobs)
+    assert [r["attempts"] for r in rows] == [2 if j in killed else 1 for j in jobs]
+    for job, span in zip(jobs, spans, strict=True):
+        done = progress(h, job)
+        assert done["plan"] == "backlog"
+        assert (done["backlog"].get("first", 0), done["backlog"].get("end")) == (
+            span["first"],
+            span["end"],
+        )
+    assert h.value(f"SELECT count(*) FROM orders WHERE created_at < '{CUTOFF}'") == 0
+    h.exactly_once(expected)
