@@ -104,12 +104,17 @@ class ChunkQueries:
 
     def newer_rows(self) -> str:
         """Whether any row is at or after the cutoff, and whether the table has a row at
-        all: an index probe each where an index leads with the cutoff column."""
-        newer = f"{quote_ident(self.cutoff_column.name)} >= " + _setting(
-            "archiver.cutoff", self.cutoff_column.base_type, once=True
+        all: an index probe each where an index leads with the cutoff column. As the
+        column's largest value against the cutoff (one step down the index, whatever the
+        estimates), not EXISTS of a row at or after it: the planner takes a third of the
+        rows to match a cutoff it cannot see and scans the table for the first, which
+        finds none when every row is older: a read of the whole table."""
+        column, table = quote_ident(self.cutoff_column.name), self.table.quoted
+        cutoff = _setting("archiver.cutoff", self.cutoff_column.base_type, once=True)
+        return (
+            f"SELECT coalesce((SELECT max({column}) FROM {table}) >= {cutoff}, false), "
+            f"EXISTS (SELECT FROM {table})"
         )
-        table = self.table.quoted
-        return f"SELECT EXISTS (SELECT FROM {table} WHERE {newer}), EXISTS (SELECT FROM {table})"
 
     def _in_range(self, key_range: KeyRange | None, *, once: bool = False) -> str:
         if key_range is None:
