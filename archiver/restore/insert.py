@@ -33,6 +33,8 @@ from archiver.restore.rows import in_range_sql, maybe_in_range
 from archiver.source.references import ForeignKey
 
 STAGE = "archiver_restore_stage"
+INSERTED = "archiver_restore_inserted"  # the keys an INSERT under a rule returned
+USE_COPY = "adbc.postgresql.use_copy"
 ROW = "__archiver_row"  # a staged row's position in its file
 UNIQUE_VIOLATION = "23505"
 
@@ -95,7 +97,7 @@ def restore_file(
     every_row = not plan.skip_conflicts and where == "true"
     returning = plan.moves_back and not every_row
     with _conflicts(name, target, plan):
-        inserted = _insert(cur, insert, params, columns.key, values, returning)
+        inserted = _insert(cur, insert, params, columns.key, values, returning, target)
     if not plan.moves_back:
         execute(cur, f"DROP TABLE {quote_ident(STAGE)}")
         assert isinstance(inserted, int)
@@ -194,6 +196,7 @@ def _insert(
     key: list[str],
     values: dict[str, str],
     returning: bool,
+    target: str,
 ) -> int | pa.Array:
     """Run the restore's INSERT: how many rows went in or, `returning`, the staged
     positions of those rows, found by key among what the INSERT returned: a hash join,
@@ -203,6 +206,8 @@ def _insert(
         cur.executemany(insert, batch(params) if params else None)
         return int(cur.rowcount)
     keys = [quote_ident(k) for k in key]
+    if execute(cur, query("insert_rules"), (target,))[0][0]:
+        return _inserted_by_rule(cur, insert, params, key, values)
     inserted_row = " AND ".join(f"i.{k} = {values[c]}" for k, c in zip(keys, key, strict=True))
     cur.execute(
         f"WITH ins AS ({insert} RETURNING {', '.join(keys)}) "
@@ -211,4 +216,28 @@ def _insert(
         params,
     )
     positions: pa.Array = cur.fetch_arrow_table().column(0).combine_chunks()
+    return positions
+
+
+def _inserted_by_rule(
+    cur: BulkCursor, insert: str, params: tuple[str, ...], key: list[str], values: dict[str, str]
+) -> pa.Array:
+    """`_insert`'s positions where the target has a DO ALSO rule ON INSERT, which
+    PostgreSQL runs for neither a data-modifying WITH nor a COPY (ADBC's way of reading
+    a result): the INSERT alone, its keys returned as text (no COPY), kept in a second
+    temporary table, then found among the staged rows as each key's text."""
+    keys = [quote_ident(k) for k in key]
+    with contextlib.ExitStack() as plain:
+        plain.callback(cur.adbc_statement.set_options, **{USE_COPY: "true"})
+        cur.adbc_statement.set_options(**{USE_COPY: "false"})
+        cur.execute(f"{insert} RETURNING {', '.join(f'{k}::text AS {k}' for k in keys)}", params)
+        returned = cur.fetch_arrow_table()
+    cur.adbc_ingest(INSERTED, returned, mode="create", temporary=True)
+    same = " AND ".join(f"i.{k} = ({values[c]})::text" for k, c in zip(keys, key, strict=True))
+    cur.execute(
+        f"SELECT s.{quote_ident(ROW)} FROM {quote_ident(STAGE)} s "
+        f"WHERE EXISTS (SELECT FROM {quote_ident(INSERTED)} i WHERE {same})"
+    )
+    positions: pa.Array = cur.fetch_arrow_table().column(0).combine_chunks()
+    execute(cur, f"DROP TABLE {quote_ident(INSERTED)}")
     return positions

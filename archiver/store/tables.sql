@@ -15,6 +15,11 @@ FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
 JOIN pg_namespace n ON n.oid = c.collnamespace
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 
+-- name: insert_rules
+-- Whether table $1 has a rule ON INSERT (DO ALSO or INSTEAD): restore then runs its
+-- INSERT alone, neither in a data-modifying WITH nor in a COPY, which such rules refuse.
+SELECT EXISTS (SELECT FROM pg_rewrite WHERE ev_class = to_regclass($1) AND ev_type = '3')
+
 -- name: key_types
 -- Each column of table $1: its type as SQL, and its collation (schema-qualified) if it
 -- has one: an erasure's rewritten file's key ends, in the table's own order.

@@ -99,6 +99,19 @@ def test_a_special_value_a_rule_or_a_skipping_trigger_takes_the_staging_path(
     assert h.value("SELECT count(*) FROM shipments_log") == 601  # INSERT, rule applied
     restored = rows(h)
     assert restored[:-1] == shipped and "infinity" in restored[-1]
+    # a range moved back under the rule: the rows it took found by their keys as text
+    h.archive("--table", "shipments", "--before", "2025-01-01")
+    part = h.cli("restore", "--table", "shipments", "--from", "2024-05-20")
+    assert part.returncode == 0, part.stderr
+    back = h.value("SELECT count(*) FROM shipments")
+    assert 0 < back < 601 and h.value("SELECT count(*) FROM shipments_log") == 601 + back
+    assert h.value("SELECT count(*) FROM shipments WHERE created_at < '2024-05-20'") == 0
+    live = {r["id"] for r in h.sql("SELECT id FROM shipments")}
+    archived = [r["id"] for r in h.archived("public.shipments")]
+    assert len(archived) == 601 - back and not live & set(archived)  # each row in one place
+    done = h.cli("restore", "--table", "shipments")  # the rest, under the rule still
+    assert done.returncode == 0, done.stderr
+    assert rows(h) == restored
     h.sql("DROP RULE logged ON shipments")
     h.archive("--table", "shipments", "--before", "2025-01-01", "--chunk-rows", "1000")
     done = h.cli("restore", "--table", "shipments")  # 601 rows, one file with infinity
