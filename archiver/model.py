@@ -66,8 +66,8 @@ class PageSpan:
     def split(cls, pages: int, parts: int) -> list[PageSpan]:
         """A table's `pages` in `parts` spans (fewer for a table of fewer pages), the
         last open-ended."""
-        n = max(1, min(parts, pages))
-        per = max(1, -(-pages // n))
+        per = max(1, -(-pages // max(1, min(parts, pages))))
+        n = max(1, -(-pages // per))  # none past the table's pages (7 in 6 parts: 4 of 2)
         return [cls(i * per, None if i == n - 1 else (i + 1) * per, n) for i in range(n)]
 
 

@@ -28,7 +28,14 @@ from archiver.pgtypes.arrow import staging_table
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.restore.direct import copy_in, straight_in
 from archiver.restore.plan import RestorePlan
-from archiver.restore.remap import ArchivedColumns, ColumnMap, check_casts, execute, map_columns
+from archiver.restore.remap import (
+    ArchivedColumns,
+    ColumnMap,
+    check_casts,
+    columns_today,
+    execute,
+    map_columns,
+)
 from archiver.restore.rows import in_range_sql, maybe_in_range
 from archiver.source.references import ForeignKey
 
@@ -207,7 +214,7 @@ def _insert(
         return int(cur.rowcount)
     keys = [quote_ident(k) for k in key]
     if execute(cur, query("insert_rules"), (target,))[0][0]:
-        return _inserted_by_rule(cur, insert, params, key, values)
+        return _inserted_by_rule(cur, insert, params, key, values, target)
     inserted_row = " AND ".join(f"i.{k} = {values[c]}" for k, c in zip(keys, key, strict=True))
     cur.execute(
         f"WITH ins AS ({insert} RETURNING {', '.join(keys)}) "
@@ -220,20 +227,30 @@ def _insert(
 
 
 def _inserted_by_rule(
-    cur: BulkCursor, insert: str, params: tuple[str, ...], key: list[str], values: dict[str, str]
+    cur: BulkCursor,
+    insert: str,
+    params: tuple[str, ...],
+    key: list[str],
+    values: dict[str, str],
+    target: str,
 ) -> pa.Array:
     """`_insert`'s positions where the target has a DO ALSO rule ON INSERT, which
     PostgreSQL runs for neither a data-modifying WITH nor a COPY (ADBC's way of reading
     a result): the INSERT alone, its keys returned as text (no COPY), kept in a second
-    temporary table, then found among the staged rows as each key's text."""
+    temporary table, then found among the staged rows as the WITH form finds them: each
+    key read back in today's type, compared with the staged value (a key retyped since,
+    numeric(10,1) to numeric(10,2), prints otherwise but compares equal)."""
     keys = [quote_ident(k) for k in key]
+    today = columns_today(cur, target)
     with contextlib.ExitStack() as plain:
         plain.callback(cur.adbc_statement.set_options, **{USE_COPY: "true"})
         cur.adbc_statement.set_options(**{USE_COPY: "false"})
         cur.execute(f"{insert} RETURNING {', '.join(f'{k}::text AS {k}' for k in keys)}", params)
         returned = cur.fetch_arrow_table()
     cur.adbc_ingest(INSERTED, returned, mode="create", temporary=True)
-    same = " AND ".join(f"i.{k} = ({values[c]})::text" for k, c in zip(keys, key, strict=True))
+    same = " AND ".join(
+        f"(i.{k})::{today[c][0]} = {values[c]}" for k, c in zip(keys, key, strict=True)
+    )
     cur.execute(
         f"SELECT s.{quote_ident(ROW)} FROM {quote_ident(STAGE)} s "
         f"WHERE EXISTS (SELECT FROM {quote_ident(INSERTED)} i WHERE {same})"

@@ -57,6 +57,7 @@ def test_a_split_backlog_shares_the_pages_and_each_share_cuts_only_its_own() -> 
     assert spans == [PageSpan(0, 4_000, 3), PageSpan(4_000, 8_000, 3), PageSpan(8_000, None, 3)]
     assert PageSpan.split(2, 5) == [PageSpan(0, 1, 2), PageSpan(1, None, 2)]  # fewer pages
     assert PageSpan.split(0, 3) == [PageSpan(0, None, 1)]
+    assert [s.first for s in PageSpan.split(7, 6)] == [0, 2, 4, 6]  # no share past the end
     # a middle share: ranges of about a chunk each, the last ending where the share does
     middle = PageRanges.plan(12_000, 300_000, 100_000, 2, spans[1])
     assert (middle.pages, middle.count) == (1_334, 3)
