@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from archiver.errors import InputError
+from archiver.text import counted
 
 
 class Mode(StrEnum):
@@ -71,13 +72,27 @@ class PageSpan:
         return [cls(i * per, None if i == n - 1 else (i + 1) * per, n) for i in range(n)]
 
 
+@dataclass(frozen=True)
+class Queueing:
+    """How a job is queued (River's InsertOpts): its dedup key (one queued or running
+    job of that work at a time), its lock key (one running of that key at a time), its
+    priority, attempts, when it may run and its limits (archiver.limits)."""
+
+    dedup_key: str
+    lock_key: str | None
+    priority: int = 0
+    max_attempts: int = 5
+    run_at: dt.datetime | None = None
+    limits: dict[str, Any] | None = None
+
+
 R_co = TypeVar("R_co", covariant=True)
 
 
 class Request(Protocol[R_co]):
-    """A job kind's request, the classes below: its kind's name (the jobs' task_name),
-    the payload it is queued with (store.jobs.enqueue_request) and how a claimed job's
-    payload is read back (archiver.kinds)."""
+    """A job kind's request (archiver/kinds/<kind>.py; the archive's below, the input of
+    the pipeline that runs it): its kind's name (the jobs' task_name), the payload it is
+    queued with, and how a claimed job's payload is read back."""
 
     KIND: ClassVar[str]
 
@@ -87,91 +102,28 @@ class Request(Protocol[R_co]):
     def payload(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class PublishRequest:
-    """A publish job's payload: a table's catalogued files on one storage into its Delta
-    table (archiver.delta.publish)."""
+class Queued(Request[R_co], Protocol[R_co]):
+    """A request that says how it is queued: a job the workers queue for themselves
+    (a publication, a sweep, a compaction, a purge), queued by store.jobs.enqueue_request."""
 
-    KIND: ClassVar[str] = "publish"  # its jobs' task_name: archiver.kinds runs them
-
-    table: str
-    storage_url: str
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> PublishRequest:
-        return cls(str(payload["table"]), str(payload["storage_url"]))
-
-    def payload(self) -> dict[str, Any]:
-        return {"table": self.table, "storage_url": self.storage_url}
+    def queueing(self) -> Queueing: ...
 
 
-@dataclass(frozen=True)
-class CompactRequest:
-    """A compaction job's payload: a table's small files on one storage merged into files
-    of `target` bytes within one `period`, at most `budget` bytes of them a run
-    (archiver.operations.compact)."""
+class Result(Protocol):
+    """What a job kind's run returns: kept in the job's progress, said when it completes."""
 
-    KIND: ClassVar[str] = "compact"  # its jobs' task_name: archiver.kinds runs them
+    def to_json(self) -> dict[str, Any]: ...
 
-    table: str
-    storage_url: str
-    target: int
-    period: str
-    budget: int
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> CompactRequest:
-        return cls(
-            str(payload["table"]),
-            str(payload["storage_url"]),
-            int(payload["target"]),
-            str(payload["period"]),
-            int(payload["budget"]),
-        )
-
-    def payload(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class OrphansRequest:
-    """An orphan sweep's payload: the storage whose table folders it looks through
-    (archiver.lifecycle.orphans)."""
-
-    KIND: ClassVar[str] = "orphans"  # its jobs' task_name: archiver.kinds runs them
-
-    storage_url: str
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> OrphansRequest:
-        return cls(str(payload["storage_url"]))
-
-    def payload(self) -> dict[str, Any]:
-        return {"storage_url": self.storage_url}
-
-
-@dataclass(frozen=True)
-class PurgeRequest:
-    """A purge job's payload: a policy's `retain` on its table (archiver.lifecycle.purge)."""
-
-    KIND: ClassVar[str] = "purge"  # its jobs' task_name: archiver.kinds runs them
-
-    table: str
-    retain: str  # an age, as the policy says it ('7 years')
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> PurgeRequest:
-        return cls(str(payload["table"]), str(payload["retain"]))
-
-    def payload(self) -> dict[str, Any]:
-        return {"table": self.table, "retain": self.retain}
+    def said(self) -> str:
+        """The words after "completed, " in the worker's log."""
+        ...
 
 
 @dataclass(frozen=True)
 class ArchiveRequest:
     """What to archive, as stored in a job's payload."""
 
-    KIND: ClassVar[str] = "archive"  # its jobs' task_name: archiver.kinds runs them
+    KIND: ClassVar[str] = "archive"  # its jobs' task_name: archiver.kinds.archiving runs them
 
     table: str
     column: str
@@ -368,20 +320,14 @@ class PendingFile:
     source_xid: str
 
 
-_PROGRESS_FIELDS = (
-    "last_key",
-    "rows",
-    "bytes",
-    "files",
-    "chunk_rows",
-    "rows_estimated",
-    "chunks_estimated",
-)
+_COUNTS = ("last_key", "rows", "bytes", "files", "chunk_rows", "rows_estimated", "chunks_estimated")
+_SAID = ("plan", "backlog", "dead_tuples", "vacuum_seconds")  # written when said (not None)
 
 
 @dataclass
 class Progress:
-    """A job's progress, kept in background_jobs.progress and committed with each chunk."""
+    """An archive job's progress, kept in background_jobs.progress and committed with each
+    chunk: the archive kind's result (archiver.kinds.archiving)."""
 
     last_key: list[str] | None = None
     rows: int = 0
@@ -390,43 +336,42 @@ class Progress:
     chunk_rows: int = 0
     rows_estimated: int = 0
     chunks_estimated: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  # keys of later versions, kept
+    plan: str | None = None  # archive.plan's KEY or BACKLOG, chosen when the job starts
+    backlog: dict[str, Any] | None = None  # the backlog plan's page ranges (archive.backlog)
+    dead_tuples: int | None = None  # a move's, once completed
+    vacuum_seconds: float | None = None  # a move's VACUUM, when it asked for one
+    # keys this version does not know (a newer worker's, in a mixed deploy), written
+    # back as read: never read by this version's code
+    unknown: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Progress:
-        known = {k: data[k] for k in _PROGRESS_FIELDS if k in data}
-        extra = {k: v for k, v in data.items() if k not in known}
-        return cls(**known, extra=extra)
+        known = {k: data[k] for k in (*_COUNTS, *_SAID) if k in data}
+        return cls(**known, unknown={k: v for k, v in data.items() if k not in known})
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.extra, **{k: getattr(self, k) for k in _PROGRESS_FIELDS}}
+        said = {k: v for k in _SAID if (v := getattr(self, k)) is not None}
+        return {**self.unknown, **said, **{k: getattr(self, k) for k in _COUNTS}}
 
     def after(self, f: ArchivedFile) -> Progress:
         """The progress once `f` is committed; estimates never fall below what was done."""
         rows, files = self.rows + f.row_count, self.files + 1
-        return Progress(
+        return dataclasses.replace(
+            self,
             last_key=f.max_key,
             rows=rows,
             bytes=self.bytes + f.byte_size,
             files=files,
-            chunk_rows=self.chunk_rows,
             rows_estimated=max(self.rows_estimated, rows),
             chunks_estimated=max(self.chunks_estimated, files),
-            extra=self.extra,
         )
 
     def finished(self) -> Progress:
         """Done: the estimates give way to what was counted."""
-        return Progress(
-            self.last_key,
-            self.rows,
-            self.bytes,
-            self.files,
-            self.chunk_rows,
-            self.rows,
-            self.files,
-            self.extra,
-        )
+        return dataclasses.replace(self, rows_estimated=self.rows, chunks_estimated=self.files)
+
+    def said(self) -> str:
+        return f"{counted(self.rows, 'row')} in {counted(self.files, 'file')}"
 
 
 @dataclass(frozen=True)

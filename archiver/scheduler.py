@@ -26,8 +26,8 @@ from archiver.bulk import BulkConnection, fetch_and_rollback
 from archiver.context import Context
 from archiver.errors import ArchiverError, ConfigError, error_line
 from archiver.ident import TableName, quote_ident
+from archiver.kinds.purge import PurgeRequest
 from archiver.limits import window_opens
-from archiver.model import PurgeRequest
 from archiver.operations.enqueue import archive_parts
 from archiver.policy import Policy
 from archiver.source.partitions import PartitionAction
@@ -173,9 +173,7 @@ class PolicyScheduler:
         )
         self.last_slot[policy.name] = slot
         if policy.retain is not None:  # one purge queued or running per table
-            key = f"purge:{table}"
-            purge = PurgeRequest(table, str(policy.retain))
-            await jobs.enqueue_request(self.pool, purge, key=key, max_attempts=5)
+            await jobs.enqueue_request(self.pool, PurgeRequest(table, str(policy.retain)))
         log.info(
             "policy %s: slot %s: %s job %s (cutoff %s)%s",
             policy.name,

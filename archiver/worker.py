@@ -26,7 +26,8 @@ from archiver import db, failpoints, metrics
 from archiver.config import ConfigFile
 from archiver.context import Context
 from archiver.errors import ArchiverError, LeaseLost, OutsideWindow, error_line
-from archiver.kinds import KINDS, JobRun, kind_of
+from archiver.kinds.kind import JobRun
+from archiver.kinds.registry import KINDS, kind_of
 from archiver.maintenance import Maintenance
 from archiver.model import Job, Status
 from archiver.store.queue import PgQueue, Queue
@@ -311,11 +312,9 @@ class Worker:
             request = kind.request(job)
             if kind.threaded:
                 loop = asyncio.get_running_loop()
-                progress = await loop.run_in_executor(
-                    self.executor, kind.run, self.ctx, run, request
-                )
+                result = await loop.run_in_executor(self.executor, kind.run, self.ctx, run, request)
             else:
-                progress = await kind.run(self.ctx, run, request)
+                result = await kind.run(self.ctx, run, request)
         except StopRequested as stop:
             await self._finish_quietly(queue.release(job.id, self.name))
             paused = isinstance(stop, PauseRequested)
@@ -355,8 +354,8 @@ class Worker:
                     "requeued" if status == Status.QUEUED else str(status or "unknown")
                 )
         else:
-            if await self._finish_quietly(queue.complete(job.id, self.name, progress.to_json())):
-                log.info("job %s: completed, %s", job.id, kind.done(progress))
+            if await self._finish_quietly(queue.complete(job.id, self.name, result.to_json())):
+                log.info("job %s: completed, %s", job.id, result.said())
                 metrics.job_finished("completed")
         finally:
             beat.cancel()

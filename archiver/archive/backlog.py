@@ -12,7 +12,7 @@ What commits, and what a retry does:
   (one range at a time commits: the progress each writes holds every range before it).
   A row is in the table or in the one committed file whose DELETE took it. A range that
   rolled back is taken again; a retry of the job takes again every range no commit
-  marked done (progress.extra, written in the commit that made it so), so the worst a
+  marked done (progress.backlog, written in the commit that made it so), so the worst a
   crash costs is a second scan of ranges whose rows are gone. A row updated or inserted
   into a range already taken stays live, for the next archive (as a key-plan job
   leaves a row that turns old behind its last key).
@@ -160,13 +160,12 @@ def run_backlog(
     copy = job.request.mode == Mode.COPY
     if copy and progress.files:  # its one commit landed before the crash
         return progress
-    saved = progress.extra.get(BACKLOG)
-    if saved is None or copy:
+    if progress.backlog is not None and not copy:
+        ranges = PageRanges.from_json(progress.backlog)
+    else:
         old = max(0, progress.rows_estimated - progress.rows)
         lanes, span = job.backlog.connections, job.request.pages
-        saved = PageRanges.plan(pages(), old, progress.chunk_rows, lanes, span)
-        saved = saved.to_json()
-    ranges = PageRanges.from_json(saved)
+        ranges = PageRanges.plan(pages(), old, progress.chunk_rows, lanes, span)
     progress = _with(progress, ranges)
     progress.chunks_estimated = ranges.count  # at most a file a range
     if not copy:  # the plan outlives a crash before the first commit: a retry keeps it
@@ -218,8 +217,7 @@ def run_backlog(
 
 
 def _with(progress: Progress, ranges: PageRanges) -> Progress:
-    extra = {**progress.extra, "plan": BACKLOG, BACKLOG: ranges.to_json()}
-    return dataclasses.replace(progress, last_key=None, extra=extra)
+    return dataclasses.replace(progress, last_key=None, plan=BACKLOG, backlog=ranges.to_json())
 
 
 def _snapshot(job: JobContext, interrupt: Interrupt) -> str:

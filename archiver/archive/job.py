@@ -193,7 +193,7 @@ def start_job(job: JobContext, saved: Progress) -> Progress:
             backlog=job.backlog if job.lanes is not None else NO_BACKLOG,
             throttled=rate_limited(job.catalog.limits()),
         )
-        progress.extra["plan"] = plan.plan
+        progress.plan = plan.plan
         log.info("job %s: %s", job.job_id, plan.plan_reason)
         progress.chunk_rows = plan.chunk_rows
         progress.rows_estimated = max(progress.rows_estimated, plan.rows_archived)
@@ -249,8 +249,8 @@ def _finished(job: JobContext, progress: Progress) -> Progress:
         if job.request.vacuum:
             seconds = vacuum(job.source, job.queries.table)
             log.info("job %s: VACUUM (ANALYZE) took %.1fs", job.job_id, seconds)
-            done.extra["vacuum_seconds"] = round(seconds, 3)
-        done.extra["dead_tuples"] = dead_tuples(job.source, job.queries.table)
+            done.vacuum_seconds = round(seconds, 3)
+        done.dead_tuples = dead_tuples(job.source, job.queries.table)
     return done
 
 
@@ -268,7 +268,7 @@ def run_job(
     raises OutsideWindow, before its first chunk or at the boundary of the next."""
     check_window(job, job.catalog.limits())
     progress = _politely(job, interrupt, lambda: start_job(job, saved))
-    if progress.extra.get("plan") == BACKLOG:
+    if progress.plan == BACKLOG:
 
         def pages() -> int:  # (pg_relation_size waits for a lock as the set-up does)
             return _politely(job, interrupt, lambda: table_pages(job.source, job.queries))

@@ -11,8 +11,10 @@ never holds up claiming (nor another duty).
     orphans       the storage's orphan sweep queued, once a grace period
     compact       a compaction job for each table with small files, once a period
 
-Each is named as its job kind is across the layers (operations/compact.py runs the job,
-lifecycle/compact.py plans it; operations/publish.py and delta/publish.py publish).
+Each is named as its job kind is across the layers (kinds/compact.py is the job,
+operations/compact.py runs it, lifecycle/compact.py plans it; kinds/publish.py,
+operations/publish.py and delta/publish.py publish). Each is made from the one
+`duty.Shared`.
 
 `Maintenance.once()` runs each before the first claim (a burst worker rescues, prunes,
 settles and publishes before it exits); `start()` keeps each on its own timer."""
@@ -22,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 import asyncpg
 
@@ -31,6 +32,7 @@ from archiver.config import ConfigFile
 from archiver.context import Context
 from archiver.errors import error_line
 from archiver.maintenance.compact import CompactionSweep
+from archiver.maintenance.duty import Duty, Shared
 from archiver.maintenance.orphans import OrphanSweep
 from archiver.maintenance.prune import Pruner
 from archiver.maintenance.publish import PublicationSweep
@@ -41,34 +43,17 @@ from archiver.store.queue import Queue
 log = logging.getLogger(__name__)
 
 
-class Duty(Protocol):
-    name: str
-
-    @property
-    def every(self) -> float:
-        """Seconds between two runs."""
-
-    async def run(self) -> None: ...
-
-
 def duties(
     ctx: Context, queue: Queue, wake: Callable[[], None], config: ConfigFile | None = None
 ) -> list[Duty]:
-    """The duties a worker runs: those its settings and its queue allow. Each is handed
-    what it uses once: the queue, the context's pool of the queue database (none for a
-    worker on an in-memory queue: the duties that read the catalog or the storage then
-    stay off), the context itself where it needs the storage or ADBC sessions. `wake`: a
-    duty that queued or freed work wakes the claim loop."""
-    settings, pool = ctx.settings, ctx.pool
-    found: list[Duty] = [Rescuer(queue, settings, wake), Pruner(queue, settings, pool)]
-    if pool is not None and settings.storage_url:
-        found += [
-            LedgerSweep(ctx, pool),
-            PublicationSweep(pool, settings, wake),
-            OrphanSweep(pool, settings, wake),
-            CompactionSweep(pool, settings, wake, config),
-        ]
-    return found
+    """The duties a worker runs: those its settings and its queue allow (a worker on an
+    in-memory queue has no pool of the queue database: the duties that read the catalog or
+    the storage stay off), each made from what the worker shares with them."""
+    shared = Shared(ctx, queue, wake, config)
+    which: list[Callable[[Shared], Duty]] = [Rescuer, Pruner]
+    if ctx.pool is not None and ctx.settings.storage_url:
+        which += [LedgerSweep, PublicationSweep, OrphanSweep, CompactionSweep]
+    return [duty(shared) for duty in which]
 
 
 class Maintenance:

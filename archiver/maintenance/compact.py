@@ -1,17 +1,12 @@
 """Compaction's schedule: a compaction job for each table with small files, once every
 ARCHIVER_COMPACT_EVERY seconds per storage, whichever worker asks first, with its
-policy's options (archiver.operations.compact)."""
+policy's options (archiver.kinds.compact)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import asyncpg
-
-from archiver.config import ConfigFile, Settings
-from archiver.model import CompactRequest
+from archiver.kinds.compact import CompactRequest, queue_compactions
+from archiver.maintenance.duty import Shared
 from archiver.operations.compact import options_for
-from archiver.store import jobs
 
 BUDGET = 8  # a compaction job merges at most this many target sizes of input
 
@@ -20,14 +15,9 @@ class CompactionSweep:
     name = "compaction"
     every = 60.0  # how often a worker asks whether compaction is due
 
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        settings: Settings,
-        wake: Callable[[], None],
-        config: ConfigFile | None,
-    ) -> None:
-        self.pool, self.settings, self.wake, self.config = pool, settings, wake, config
+    def __init__(self, shared: Shared) -> None:
+        self.pool, self.settings, self.wake = shared.pool, shared.settings, shared.wake
+        self.config = shared.config
 
     async def run(self) -> None:
         if not self.settings.compact:
@@ -47,5 +37,5 @@ class CompactionSweep:
         targets = [p.compact_target for p in policies if p.compact_target]
         small = max([self.settings.compact_target, *targets]) // 2  # each table's plan decides
         every = self.settings.compact_every
-        if await jobs.enqueue_compactions(self.pool, location, every, small, request):
+        if await queue_compactions(self.pool, location, every, small, request):
             self.wake()

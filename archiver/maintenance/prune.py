@@ -8,11 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import asyncpg
-
-from archiver.config import Settings
+from archiver.maintenance.duty import Shared
 from archiver.store import archive_files, jobs, ledger, read_audit
-from archiver.store.queue import Queue
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +21,12 @@ class Pruner:
     name = "pruner"
     every = 300.0
 
-    def __init__(self, queue: Queue, settings: Settings, pool: asyncpg.Pool | None) -> None:
-        self.queue, self.days, self.pool = queue, settings.retention_days, pool
+    def __init__(self, shared: Shared) -> None:
+        self.queue, self.days, self.pool = (
+            shared.queue,
+            shared.settings.retention_days,
+            shared.ctx.pool,
+        )
 
     async def run(self) -> None:
         """Batches (each short enough to hold its rows' locks well under a second), a

@@ -4,22 +4,18 @@ mid-way, left), or with retired or offline files its Delta log still lists."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import asyncpg
-
-from archiver.config import Settings
-from archiver.store import jobs
+from archiver.kinds.publish import queue_publications
+from archiver.maintenance.duty import Shared
 
 
 class PublicationSweep:
     name = "publication sweep"
     every = 30.0
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings, wake: Callable[[], None]) -> None:
-        self.pool, self.settings, self.wake = pool, settings, wake
+    def __init__(self, shared: Shared) -> None:
+        self.pool, self.settings, self.wake = shared.pool, shared.settings, shared.wake
 
     async def run(self) -> None:
         location = str(self.settings.storage_location())
-        if await jobs.enqueue_publications(self.pool, location, delta=self.settings.delta):
+        if await queue_publications(self.pool, location, delta=self.settings.delta):
             self.wake()

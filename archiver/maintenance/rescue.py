@@ -5,10 +5,8 @@ worker looks first."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from archiver.config import Settings
-from archiver.store.queue import Queue
+from archiver.maintenance.duty import Shared
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +14,9 @@ log = logging.getLogger(__name__)
 class Rescuer:
     name = "rescuer"
 
-    def __init__(self, queue: Queue, settings: Settings, wake: Callable[[], None]) -> None:
-        self.queue, self.lease, self.wake = queue, settings.lease_seconds, wake
+    def __init__(self, shared: Shared) -> None:
+        settings = shared.settings
+        self.queue, self.lease, self.wake = shared.queue, settings.lease_seconds, shared.wake
         # as often as the worker polls or beats, whichever is sooner: a lease is found
         # expired within one of those of its expiry
         self.every = min(settings.poll_interval, settings.heartbeat_seconds)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import logging
 
-import asyncpg
-
 from archiver import ledger
 from archiver.bulk import BulkConnection
-from archiver.context import Context
+from archiver.maintenance.duty import Shared
 from archiver.store import ledger as ledger_rows
 
 log = logging.getLogger(__name__)
@@ -24,8 +22,8 @@ class LedgerSweep:
     name = "ledger sweep"
     every = 30.0
 
-    def __init__(self, ctx: Context, pool: asyncpg.Pool) -> None:
-        self.ctx, self.pool, self.storage = ctx, pool, ctx.storage()
+    def __init__(self, shared: Shared) -> None:
+        self.ctx, self.pool, self.storage = shared.ctx, shared.pool, shared.ctx.storage()
 
     async def run(self) -> None:
         here = str(self.storage.location)

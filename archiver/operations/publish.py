@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from archiver.context import Context
 from archiver.errors import InputError, PublisherBusy, error_line
 from archiver.ident import as_typed
+from archiver.kinds.publish import queue_publications
 from archiver.outcome import Report
-from archiver.store import archive_files, jobs
+from archiver.store import archive_files
 from archiver.text import counted, period
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ async def make_visible(
         return
     if no_wait:
         async with ctx.catalog() as conn:
-            await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)
+            await queue_publications(conn, here, delta=ctx.settings.delta)
         report(
             f"{', '.join(names)}: left to the workers (--no-wait): Delta readers see the "
             "change after their next publication"
@@ -122,6 +123,6 @@ async def make_visible(
     if unfinished:
         try:
             async with ctx.catalog() as conn:
-                await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)
+                await queue_publications(conn, here, delta=ctx.settings.delta)
         except Exception as exc:  # the workers' periodic publication still finds it
             report(f"the publications could not be queued ({error_line(exc)})")

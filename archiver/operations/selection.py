@@ -17,8 +17,9 @@ from archiver.config import ARCHIVE_TIER
 from archiver.context import Context
 from archiver.errors import InputError
 from archiver.ident import as_typed
+from archiver.kinds.publish import queue_publications
 from archiver.model import CatalogFile
-from archiver.store import archive_files, jobs
+from archiver.store import archive_files
 from archiver.text import counted
 
 log = logging.getLogger(__name__)
@@ -172,4 +173,4 @@ async def mark_offline(ctx: Context, paths: list[str]) -> None:
         ids = await archive_files.ids_at(conn, here, paths)
         await archive_files.going_offline(conn, ids, None)
         await archive_files.set_tier(conn, ids, ARCHIVE_TIER)
-        await jobs.enqueue_publications(conn, here, delta=ctx.settings.delta)
+        await queue_publications(conn, here, delta=ctx.settings.delta)

@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import random
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,33 +19,11 @@ from archiver.bulk import BulkConnection, fetch_and_rollback, run_in_transaction
 from archiver.db import query
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
-from archiver.model import (
-    ArchiveRequest,
-    CompactRequest,
-    Job,
-    OrphansRequest,
-    PublishRequest,
-    Request,
-    Status,
-)
-
-# Does nothing: for benchmarks and health checks of the queue itself. Workers finish
-# claimed no-op jobs in the claiming loop, in batches, without a thread. Every other
-# kind's name is its request's KIND (model.py), and archiver.kinds runs it.
-NOOP_TASK = "noop"
+from archiver.model import ArchiveRequest, Job, Queued, Queueing, Status
 
 
 async def enqueue(
-    conn: asyncpg.Connection | asyncpg.Pool,
-    payload: dict[str, Any],
-    *,
-    dedup_key: str,
-    lock_key: str | None,
-    priority: int = 0,
-    max_attempts: int = 5,
-    run_at: dt.datetime | None = None,
-    task_name: str = ArchiveRequest.KIND,
-    limits: dict[str, Any] | None = None,
+    conn: asyncpg.Connection | asyncpg.Pool, task_name: str, payload: dict[str, Any], how: Queueing
 ) -> tuple[uuid.UUID, bool]:
     """Queue a job; (id, True) if new, or (id of the queued/running twin, False)."""
     while True:
@@ -54,35 +31,25 @@ async def enqueue(
             query("enqueue"),
             task_name,
             json.dumps(payload),
-            priority,
-            max_attempts,
-            dedup_key,
-            lock_key,
-            run_at,
-            json.dumps(limits) if limits else None,
+            how.priority,
+            how.max_attempts,
+            how.dedup_key,
+            how.lock_key,
+            how.run_at,
+            json.dumps(how.limits) if how.limits else None,
         )
         if job_id is not None:
             return job_id, True
-        twin = await conn.fetchrow(query("find_duplicate"), dedup_key)
+        twin = await conn.fetchrow(query("find_duplicate"), how.dedup_key)
         if twin is not None:  # else it finished in between: try again
             return twin["id"], False
 
 
 async def enqueue_request(
-    conn: asyncpg.Connection | asyncpg.Pool,
-    request: Request[Any],
-    *,
-    key: str,
-    max_attempts: int,
-    run_at: dt.datetime | None = None,
-    limits: dict[str, Any] | None = None,
+    conn: asyncpg.Connection | asyncpg.Pool, request: Queued[Any]
 ) -> tuple[uuid.UUID, bool]:
-    """Queue `request` as a job of its kind, `key` both its dedup and its lock key (one
-    queued and one running of that work at a time)."""
-    return await enqueue(
-        conn, request.payload(), dedup_key=key, lock_key=key, task_name=request.KIND,
-        max_attempts=max_attempts, run_at=run_at, limits=limits,
-    )  # fmt: skip
+    """Queue `request` as a job of its kind, as it says it is queued."""
+    return await enqueue(conn, request.KIND, request.payload(), request.queueing())
 
 
 Part = tuple[ArchiveRequest, tuple[str, str]]  # a job to queue, with its dedup and lock keys
@@ -102,13 +69,9 @@ async def enqueue_parts(
     return [
         await enqueue(
             conn,
+            ArchiveRequest.KIND,
             part.payload(),
-            dedup_key=dedup_key,
-            lock_key=lock_key,
-            priority=priority,
-            max_attempts=max_attempts,
-            run_at=run_at,
-            limits=limits,
+            Queueing(dedup_key, lock_key, priority, max_attempts, run_at, limits),
         )
         for part, (dedup_key, lock_key) in parts
     ]
@@ -347,67 +310,33 @@ async def running_archive(conn: asyncpg.Connection, table: str) -> uuid.UUID | N
     return found
 
 
-async def enqueue_publications(
-    conn: asyncpg.Connection | asyncpg.Pool, storage_url: str, *, delta: bool = True
-) -> int:
-    """A publish job for every table whose committed files on `storage_url` are not all
-    in its Delta table yet (`delta`: publishing is on), or whose last publication a crash
-    interrupted, or with retired files to take out and delete (archiver.ledger); one
-    queued per table at most. Returns how many were new."""
-    tables = await conn.fetch(query("delta_pending_tables"), storage_url, delta)
-    new = 0
-    for row in tables:
-        key = f"publish:{storage_url}:{row['source_table']}"
-        request = PublishRequest(row["source_table"], storage_url)
-        _, created = await enqueue_request(conn, request, key=key, max_attempts=10)
-        new += created
-    return new
+async def tables_to_publish(
+    conn: asyncpg.Connection | asyncpg.Pool, storage_url: str, *, delta: bool
+) -> list[str]:
+    """Tables whose committed files on `storage_url` are not all in their Delta tables
+    yet (`delta`: publishing is on), or whose last publication a crash interrupted, or
+    with retired files to take out and delete (archiver.ledger)."""
+    return [
+        r["source_table"]
+        for r in await conn.fetch(query("delta_pending_tables"), storage_url, delta)
+    ]
 
 
-async def enqueue_orphan_sweep(pool: asyncpg.Pool, storage_url: str, period: float) -> bool:
-    """The orphan sweep of `storage_url` when none was queued in the last `period`
-    seconds (by any worker; the first a period after the storage is first seen): one a
-    period. True when queued."""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("maintenance_seen"), OrphansRequest.KIND, storage_url)
-        due = await conn.fetchval(
-            query("maintenance_due"), OrphansRequest.KIND, storage_url, period
-        )
-        if due is None:
-            return False
-        await enqueue_request(
-            conn, OrphansRequest(storage_url), key=f"orphans:{storage_url}", max_attempts=3
-        )
-    return True
+async def maintenance_due(
+    conn: asyncpg.Connection, kind: str, storage_url: str, period: float
+) -> bool:
+    """Whether `kind`'s periodic job of `storage_url` is due: none was queued in the last
+    `period` seconds by any worker (the first a period after the storage is first seen);
+    when it is, the period starts again. In the caller's transaction, with the queueing."""
+    await conn.execute(query("maintenance_seen"), kind, storage_url)
+    return await conn.fetchval(query("maintenance_due"), kind, storage_url, period) is not None
 
 
-async def enqueue_compactions(
-    pool: asyncpg.Pool,
-    storage_url: str,
-    period: float,
-    small: int,
-    requests: Callable[[str], CompactRequest | None],
-) -> int:
-    """Once a `period` per storage (by any worker; the first a period after the storage
-    is first seen): a compaction job for each table with two committed files under
-    `small` bytes or more, as `requests(table)` says (None: the table is not compacted).
-    How many were new."""
-    new = 0
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("maintenance_seen"), CompactRequest.KIND, storage_url)
-        due = await conn.fetchval(
-            query("maintenance_due"), CompactRequest.KIND, storage_url, period
-        )
-        if due is None:
-            return 0
-        for row in await conn.fetch(query("compact_tables"), storage_url, small):
-            request = requests(row["source_table"])
-            if request is None:
-                continue
-            key = f"compact:{storage_url}:{request.table}"
-            _, created = await enqueue_request(conn, request, key=key, max_attempts=3)
-            new += created
-    return new
+async def tables_to_compact(conn: asyncpg.Connection, storage_url: str, small: int) -> list[str]:
+    """Tables with two committed files under `small` bytes or more on `storage_url`."""
+    return [
+        r["source_table"] for r in await conn.fetch(query("compact_tables"), storage_url, small)
+    ]
 
 
 # -- a job's thread (ADBC), in the transaction of the chunk it commits ------------------

@@ -20,22 +20,14 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from archiver.model import Job, Status
+from archiver.model import Job, Queueing, Status
 from archiver.store import audit, jobs
 from archiver.store.jobs import Lease
 
 
 class Queue(Protocol):
     async def enqueue(
-        self,
-        task_name: str,
-        payload: dict[str, Any],
-        *,
-        dedup_key: str,
-        lock_key: str | None,
-        priority: int = 0,
-        max_attempts: int = 5,
-        run_at: dt.datetime | None = None,
+        self, task_name: str, payload: dict[str, Any], how: Queueing
     ) -> tuple[uuid.UUID, bool]:
         """Queue a job: (id, True), or (the id of its queued or running twin, False)."""
 
@@ -124,20 +116,9 @@ class PgQueue:
             yield conn
 
     async def enqueue(
-        self,
-        task_name: str,
-        payload: dict[str, Any],
-        *,
-        dedup_key: str,
-        lock_key: str | None,
-        priority: int = 0,
-        max_attempts: int = 5,
-        run_at: dt.datetime | None = None,
+        self, task_name: str, payload: dict[str, Any], how: Queueing
     ) -> tuple[uuid.UUID, bool]:
-        return await jobs.enqueue(
-            self.pool, payload, dedup_key=dedup_key, lock_key=lock_key, priority=priority,
-            max_attempts=max_attempts, run_at=run_at, task_name=task_name,
-        )  # fmt: skip
+        return await jobs.enqueue(self.pool, task_name, payload, how)
 
     async def claim(self, worker: str, limit: int) -> list[Job]:
         return await jobs.claim_jobs(self.pool, worker, limit)

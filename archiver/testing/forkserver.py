@@ -70,7 +70,7 @@ def _preload() -> None:
     import pyarrow.parquet  # noqa: F401
 
     import archiver.cli
-    import archiver.kinds
+    import archiver.kinds.registry
     import archiver.worker
     from archiver import bulk
 

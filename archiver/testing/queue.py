@@ -16,7 +16,7 @@ from typing import Any
 
 from archiver.errors import JobStateError
 from archiver.limits import WINDOW, window_opens
-from archiver.model import FINISHED, Job, Status
+from archiver.model import FINISHED, Job, Queueing, Status
 from archiver.store.jobs import Lease, backoff_seconds
 
 Clock = Callable[[], dt.datetime]
@@ -74,28 +74,21 @@ class MemoryQueue:
     # -- the Queue -----------------------------------------------------------------------
 
     async def enqueue(
-        self,
-        task_name: str,
-        payload: dict[str, Any],
-        *,
-        dedup_key: str,
-        lock_key: str | None,
-        priority: int = 0,
-        max_attempts: int = 5,
-        run_at: dt.datetime | None = None,
+        self, task_name: str, payload: dict[str, Any], how: Queueing
     ) -> tuple[uuid.UUID, bool]:
-        twin = self._twin(dedup_key)
+        twin = self._twin(how.dedup_key)
         if twin is not None:
             return twin, False
         now = self.clock()
         job = Job(
             id=uuid.uuid4(), task_name=task_name, payload=copy.deepcopy(payload),
-            status=Status.QUEUED, priority=priority, attempts=0, max_attempts=max_attempts,
-            locked_by=None, progress={}, last_error=None, errors=[], run_at=run_at or now,
+            status=Status.QUEUED, priority=how.priority, attempts=0, max_attempts=how.max_attempts,
+            locked_by=None, progress={}, last_error=None, errors=[], run_at=how.run_at or now,
             created_at=now, started_at=None, finished_at=None, heartbeat_at=None,
             cancel_requested_at=None,
         )  # fmt: skip
-        self.jobs[job.id], self.dedup[job.id], self.lock_keys[job.id] = job, dedup_key, lock_key
+        self.jobs[job.id], self.dedup[job.id] = job, how.dedup_key
+        self.lock_keys[job.id] = how.lock_key
         return job.id, True
 
     async def claim(self, worker: str, limit: int) -> list[Job]:

@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 
 import asyncpg
 
-from archiver import kinds
 from archiver.config import ConfigFile
 from archiver.errors import InputError, JobStateError
 from archiver.ident import TableName, as_typed
+from archiver.kinds import registry
 from archiver.limits import limit_changes
 from archiver.model import Status
 from archiver.operations import actions
@@ -29,8 +29,8 @@ STATUSES = tuple(str(s) for s in Status)
 
 
 def task_names() -> tuple[str, ...]:
-    """Every job kind's name, as archiver.kinds registers them (the filter's choices)."""
-    return tuple(kinds.KINDS)
+    """Every job kind's name, as archiver.kinds.registry registers them (the filter's choices)."""
+    return tuple(registry.KINDS)
 
 
 PAGE = 50

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 from archiver.config import Settings
+from archiver.context import Context
+from archiver.maintenance.duty import Shared
 from archiver.maintenance.prune import Pruner
 from archiver.store.queue import PgQueue
 from archiver.testing.reference import seed_orders
@@ -274,7 +276,9 @@ def test_the_pruner_keeps_reads_for_the_retention(h: Harness) -> None:
         pool = await asyncpg.create_pool(h.url, min_size=1, max_size=2)
         try:
             settings = Settings.from_env({**h.env, "ARCHIVER_RETENTION_DAYS": "30"})
-            await Pruner(PgQueue(pool), settings, pool).run()
+            ctx = Context(settings)
+            ctx.pool = pool
+            await Pruner(Shared(ctx, PgQueue(pool), lambda: None)).run()
         finally:
             await pool.close()
 

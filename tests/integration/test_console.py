@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page
 
-from archiver.kinds import KINDS
+from archiver.kinds.registry import KINDS
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
 from tests.support import (

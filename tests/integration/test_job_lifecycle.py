@@ -32,7 +32,7 @@ def test_four_workers_two_hundred_jobs(h: Harness) -> None:
 
     import asyncpg
 
-    from archiver.model import ArchiveRequest, Mode
+    from archiver.model import ArchiveRequest, Mode, Queueing
     from archiver.store import jobs
 
     tables = 50
@@ -49,9 +49,8 @@ def test_four_workers_two_hundred_jobs(h: Harness) -> None:
             for day in (3, 5, 7, 9):  # four jobs per table, serialised by the table's lock
                 cutoff = f"2020-01-{day:02d}T00:00:00+00:00"
                 request = ArchiveRequest(f"public.t{t}", "created_at", cutoff, Mode.MOVE)
-                job_id, _ = await jobs.enqueue(
-                    conn, request.payload(), dedup_key=f"t{t}:{day}", lock_key=f"table:public.t{t}"
-                )
+                how = Queueing(f"t{t}:{day}", f"table:public.t{t}")
+                job_id, _ = await jobs.enqueue(conn, request.KIND, request.payload(), how)
                 ids.append(str(job_id))
         await conn.close()
         return ids

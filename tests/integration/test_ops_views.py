@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from archiver.db import query
+from archiver.model import Queueing
 from archiver.testing.cluster import which_pg_bin
 from tests.support import ROOT, sql, sql_value
 from tests.support.harness import Harness
@@ -180,9 +181,9 @@ def test_the_summary_counts_finished_jobs_through_every_change(h: Harness) -> No
 
         for i in range(120):
             payload = {"table": f"public.t{i % 2}", "n": i}
-            await jobs.enqueue(pool, payload, dedup_key=f"j{i}", lock_key=None, max_attempts=1)
+            await jobs.enqueue(pool, "archive", payload, Queueing(f"j{i}", None, max_attempts=1))
         # a job without a table (as the bench's no-op jobs): its table is NULL
-        await jobs.enqueue(pool, {"n": "no table"}, dedup_key="none", lock_key=None)
+        await jobs.enqueue(pool, "archive", {"n": "no table"}, Queueing("none", None))
         await check("enqueued")
 
         async def finish(worker: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from archiver.model import ArchiveRequest, Job, Mode
+from archiver.model import ArchiveRequest, Job, Mode, Queueing
 from archiver.store import jobs
 from archiver.testing.reference import seed_orders
 from tests.support import (
@@ -117,9 +117,9 @@ def test_claim_takes_several_jobs_but_one_per_lock_key(h: Harness) -> None:
         pool = await asyncpg.create_pool(h.url, min_size=1, max_size=2)
         try:
             for i in range(3):
-                await jobs.enqueue(pool, {"n": i}, dedup_key=f"a{i}", lock_key="table:t")
+                await jobs.enqueue(pool, "archive", {"n": i}, Queueing(f"a{i}", "table:t"))
             for i in range(3):
-                await jobs.enqueue(pool, {"n": i}, dedup_key=f"b{i}", lock_key=None)
+                await jobs.enqueue(pool, "archive", {"n": i}, Queueing(f"b{i}", None))
             first = await jobs.claim_jobs(pool, "w1", 10)
             second = await jobs.claim_jobs(pool, "w2", 10)
             done = await jobs.complete_many(pool, [j.id for j in first], "w2")  # not w2's

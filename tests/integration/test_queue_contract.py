@@ -16,7 +16,7 @@ import pytest
 
 from archiver import db
 from archiver.errors import InputError, JobStateError
-from archiver.model import Status
+from archiver.model import Queueing, Status
 from archiver.operations import actions
 from archiver.store import audit
 from archiver.store.queue import PgQueue, Queue
@@ -61,23 +61,21 @@ async def job(
     run_at: dt.datetime | None = None,
 ) -> uuid.UUID:
     """A new job of the bench's no-op kind on `table`."""
-    job_id, created = await q.enqueue(
-        "noop", {"table": table}, dedup_key=key, lock_key=lock_key, priority=priority,
-        max_attempts=max_attempts, run_at=run_at,
-    )  # fmt: skip
+    how = Queueing(key, lock_key, priority, max_attempts, run_at)
+    job_id, created = await q.enqueue("noop", {"table": table}, how)
     assert created
     return job_id
 
 
 def test_a_twin_is_returned_while_queued_or_running_only(run: Callable[[Scenario], None]) -> None:
     async def body(q: Queue) -> None:
-        first, new = await q.enqueue("noop", {}, dedup_key="k", lock_key=None)
+        first, new = await q.enqueue("noop", {}, Queueing("k", None))
         assert new
-        assert await q.enqueue("noop", {}, dedup_key="k", lock_key=None) == (first, False)
+        assert await q.enqueue("noop", {}, Queueing("k", None)) == (first, False)
         [claimed] = await q.claim("w", 5)
-        assert await q.enqueue("noop", {}, dedup_key="k", lock_key=None) == (first, False)
+        assert await q.enqueue("noop", {}, Queueing("k", None)) == (first, False)
         assert await q.complete(claimed.id, "w", {"rows": 1})
-        again, new = await q.enqueue("noop", {}, dedup_key="k", lock_key=None)
+        again, new = await q.enqueue("noop", {}, Queueing("k", None))
         assert new and again != first
 
     run(body)

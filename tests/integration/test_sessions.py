@@ -22,7 +22,9 @@ import pytest
 from archiver import context
 from archiver.config import Settings
 from archiver.context import Context
-from archiver.model import CompactRequest, OrphansRequest, PurgeRequest
+from archiver.kinds.compact import CompactRequest
+from archiver.kinds.orphans import OrphansRequest
+from archiver.kinds.purge import PurgeRequest
 from archiver.store import jobs
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import with_database
@@ -108,7 +110,7 @@ async def _queue_every_kind(url: str, storage_url: str) -> None:
             OrphansRequest(storage_url),
             PurgeRequest("public.orders", "1 day"),
         ):
-            await jobs.enqueue_request(conn, request, key=request.KIND, max_attempts=1)
+            await jobs.enqueue_request(conn, request)
     finally:
         await conn.close()
 

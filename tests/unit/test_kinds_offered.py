@@ -1,4 +1,4 @@
-"""Job kinds and statuses are derived, not listed: a kind registered in archiver.kinds is
+"""Job kinds and statuses are derived, not listed: a kind registered in archiver.kinds.registry is
 offered and accepted by the console's job filter, as every status is."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from archiver import kinds
 from archiver.errors import InputError
+from archiver.kinds.kind import Kind
+from archiver.kinds.registry import KINDS
 from archiver.model import Status
 from archiver.web import pages
 from archiver.web.app import environment
@@ -34,12 +35,12 @@ def jobs_page(**context: Any) -> str:
 
 def test_every_kind_and_status_is_offered_and_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     page = jobs_page()
-    assert offered(page, "task") == ["any", *kinds.KINDS]
+    assert offered(page, "task") == ["any", *KINDS]
     assert {"compact", "orphans", "purge"} <= set(offered(page, "task"))
     assert offered(page, "status") == ["any", *(str(s) for s in Status)]
     # a kind registered in memory: offered, and the filter takes it
-    extra = kinds.Kind("tidy", lambda w, run, request: None, lambda payload: None)
-    monkeypatch.setitem(kinds.KINDS, "tidy", extra)
+    extra = Kind("tidy", lambda w, run, request: None, lambda payload: None)
+    monkeypatch.setitem(KINDS, "tidy", extra)
     assert offered(jobs_page(), "task")[-1] == "tidy"
     assert pages.JobFilter.parse({"task": "tidy"}).task == "tidy"
     with pytest.raises(InputError, match=r"expected one of archive, publish, .*tidy"):

@@ -13,9 +13,10 @@ import asyncpg
 from archiver.config import Settings
 from archiver.context import Context
 from archiver.maintenance import Maintenance, prune
+from archiver.maintenance.duty import Shared
 from archiver.maintenance.prune import Pruner
 from archiver.maintenance.rescue import Rescuer
-from archiver.model import Status
+from archiver.model import Queueing, Status
 from archiver.testing.memory import MemoryStorage
 from archiver.testing.queue import MemoryQueue
 
@@ -44,10 +45,10 @@ def test_the_rescuer_requeues_expired_leases_and_wakes_the_loop() -> None:
     async def scenario() -> None:
         clock = [dt.datetime.now(dt.UTC)]
         q = MemoryQueue(clock=lambda: clock[0])
-        job_id, _ = await q.enqueue("noop", {}, dedup_key="j", lock_key=None)
+        job_id, _ = await q.enqueue("noop", {}, Queueing("j", None))
         await q.claim("gone", 1)
         woken: list[Any] = []
-        rescuer = Rescuer(q, SETTINGS, lambda: woken.append(1))
+        rescuer = Rescuer(Shared(Context(SETTINGS), q, lambda: woken.append(1)))
         await rescuer.run()
         assert not woken and (await q.get(job_id)).status == Status.RUNNING
         clock[0] += dt.timedelta(seconds=31)
@@ -62,11 +63,11 @@ def test_the_pruner_goes_batch_by_batch_until_fewer_are_left() -> None:
         clock = [dt.datetime.now(dt.UTC)]
         q = MemoryQueue(clock=lambda: clock[0])
         for i in range(2 * prune.BATCH + 5):
-            await q.enqueue("noop", {}, dedup_key=str(i), lock_key=None)
+            await q.enqueue("noop", {}, Queueing(str(i), None))
         claimed = await q.claim("w", 3 * prune.BATCH)
         await q.complete_many([j.id for j in claimed[:-1]], "w")  # one still runs
         clock[0] += dt.timedelta(days=8)
-        await Pruner(q, SETTINGS, None).run()
+        await Pruner(Shared(Context(SETTINGS), q, lambda: None)).run()
         assert [j.status for j in q.jobs.values()] == [Status.RUNNING]
 
     asyncio.run(scenario())

@@ -42,7 +42,7 @@ def test_progress_after_a_file_counts_and_never_estimates_below_the_count() -> N
 def test_progress_json_keeps_unknown_keys() -> None:
     data = {"rows": 5, "files": 1, "last_key": ["7"], "future": {"x": 1}}
     p = Progress.from_json(data)
-    assert p.extra == {"future": {"x": 1}}
+    assert p.unknown == {"future": {"x": 1}}
     assert Progress.from_json(p.to_json()) == p
     assert p.after(file(1, "8")).to_json()["future"] == {"x": 1}
 
@@ -109,7 +109,8 @@ def test_bad_replica_lag_limits(text: str) -> None:
 
 
 def test_each_kind_s_request_round_trips_its_payload() -> None:
-    from archiver.model import PublishRequest, PurgeRequest
+    from archiver.kinds.publish import PublishRequest
+    from archiver.kinds.purge import PurgeRequest
 
     publish = PublishRequest("public.orders", "az://acct/archive")
     assert PublishRequest.from_payload(publish.payload()) == publish

@@ -18,8 +18,9 @@ import pytest
 from archiver.config import Settings
 from archiver.context import Context
 from archiver.errors import ArchiverError
-from archiver.kinds import KINDS, JobRun, Kind
-from archiver.model import Progress, Status
+from archiver.kinds.kind import JobRun, Kind
+from archiver.kinds.registry import KINDS
+from archiver.model import Progress, Queueing, Status
 from archiver.testing.memory import MemoryStorage
 from archiver.testing.queue import MemoryQueue
 from archiver.worker import Worker
@@ -96,7 +97,7 @@ def work(queue: MemoryQueue, *, concurrency: int = 1, burst: bool = True) -> Wor
 
 
 async def put(q: MemoryQueue, kind: str, key: str, lock: str | None = None, **payload: Any) -> Any:
-    job_id, _ = await q.enqueue(kind, payload, dedup_key=key, lock_key=lock, max_attempts=3)
+    job_id, _ = await q.enqueue(kind, payload, Queueing(key, lock, max_attempts=3))
     return job_id
 
 
