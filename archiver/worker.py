@@ -310,11 +310,17 @@ class Worker:
                 raise CancelRequested("cancelled by an operator")
             kind = kind_of(job)
             request = kind.request(job)
-            if kind.threaded:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self.executor, kind.run, self.ctx, run, request)
-            else:
-                result = await kind.run(self.ctx, run, request)
+            try:
+                if kind.threaded:
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(
+                        self.executor, kind.run, self.ctx, run, request
+                    )
+                else:
+                    result = await kind.run(self.ctx, run, request)
+            finally:  # before the job is finished: the queue is never idle while it is owed
+                if kind.after is not None:
+                    await self._finish_quietly(kind.after(self.ctx, job))
         except StopRequested as stop:
             await self._finish_quietly(queue.release(job.id, self.name))
             paused = isinstance(stop, PauseRequested)
@@ -359,9 +365,6 @@ class Worker:
                 metrics.job_finished("completed")
         finally:
             beat.cancel()
-            after = KINDS[job.task_name].after if job.task_name in KINDS else None
-            if after is not None:
-                await self._finish_quietly(after(self.ctx, job))
             self.runs.pop(job.id, None)
             self.wake.set()
 

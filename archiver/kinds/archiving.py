@@ -76,8 +76,10 @@ def _lane_connection(ctx: Context, run: JobRun) -> Iterator[BulkConnection]:
 
 
 def publish_after(ctx: Context, job: Job) -> Awaitable[object]:
-    """What an archive job committed joins its Delta tables (queued before the run
-    ends, so a burst worker takes the publish job before it exits)."""
+    """What an archive job committed joins its Delta tables: its publish jobs queued
+    before the job is finished, so that the queue is never idle while a publication is
+    owed (a burst worker takes them before it exits; a script that waits for no queued
+    or running job then finds every table published)."""
     if not ctx.settings.delta:
         return asyncio.sleep(0)
     if ctx.pool is None:

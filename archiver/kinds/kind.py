@@ -30,10 +30,11 @@ class JobRun:
 class Kind(Generic[R]):
     """A job kind: its name (the jobs' task_name), its handler `run` (a Result; awaited
     unless `threaded`: then run in the worker's job thread, for bulk work on its own ADBC
-    connections), how a claimed job's payload becomes its request, what runs once the
-    job has ended whatever its outcome (`after`), and whether it has no work at all
-    (`batch`: the claim loop completes such jobs in batches, for the bench's queue
-    figures)."""
+    connections), how a claimed job's payload becomes its request, what runs once its
+    run has ended whatever its outcome and before the job is finished in the queue
+    (`after`: the queue is never idle while work it queues is owed), and whether it has
+    no work at all (`batch`: the claim loop completes such jobs in batches, for the
+    bench's queue figures)."""
 
     name: str
     run: Callable[[Context, JobRun, R], Any]  # a Result, or an awaitable of one

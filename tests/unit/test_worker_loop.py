@@ -209,3 +209,29 @@ def test_an_idle_worker_claims_once_a_poll_interval() -> None:
         assert 5 <= Counted.claims <= 13, f"{Counted.claims} claims in 1 s at a 0.1 s interval"
 
     asyncio.run(scenario())
+
+
+def test_what_follows_a_job_runs_before_the_job_is_finished(
+    seen: Seen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kind's `after` (an archive's publications) is queued while its job still runs:
+    a script that waits for no queued or running job never finds what it queues owed."""
+
+    async def scenario() -> None:
+        q = MemoryQueue()
+        statuses: list[tuple[str, Status]] = []
+
+        async def follow(ctx: Context, job: Any) -> None:
+            statuses.append((job.payload["name"], (await q.get(job.id)).status))
+            if job.payload["name"] == "first":
+                await put(q, "sleep", "follower", name="follower")
+
+        for kind in (Kind("leads", lambda ctx, run, r: Progress(rows=1), dict, after=follow),):
+            monkeypatch.setitem(KINDS, kind.name, kind)
+        first = await put(q, "leads", "first", name="first")
+        await work(q).run()
+        assert statuses == [("first", Status.RUNNING)]
+        assert (await q.get(first)).status == Status.COMPLETED
+        assert [r.get("name") for r in seen.runs] == ["follower"]  # the burst worker took it
+
+    asyncio.run(scenario())
