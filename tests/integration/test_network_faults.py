@@ -6,17 +6,15 @@ connections reset, new ones refused, every byte slowed. Each service keeps its b
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from archiver.testing.faultproxy import FaultProxy, proxied
+from archiver.testing.faultproxy import FaultProxy
 from archiver.testing.reference import seed_orders
 from tests.support import (
     fast_env,
@@ -28,49 +26,20 @@ from tests.support import (
 )
 from tests.support.crash import old_ids
 from tests.support.harness import Harness
-
-DEADLINE = 4  # ARCHIVER_SHUTDOWN_DEADLINE of these tests' services
-BOUND = DEADLINE + 10  # what a stop may take at most, whatever the network does
-CUTOFF = "2024-12-25"
-
-
-def through(proxy: FaultProxy, url: str) -> str:
-    """`url` with its host and port the proxy's."""
-    parts = urlsplit(url)
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
+from tests.support.network import (
+    BOUND,
+    CUTOFF,
+    FAULTS,
+    proxied_env,
+    proxied_pg,
+    stopped_within,
+)
 
 
 @pytest.fixture
 def proxy(h: Harness) -> Iterator[FaultProxy]:
-    parts = urlsplit(h.url)
-    with proxied(parts.hostname or "127.0.0.1", parts.port or 5432) as p:
+    with proxied_pg(h) as p:
         yield p
-
-
-def proxied_env(h: Harness, proxy: FaultProxy, **extra: str) -> dict[str, str]:
-    return fast_env(
-        h.env,
-        ARCHIVER_DATABASE_URL=through(proxy, h.url),
-        ARCHIVER_SHUTDOWN_DEADLINE=str(DEADLINE),
-        **extra,
-    )
-
-
-def stopped_within(proc: object, log: Path, bound: float) -> float:
-    """SIGTERM `proc`; the seconds it took to exit, which must be under `bound`."""
-    started = time.monotonic()
-    proc.terminate()  # type: ignore[attr-defined]
-    try:
-        code = proc.wait(bound)  # type: ignore[attr-defined]
-    except Exception:
-        proc.kill()  # type: ignore[attr-defined]
-        raise AssertionError(
-            f"still running {bound}s after SIGTERM:\n{log.read_text()[-6000:]}"
-        ) from None
-    took = time.monotonic() - started
-    assert code == 0, log.read_text()[-3000:]
-    return took
 
 
 def paced_job(h: Harness, *, chunk_rows: int, rate: int) -> tuple[set[int], str, Path]:
@@ -214,90 +183,6 @@ def test_serve_answers_and_stops_within_its_bounds_when_its_flows_freeze(
     assert proxy.freeze() >= 1  # and again, for the stop
     took = stopped_within(serve, log, BOUND)
     print(f"serve, flows frozen: stopped {took:.1f}s after SIGTERM")
-
-
-def test_the_scheduler_carries_on_after_a_pause_and_stops_within_its_bounds_when_frozen(
-    h: Harness, proxy: FaultProxy
-) -> None:
-    """A scheduler firing every second: a pause of its flows delays slots and none is
-    lost for it (the next is queued once the flows carry again); with its flows frozen,
-    SIGTERM stops it within the deadline."""
-    from tests.support import archiver_cmd, start_process
-
-    seed_orders(h.url, 100)
-    config = h.tmp / "archiver.toml"
-    config.write_text(
-        '[settings]\nscheduler_grace = 60\n\n[[policy]]\nname = "every-second"\n'
-        'table = "public.orders"\ncolumn = "created_at"\nolder_than = "1 days"\n'
-        'schedule = "* * * * * *"\nmode = "copy"\n'
-    )
-    log = h.tmp / "scheduler.log"
-    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"),
-                              proxied_env(h, proxy), log)  # fmt: skip
-    slots = "SELECT count(*) FROM background_jobs WHERE policy_name = 'every-second'"
-    wait_until(lambda: h.value(slots) >= 2, 60, what="two slots queued")
-    proxy.pause(5)
-    time.sleep(5)
-    after_pause = h.value(slots)
-    wait_until(lambda: h.value(slots) >= after_pause + 2, 30, what="slots after the pause")
-    assert proxy.freeze() >= 1
-    time.sleep(2)  # the next slot's INSERT waits on a frozen flow
-    took = stopped_within(scheduler, log, BOUND)
-    print(f"scheduler, flows frozen: stopped {took:.1f}s after SIGTERM")
-    assert "scheduler stopped" in log.read_text()
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("enqueue", "--table", "orders", "--before", CUTOFF),
-        ("jobs",),
-    ],
-    ids=["enqueue", "jobs"],
-)
-def test_a_command_on_a_paused_network_ends_on_ctrl_c_without_changing_anything(
-    h: Harness, proxy: FaultProxy, args: tuple[str, ...]
-) -> None:
-    """A one-shot command whose flows carry nothing (its connect or its statement
-    waiting on them) ends within a few seconds of Ctrl-C, in one line, non-zero, and
-    queues nothing."""
-    from tests.support import archiver_cmd, start_process
-
-    seed_orders(h.url, 100)
-    log = h.tmp / "command.log"
-    proxy.pause(60)
-    command = start_process(archiver_cmd(*args), proxied_env(h, proxy), log)
-    time.sleep(3)  # connecting, through a network that carries nothing
-    assert command.poll() is None, log.read_text()
-    started = time.monotonic()
-    command.send_signal(signal.SIGINT)
-    try:
-        code = command.wait(BOUND)
-    except subprocess.TimeoutExpired:
-        command.kill()
-        raise AssertionError(f"still running {BOUND}s after Ctrl-C: {log.read_text()}") from None
-    took = time.monotonic() - started
-    proxy.heal()
-    said = log.read_text().strip().splitlines()
-    print(f"{args[0]}, network paused: ended {took:.1f}s after Ctrl-C ({code}): {said}")
-    assert code != 0 and took < DEADLINE + 3, (code, took)
-    assert len(said) == 1 and "Traceback" not in said[0], said
-    assert h.value("SELECT count(*) FROM background_jobs") == 0
-
-
-# Each fault but a freeze, in turn, as the console and serve meet them: what it does,
-# and what heals it (pause: for 4 s; refuse: new connections refused and open ones reset).
-def _refused(proxy: FaultProxy) -> None:
-    proxy.refuse(True)
-    proxy.reset()
-
-
-FAULTS: dict[str, Callable[[FaultProxy], object]] = {
-    "paused": lambda p: p.pause(4),
-    "reset": lambda p: p.reset(),
-    "refused": _refused,
-    "slow": lambda p: p.slow(0.02),
-}
 
 
 def test_the_console_answers_through_a_pause_a_reset_a_refusal_and_slowness(
