@@ -58,7 +58,7 @@ def database_url(template_db: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
-    server = Azurite(tmp_path_factory.mktemp("azurite"), in_memory=True)
+    server = Azurite(tmp_path_factory.mktemp("azurite"))
     server.start()
     yield server
     server.stop()

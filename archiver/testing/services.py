@@ -54,15 +54,12 @@ def wait_for_port(port: int, timeout: float = 30.0, proc: Started | None = None)
 
 class Azurite:
     """A real Azurite blob service on a free port, with its data in `location`; can be
-    stopped and started again on the same port and data (outage tests). `in_memory`:
-    its blobs and their metadata in its memory instead, lost when it stops -- a service
-    that lives as long as a test process: on disk, Azurite writes its whole metadata
-    database out every 5 s, which grows with every blob a suite writes."""
+    stopped and started again on the same port and data (outage tests)."""
 
-    def __init__(self, location: Path, *, in_memory: bool = False) -> None:
+    def __init__(self, location: Path) -> None:
         if not AZURITE_BIN.exists():
             raise RuntimeError(f"{AZURITE_BIN} missing: run `make test` (npm install in dev/)")
-        self.location, self.in_memory = location, in_memory
+        self.location = location
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -93,11 +90,8 @@ class Azurite:
                 "127.0.0.1",
                 "--blobPort",
                 str(self.port),
-                *(
-                    ["--inMemoryPersistence"]
-                    if self.in_memory
-                    else ["--location", str(self.location)]
-                ),
+                "--location",
+                str(self.location),
                 "--skipApiVersionCheck",
                 "--disableTelemetry",
                 "--silent",
