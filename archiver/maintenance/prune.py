@@ -22,11 +22,8 @@ class Pruner:
     every = 300.0
 
     def __init__(self, shared: Shared) -> None:
-        self.queue, self.days, self.pool = (
-            shared.queue,
-            shared.settings.retention_days,
-            shared.ctx.pool,
-        )
+        self.queue, self.days = shared.queue, shared.settings.retention_days
+        self.pool = shared.ctx.pool  # None for a worker on an in-memory queue
 
     async def run(self) -> None:
         """Batches (each short enough to hold its rows' locks well under a second), a

@@ -10,12 +10,13 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from archiver.testing.faultproxy import FaultProxy
 from archiver.testing.reference import seed_orders
-from tests.support import wait_until
+from tests.support import Process, wait_until
 from tests.support.harness import Harness
 from tests.support.network import (
     BOUND,
@@ -34,12 +35,12 @@ def proxy(h: Harness) -> Iterator[FaultProxy]:
         yield p
 
 
-def test_the_scheduler_carries_on_after_a_pause_and_stops_within_its_bounds_when_frozen(
-    h: Harness, proxy: FaultProxy
-) -> None:
-    """A scheduler firing every second: a pause of its flows delays slots and none is
-    lost for it (the next is queued once the flows carry again); with its flows frozen,
-    SIGTERM stops it within the deadline."""
+SLOTS = "SELECT count(*) FROM background_jobs WHERE policy_name = 'every-second'"
+
+
+def every_second(h: Harness, proxy: FaultProxy) -> tuple[Process, Path]:
+    """A scheduler through the proxy whose policy fires every second, two slots queued:
+    (its process, its log)."""
     from tests.support import archiver_cmd, start_process
 
     seed_orders(h.url, 100)
@@ -52,12 +53,21 @@ def test_the_scheduler_carries_on_after_a_pause_and_stops_within_its_bounds_when
     log = h.tmp / "scheduler.log"
     scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"),
                               proxied_env(h, proxy), log)  # fmt: skip
-    slots = "SELECT count(*) FROM background_jobs WHERE policy_name = 'every-second'"
-    wait_until(lambda: h.value(slots) >= 2, 60, what="two slots queued")
+    wait_until(lambda: h.value(SLOTS) >= 2, 60, what="two slots queued")
+    return scheduler, log
+
+
+def test_the_scheduler_carries_on_after_a_pause_and_stops_within_its_bounds_when_frozen(
+    h: Harness, proxy: FaultProxy
+) -> None:
+    """A scheduler firing every second: a pause of its flows delays slots and none is
+    lost for it (the next is queued once the flows carry again); with its flows frozen,
+    SIGTERM stops it within the deadline."""
+    scheduler, log = every_second(h, proxy)
     proxy.pause(5)
     time.sleep(5)
-    after_pause = h.value(slots)
-    wait_until(lambda: h.value(slots) >= after_pause + 2, 30, what="slots after the pause")
+    after_pause = h.value(SLOTS)
+    wait_until(lambda: h.value(SLOTS) >= after_pause + 2, 30, what="slots after the pause")
     assert proxy.freeze() >= 1
     time.sleep(2)  # the next slot's INSERT waits on a frozen flow
     took = stopped_within(scheduler, log, BOUND)
@@ -110,29 +120,16 @@ def test_the_scheduler_queues_every_slot_once_through_a_reset_a_refusal_and_slow
     has its own test above): after each heals its slots are queued again, those due while
     it could not queue coalesced into the next one it queued (a later cutoff takes their
     rows too), and SIGTERM stops it as quickly as ever."""
-    from tests.support import archiver_cmd, start_process
-
-    seed_orders(h.url, 100)
-    config = h.tmp / "archiver.toml"
-    config.write_text(
-        '[settings]\nscheduler_grace = 60\n\n[[policy]]\nname = "every-second"\n'
-        'table = "public.orders"\ncolumn = "created_at"\nolder_than = "1 days"\n'
-        'schedule = "* * * * * *"\nmode = "copy"\n'
-    )
-    log = h.tmp / "scheduler.log"
-    scheduler = start_process(archiver_cmd("--config", str(config), "scheduler"),
-                              proxied_env(h, proxy), log)  # fmt: skip
-    slots = "SELECT count(*) FROM background_jobs WHERE policy_name = 'every-second'"
-    wait_until(lambda: h.value(slots) >= 2, 60, what="two slots queued")
+    scheduler, log = every_second(h, proxy)
     for name, fault in FAULTS.items():
         if name == "paused":
             continue
         fault(proxy)
         time.sleep(3)  # slots fire meanwhile
         proxy.heal()
-        before = h.value(slots)
-        wait_until(lambda n=before: h.value(slots) >= n + 2, 30, what=f"slots after {name}")
-        print(f"scheduler, {name}: {h.value(slots)} slots queued after it healed")
+        before = h.value(SLOTS)
+        wait_until(lambda n=before: h.value(SLOTS) >= n + 2, 30, what=f"slots after {name}")
+        print(f"scheduler, {name}: {h.value(SLOTS)} slots queued after it healed")
     got = [
         r[0]
         for r in h.sql(
