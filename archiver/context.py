@@ -204,7 +204,7 @@ class Context:
         with self.bulk_pool.connection(url) as conn:
             yield conn
 
-    async def on(self, url: str, read: Callable[[BulkConnection], T]) -> T:
+    async def in_thread(self, url: str, read: Callable[[BulkConnection], T]) -> T:
         """`read(conn)` on one of the context's ADBC connections to `url`, in a thread."""
 
         def run() -> T:

@@ -90,7 +90,7 @@ async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
 
     checks.append(await _check("policies", valid_policies))
     for table, mode in policies:
-        checks.append(await _check(f"privileges on {table}", _privileges_on(ctx, table, mode)))
+        checks.append(await _check(f"privileges on {table}", _privileges_check(ctx, table, mode)))
     checks.append(await _check("storage", lambda: asyncio.to_thread(_storage_writable, ctx)))
     if checks[-1].ok:
         checks += await asyncio.to_thread(_storage_features, ctx)
@@ -159,7 +159,7 @@ def _storage_features(ctx: Context) -> list[Check]:
     return checks
 
 
-def _privileges_on(ctx: Context, table: str, mode: Mode) -> Callable[[], Awaitable[str]]:
+def _privileges_check(ctx: Context, table: str, mode: Mode) -> Callable[[], Awaitable[str]]:
     return lambda: _table_privileges(ctx, TableName.stored(table).quoted, mode)
 
 

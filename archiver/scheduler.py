@@ -68,7 +68,9 @@ class PolicyScheduler:
         self.pool = await self.ctx.open_pool(size=2)
         tables = sorted({t for _, t in self.policies})
         self.partitioned = set(
-            await self.ctx.on(self.settings.effective_source_url, lambda c: partitioned(c, tables))
+            await self.ctx.in_thread(
+                self.settings.effective_source_url, lambda c: partitioned(c, tables)
+            )
         )
         scheduler = AsyncIOScheduler(
             timezone=dt.UTC,
@@ -158,7 +160,7 @@ class PolicyScheduler:
         parts: list[jobs.Part] = [(request, request.keys())]
         if policy.partitions != PartitionAction.ROWS and table in self.partitioned:
             # the table's partitions, as of now
-            _, parts = await self.ctx.on(
+            _, parts = await self.ctx.in_thread(
                 self.settings.effective_source_url, lambda c: archive_parts(c, request)
             )
         job_id, created = await jobs.enqueue_slot(

@@ -29,7 +29,9 @@ class LedgerSweep:
         here = str(self.storage.location)
         tables = await ledger_rows.sweep_tables(self.pool, here)
         if tables:  # an ADBC session only when there may be work: most sweeps find none
-            await self.ctx.on(self.ctx.settings.database_url, lambda c: self._sweep(c, tables))
+            await self.ctx.in_thread(
+                self.ctx.settings.database_url, lambda c: self._sweep(c, tables)
+            )
 
     def _sweep(self, conn: BulkConnection, tables: list[str]) -> None:
         ledger.sweep(self.ctx, conn)

@@ -21,7 +21,7 @@ async def query(
 
     statement.refuse_writes(sql)  # before anything runs
     engine.check_format(fmt, output)
-    result = await ctx.on(
+    result = await ctx.in_thread(
         ctx.settings.database_url,
         lambda conn: answer(
             conn,

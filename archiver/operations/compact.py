@@ -124,7 +124,7 @@ async def compact_table(
     table; then (`publish`) its Delta tables published, so readers see the merge when
     this returns."""
     name = await resolve(ctx, table)
-    done = await ctx.on(
+    done = await ctx.in_thread(
         ctx.settings.database_url,
         lambda conn: _compact(ctx, conn, name, options, dry_run, report),
     )

@@ -92,7 +92,7 @@ async def plan(
         said = warnings(conn, request, ctx.settings.lock_timeout)
         return {**found.to_json(), "warnings": said}
 
-    result: dict[str, Any] = await ctx.on(ctx.settings.effective_source_url, explain)
+    result: dict[str, Any] = await ctx.in_thread(ctx.settings.effective_source_url, explain)
     return result
 
 
@@ -116,7 +116,7 @@ async def enqueue_archive(
         group, parts = archive_parts(conn, request, parallel, rule, throttled)
         return group, parts, warnings(conn, request, ctx.settings.lock_timeout)
 
-    group, parts, said = await ctx.on(ctx.settings.effective_source_url, check)
+    group, parts, said = await ctx.in_thread(ctx.settings.effective_source_url, check)
     await asyncio.to_thread(storage.check)
     run_at = window_opens(limits or {}, dt.datetime.now(dt.UTC))  # None: run now
     async with ctx.catalog() as conn, conn.transaction():
@@ -273,5 +273,5 @@ async def checked_policies(ctx: Context, config: ConfigFile | None) -> list[tupl
             checked.append((policy, info.qualified))
         return checked
 
-    result: list[tuple[Policy, str]] = await ctx.on(ctx.settings.effective_source_url, check)
+    result: list[tuple[Policy, str]] = await ctx.in_thread(ctx.settings.effective_source_url, check)
     return result

@@ -56,75 +56,60 @@ async def erase_rows(
     """Erase the archived rows of `table` matching `where` (and, with_children, the rows
     of its aggregate's tables referencing them) from every file holding them; the tables
     held against compaction meanwhile (selection.hold_tables)."""
+    from archiver.lifecycle import erase as eraser
+
     name, _ = await table_files(ctx, table, "erase")
     held = [name]
     if with_children:  # theirs too: a compaction of one of them retires their files
         held += (await aggregate_children(ctx, [name])).get(name, [])
-    async with hold_tables(ctx, held):
-        return await _erase(
-            ctx, name, where, with_children=with_children, dry_run=dry_run,
-            reason=reason, report=report, no_wait=no_wait,
-        )  # fmt: skip
+    async with hold_tables(ctx, held):  # its files selected again: a merge may have committed
+        name, every = await stored_table_files(ctx, name, "erase")
+        integer_keys = await ctx.in_thread(
+            ctx.settings.effective_source_url, lambda c: _integers(c, name)
+        )
+        # one file at least: the predicate is checked on it
+        files = _may_match(every, where, integer_keys) or every[:1]
+        per_table, keys = await _with_children(ctx, name, files, every, with_children)
+        await _refuse_running(ctx, name)
+        refuse_offline("erase", [f for fs in per_table.values() for f in fs])
+        storage = ctx.storage()
+        location = ctx.settings.storage_location()
 
+        def find() -> tuple[eraser.ErasePlan, eraser.Found]:
+            import duckdb
 
-async def _erase(
-    ctx: Context,
-    table: str,
-    where: str,
-    *,
-    with_children: bool,
-    dry_run: bool,
-    reason: str,
-    report: Report,
-    no_wait: bool,
-) -> Erased:
-    from archiver.lifecycle import erase as eraser
+            with engine(ctx.settings, location) as con:
+                try:
+                    eraser.open_view(con, storage, files)
+                    predicate = Predicate.check(con, where, eraser.VIEW, name)
+                    plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
+                    return plan, eraser.find(con, storage, plan)
+                except duckdb.IOException as exc:  # a catalogued file not stored (the soak)
+                    raise InputError(
+                        f"erase refused, nothing erased: an archived file of {name} cannot be "
+                        f"read ({first_line(exc)}); `archiver verify --table {as_typed(name)}` "
+                        "checks them all"
+                    ) from None
 
-    name, every = await stored_table_files(ctx, table, "erase")
-    integer_keys = await ctx.on(ctx.settings.effective_source_url, lambda c: _integers(c, name))
-    # one file at least: the predicate is checked on it
-    files = _may_match(every, where, integer_keys) or every[:1]
-    per_table, keys = await _with_children(ctx, name, files, every, with_children)
-    await _refuse_running(ctx, name)
-    refuse_offline("erase", [f for fs in per_table.values() for f in fs])
-    storage = ctx.storage()
-    location = ctx.settings.storage_location()
-
-    def find() -> tuple[eraser.ErasePlan, eraser.Found]:
-        import duckdb
-
-        with engine(ctx.settings, location) as con:
-            try:
-                eraser.open_view(con, storage, files)
-                predicate = Predicate.check(con, where, eraser.VIEW, name)
-                plan = eraser.ErasePlan(name, predicate, per_table, keys, reason)
-                return plan, eraser.find(con, storage, plan)
-            except duckdb.IOException as exc:  # a catalogued file not stored (found by the soak)
-                raise InputError(
-                    f"erase refused, nothing erased: an archived file of {name} cannot be read "
-                    f"({first_line(exc)}); `archiver verify --table {as_typed(name)}` checks them all"
-                ) from None
-
-    plan, found = await asyncio.to_thread(find)
-    counts = {t: (len(found.positions.get(t, {})), len(fs)) for t, fs in per_table.items()}
-    rows = {t: found.rows(t) for t in per_table}
-    holding = [f for t, fs in per_table.items() for f in fs if f.path in found.positions[t]]
-    why = protected(await asyncio.to_thread(as_stored, storage, holding), dt.datetime.now(dt.UTC))
-    if why:
-        raise InputError(f"erase refused, nothing erased: files holding matching rows: {why}")
-    if dry_run:
-        for t in per_table:
-            report(
-                f"{t}: {rows[t]} rows would be erased from {counts[t][0]} of {counts[t][1]} files"
-            )
-        return Erased(None, rows, counts)
-    ledger_id = await ctx.on(
-        ctx.settings.database_url, lambda conn: eraser.erase(ctx, conn, plan, found, report)
-    )
-    if found.total:
-        tables = [t for t in per_table if found.positions.get(t)]
-        await make_visible(ctx, tables, no_wait=no_wait, report=report)
-    return Erased(ledger_id, rows, counts)
+        plan, found = await asyncio.to_thread(find)
+        counts = {t: (len(found.positions.get(t, {})), len(fs)) for t, fs in per_table.items()}
+        rows = {t: found.rows(t) for t in per_table}
+        holding = [f for t, fs in per_table.items() for f in fs if f.path in found.positions[t]]
+        stored = await asyncio.to_thread(as_stored, storage, holding)
+        why = protected(stored, dt.datetime.now(dt.UTC))
+        if why:
+            raise InputError(f"erase refused, nothing erased: files holding matching rows: {why}")
+        if dry_run:
+            for t, (holding_rows, of) in counts.items():
+                report(f"{t}: {rows[t]} rows would be erased from {holding_rows} of {of} files")
+            return Erased(None, rows, counts)
+        ledger_id = await ctx.in_thread(
+            ctx.settings.database_url, lambda conn: eraser.erase(ctx, conn, plan, found, report)
+        )
+        if found.total:
+            tables = [t for t in per_table if found.positions.get(t)]
+            await make_visible(ctx, tables, no_wait=no_wait, report=report)
+        return Erased(ledger_id, rows, counts)
 
 
 async def _with_children(
@@ -144,7 +129,7 @@ async def _with_children(
         children = (await aggregate_children(ctx, [name])).get(name, [])
         if not children:
             raise InputError(f"erase: --with-children: no table references {name} today")
-        ordered, keys = await ctx.on(
+        ordered, keys = await ctx.in_thread(
             ctx.settings.effective_source_url,
             lambda conn: parents_first_today(conn, [name, *children]),
         )

@@ -64,7 +64,9 @@ async def grants(ctx: Context, role: str, tables: list[str], config: ConfigFile 
         return list(access.values()), schemas, triggers, refused
 
     described = (
-        await ctx.on(ctx.settings.effective_source_url, describe) if wanted else ([], set(), [], [])
+        await ctx.in_thread(ctx.settings.effective_source_url, describe)
+        if wanted
+        else ([], set(), [], [])
     )
     access, schemas, triggers, refused = described
     async with ctx.catalog() as conn:

@@ -15,7 +15,7 @@ from archiver.source.tables import describe_table, find_table
 async def qualified_table(ctx: Context, name: str) -> str:
     """`schema.table` of a table of the source database, found as enqueue finds it."""
     table = TableName.parse(name)
-    qualified: str = await ctx.on(
+    qualified: str = await ctx.in_thread(
         ctx.settings.effective_source_url, lambda conn: ".".join(find_table(conn, table)[:2])
     )
     return qualified
@@ -32,7 +32,7 @@ async def aggregate_children(ctx: Context, tables: list[str]) -> dict[str, list[
         return found
 
     children: dict[str, list[str]] = (
-        await ctx.on(ctx.settings.effective_source_url, read) if tables else {}
+        await ctx.in_thread(ctx.settings.effective_source_url, read) if tables else {}
     )
     return children
 

@@ -47,7 +47,7 @@ async def remove_orphans(
             report(done[-1])
         return done
 
-    return await ctx.on(ctx.settings.database_url, run)
+    return await ctx.in_thread(ctx.settings.database_url, run)
 
 
 def by_folder(objects: Iterable[StoredObject], root: str) -> dict[str, list[StoredObject]]:

@@ -42,7 +42,7 @@ async def publish_table(
         raise InputError(f"publish: no archived files of table {table!r} in the catalog")
     if len(found) > 1:
         raise InputError(f"publish: {table!r} is ambiguous ({', '.join(found)}): name the schema")
-    return await ctx.on(
+    return await ctx.in_thread(
         ctx.settings.database_url,
         lambda conn: publish_table_on(
             ctx, conn, found[0], rebuild=rebuild, sweep_only=sweep_only, lock_wait=lock_wait

@@ -6,6 +6,7 @@ that take the retired files out of their Delta tables."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
@@ -55,62 +56,47 @@ async def purge_table(
         if missing_ok:  # a policy's purge before its table's first archive
             return Purged(None, 0, 0, 0, None, None)
         raise
-    async with hold_tables(ctx, [name]):
-        return await _purge(
-            ctx, name, age, dry_run=dry_run, skip_protected=skip_protected,
-            report=report, now=now or dt.datetime.now(dt.UTC), no_wait=no_wait,
-        )  # fmt: skip
-
-
-async def _purge(
-    ctx: Context,
-    table: str,
-    age: Age,
-    *,
-    dry_run: bool,
-    skip_protected: bool,
-    report: Report,
-    now: dt.datetime,
-    no_wait: bool,
-) -> Purged:
-
-    name, files = await stored_table_files(ctx, table, "purge")
-    rooted = [f for f in files if f.cutoff_column]
-    if not rooted:
-        raise InputError(
-            f"purge: {name} is archived with its parents (its files have no cutoff column): "
-            "purge the table they were archived with; its rows go with theirs"
+    now = now or dt.datetime.now(dt.UTC)
+    async with hold_tables(ctx, [name]):  # its files selected again: a merge may have committed
+        name, files = await stored_table_files(ctx, name, "purge")
+        rooted = [f for f in files if f.cutoff_column]
+        if not rooted:
+            raise InputError(
+                f"purge: {name} is archived with its parents (its files have no cutoff column): "
+                "purge the table they were archived with; its rows go with theirs"
+            )
+        before = age.before(now)
+        split = expired(rooted, before)
+        storage = ctx.storage()
+        groups = await chunk_groups(ctx, split.going)
+        # a chunk goes whole or stays whole: kept when any of its files is protected, as
+        # the catalog recorded it or as the storage reports it now
+        chunks = [[root, *groups.get(root.path, [])] for root in split.going]
+        stored = await asyncio.to_thread(as_stored, storage, [f for c in chunks for f in c])
+        by_path = {f.path: f for f in stored}
+        kept = [c for c in chunks if protected([by_path[f.path] for f in c], now)]
+        skipped = protected([by_path[f.path] for c in kept for f in c], now)
+        if skipped and not skip_protected:
+            raise InputError(
+                f"purge refused, nothing purged: of the files older than {age}, {skipped} "
+                "(--skip-protected purges the others)"
+            )
+        going = [c for c in chunks if c not in kept]
+        split = Expired([c[0] for c in going], split.spanning)
+        plan = PurgePlan(name, age, before, split, [f for c in going for f in c[1:]])
+        files_going = split.going + plan.children
+        rows = sum(f.row_count for f in files_going)
+        result = Purged(
+            None, rows, len(files_going), len(split.spanning), split.kept_until, skipped
         )
-    before = age.before(now)
-    split = expired(rooted, before)
-    storage = ctx.storage()
-    groups = await chunk_groups(ctx, split.going)
-    # a chunk goes whole or stays whole: kept when any of its files is protected, as
-    # the catalog recorded it or as the storage reports it now
-    chunks = [[root, *groups.get(root.path, [])] for root in split.going]
-    stored = await asyncio.to_thread(as_stored, storage, [f for c in chunks for f in c])
-    by_path = {f.path: f for f in stored}
-    held = [c for c in chunks if protected([by_path[f.path] for f in c], now)]
-    skipped = protected([by_path[f.path] for c in held for f in c], now)
-    if skipped and not skip_protected:
-        raise InputError(
-            f"purge refused, nothing purged: of the files older than {age}, {skipped} "
-            "(--skip-protected purges the others)"
+        if dry_run or not files_going:
+            for f in files_going:
+                span = f"{f.min_cutoff_value} .. {f.max_cutoff_value}" if f.cutoff_column else ""
+                report(f"{f.path}: {f.row_count} rows, {span or 'with its chunk of ' + name}")
+            return result
+        ledger_id, _ = await ctx.in_thread(
+            ctx.settings.database_url, lambda conn: purge(ctx, conn, plan, report)
         )
-    going = [c for c in chunks if c not in held]
-    split = Expired([c[0] for c in going], split.spanning)
-    plan = PurgePlan(name, age, before, split, [f for c in going for f in c[1:]])
-    files_going = split.going + plan.children
-    rows = sum(f.row_count for f in files_going)
-    result = Purged(None, rows, len(files_going), len(split.spanning), split.kept_until, skipped)
-    if dry_run or not files_going:
-        for f in files_going:
-            span = f"{f.min_cutoff_value} .. {f.max_cutoff_value}" if f.cutoff_column else ""
-            report(f"{f.path}: {f.row_count} rows, {span or 'with its chunk of ' + name}")
-        return result
-    ledger_id, _ = await ctx.on(
-        ctx.settings.database_url, lambda conn: purge(ctx, conn, plan, report)
-    )
-    tables = {f.source_table for f in files_going}
-    await make_visible(ctx, tables, no_wait=no_wait, report=report)
-    return Purged(ledger_id, rows, len(files_going), result.spanning, result.kept_until, skipped)
+        tables = {f.source_table for f in files_going}
+        await make_visible(ctx, tables, no_wait=no_wait, report=report)
+        return dataclasses.replace(result, ledger=ledger_id)

@@ -59,13 +59,55 @@ async def restore(
     compaction meanwhile (selection.hold_tables)."""
     if into is not None:  # as a user wrote it: archiver's record of it from here on
         into = str(TableName.parse(into))
+    from archiver.restore import RestorePlan
+    from archiver.restore import restore as restore_rows
+
     files = await _selected(ctx, selection)
     async with hold_tables(ctx, {f.source_table for f in files}):
-        return await _restore(
-            ctx, selection, await _selected(ctx, selection), into=into,
-            keep_archive=keep_archive, skip_conflicts=skip_conflicts, dry_run=dry_run,
-            ignore_dropped_columns=ignore_dropped_columns, report=report, no_wait=no_wait,
-        )  # fmt: skip
+        files = await _selected(ctx, selection)  # again: a merge may have committed
+        moves_back = into is None and not keep_archive
+        refuse_offline("restore", files)
+        storage = ctx.storage()
+        if moves_back:
+            why = protected(
+                await asyncio.to_thread(as_stored, storage, files), dt.datetime.now(dt.UTC)
+            )
+            if why:
+                raise InputError(
+                    f"restore refused, nothing changed: of these files, {why}: they cannot leave "
+                    "the archive (--keep-archive copies the rows back)"
+                )
+        plan = RestorePlan(
+            files,
+            into,
+            skip_conflicts,
+            selection.cutoff_from,
+            selection.cutoff_to,
+            dry_run,
+            ignore_dropped_columns,
+            moves_back=moves_back,
+            keep=ctx.settings.reader_retention,
+        )
+        tables = list(dict.fromkeys(f.source_table for f in files))
+        request = _request(selection, skip_conflicts)
+
+        def run(conn: BulkConnection) -> Restored:
+            workdir = Path(tempfile.gettempdir())
+            if not moves_back:
+                done = restore_rows(conn, storage, plan, workdir, report)
+                if not dry_run:
+                    ctx.committed(f"{counted(done.rows, 'row')} restored into {into or tables[0]}")
+                return done
+            return _move_back(ctx, conn, storage, plan, tables, request, workdir, report, no_wait)
+
+        try:
+            done: Restored = await ctx.in_thread(ctx.settings.effective_source_url, run)
+        except OfflineError as exc:  # moved by a lifecycle rule: the catalog learns it
+            await mark_offline(ctx, [exc.name])
+            raise InputError(f"restore refused, nothing changed: {exc}") from None
+        if moves_back and not dry_run and done.retired:
+            await make_visible(ctx, tables, no_wait=no_wait, report=report)
+        return done, files
 
 
 async def _selected(ctx: Context, selection: FileSelection) -> list[CatalogFile]:
@@ -75,64 +117,6 @@ async def _selected(ctx: Context, selection: FileSelection) -> list[CatalogFile]
     if selection.job_id is None:
         files += await chunk_children(ctx, files)
     return files
-
-
-async def _restore(
-    ctx: Context,
-    selection: FileSelection,
-    files: list[CatalogFile],
-    *,
-    into: str | None,
-    keep_archive: bool,
-    skip_conflicts: bool,
-    dry_run: bool,
-    ignore_dropped_columns: bool,
-    report: Report,
-    no_wait: bool,
-) -> tuple[Restored, list[CatalogFile]]:
-    from archiver.restore import RestorePlan, restore
-
-    moves_back = into is None and not keep_archive
-    refuse_offline("restore", files)
-    storage = ctx.storage()
-    if moves_back:
-        why = protected(await asyncio.to_thread(as_stored, storage, files), dt.datetime.now(dt.UTC))
-        if why:
-            raise InputError(
-                f"restore refused, nothing changed: of these files, {why}: they cannot leave "
-                "the archive (--keep-archive copies the rows back)"
-            )
-    plan = RestorePlan(
-        files,
-        into,
-        skip_conflicts,
-        selection.cutoff_from,
-        selection.cutoff_to,
-        dry_run,
-        ignore_dropped_columns,
-        moves_back=moves_back,
-        keep=ctx.settings.reader_retention,
-    )
-    tables = list(dict.fromkeys(f.source_table for f in files))
-    request = _request(selection, skip_conflicts)
-
-    def run(conn: BulkConnection) -> Restored:
-        workdir = Path(tempfile.gettempdir())
-        if not moves_back:
-            done = restore(conn, storage, plan, workdir, report)
-            if not dry_run:
-                ctx.committed(f"{counted(done.rows, 'row')} restored into {into or tables[0]}")
-            return done
-        return _move_back(ctx, conn, storage, plan, tables, request, workdir, report, no_wait)
-
-    try:
-        done: Restored = await ctx.on(ctx.settings.effective_source_url, run)
-    except OfflineError as exc:  # moved by a lifecycle rule: the catalog learns it
-        await mark_offline(ctx, [exc.name])
-        raise InputError(f"restore refused, nothing changed: {exc}") from None
-    if moves_back and not dry_run and done.retired:
-        await make_visible(ctx, tables, no_wait=no_wait, report=report)
-    return done, files
 
 
 def _move_back(

@@ -66,7 +66,36 @@ async def set_tier(
     sound (they cannot be read there), after they left the Delta table. The table is
     held against compaction meanwhile, as by rehydrate and protect."""
     async with _held(ctx, table, "tier") as name:
-        return await _set_tier(ctx, name, age, tier, dry_run=dry_run, report=report)
+        name, files = await _selected(ctx, name, age, "tier")
+        offline = [f for f in files if f.offline]
+        if offline and tier != ARCHIVE_TIER:
+            raise InputError(
+                f"tier: {len(offline)} of these files are in the Archive tier: "
+                f"`archiver rehydrate --table {as_typed(name)} --tier {tier}` brings them back"
+            )
+        # to Archive: also those a killed run marked offline but did not move
+        todo = [f for f in files if f.tier != tier and (tier == ARCHIVE_TIER or not f.offline)]
+        async with ctx.catalog() as conn:
+            if tier == ARCHIVE_TIER and todo:
+                unverified = await archive_files.unverified(conn, [f.id for f in todo])
+                if unverified:
+                    raise InputError(
+                        f"tier: {len(unverified)} of {len(todo)} files were not verified since "
+                        f"they were written; run `archiver verify --table {as_typed(name)}` first (an "
+                        "Archive-tier file cannot be read to be verified); nothing moved"
+                    )
+            if dry_run:
+                report(f"{len(todo)} files of {name} would move to {tier}")
+                return Tiered(0, len(files) - len(todo), len(offline))
+            if tier == ARCHIVE_TIER:
+                offline_after = len({f.id for f in offline} | {f.id for f in todo})
+                done = Tiered(0, len(files) - len(todo), offline_after)
+                return await _to_archive(ctx, conn, name, todo, done, report)
+        again = f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves the rest"
+        moved = await asyncio.to_thread(_move, ctx, todo, tier, report, again)
+        async with ctx.catalog() as conn:
+            await archive_files.set_tier(conn, [f.id for f in todo], tier)
+        return Tiered(moved, len(files) - len(todo), len(offline))
 
 
 @contextlib.asynccontextmanager
@@ -75,41 +104,6 @@ async def _held(ctx: Context, table: str, verb: str) -> AsyncIterator[str]:
     name, _ = await table_files(ctx, table, verb)
     async with hold_tables(ctx, [name]):
         yield name
-
-
-async def _set_tier(
-    ctx: Context, table: str, age: Age | None, tier: str, *, dry_run: bool, report: Report
-) -> Tiered:
-    name, files = await _selected(ctx, table, age, "tier")
-    offline = [f for f in files if f.offline]
-    if offline and tier != ARCHIVE_TIER:
-        raise InputError(
-            f"tier: {len(offline)} of these files are in the Archive tier: "
-            f"`archiver rehydrate --table {as_typed(name)} --tier {tier}` brings them back"
-        )
-    # to Archive: also those a killed run marked offline but did not move
-    todo = [f for f in files if f.tier != tier and (tier == ARCHIVE_TIER or not f.offline)]
-    async with ctx.catalog() as conn:
-        if tier == ARCHIVE_TIER and todo:
-            unverified = await archive_files.unverified(conn, [f.id for f in todo])
-            if unverified:
-                raise InputError(
-                    f"tier: {len(unverified)} of {len(todo)} files were not verified since "
-                    f"they were written; run `archiver verify --table {as_typed(name)}` first (an "
-                    "Archive-tier file cannot be read to be verified); nothing moved"
-                )
-        if dry_run:
-            report(f"{len(todo)} files of {name} would move to {tier}")
-            return Tiered(0, len(files) - len(todo), len(offline))
-        if tier == ARCHIVE_TIER:
-            offline_after = len({f.id for f in offline} | {f.id for f in todo})
-            done = Tiered(0, len(files) - len(todo), offline_after)
-            return await _to_archive(ctx, conn, name, todo, done, report)
-    again = f"`archiver tier --table {as_typed(name)} --tier {tier}` again moves the rest"
-    moved = await asyncio.to_thread(_move, ctx, todo, tier, report, again)
-    async with ctx.catalog() as conn:
-        await archive_files.set_tier(conn, [f.id for f in todo], tier)
-    return Tiered(moved, len(files) - len(todo), len(offline))
 
 
 async def _to_archive(
@@ -183,40 +177,36 @@ async def rehydrate(
     """Start rehydrating the table's Archive-tier files to `tier`; those the service
     says are online again are marked so in the catalog (run it again to follow)."""
     async with _held(ctx, table, "rehydrate") as name:
-        return await _rehydrate_table(ctx, name, tier, priority, report, no_wait)
-
-
-async def _rehydrate_table(
-    ctx: Context, table: str, tier: str, priority: str, report: Report, no_wait: bool
-) -> Rehydrated:
-    name, files = await stored_table_files(ctx, table, "rehydrate")
-    storage = ctx.storage()
-    # the catalog's offline files, and any a lifecycle rule moved without telling it
-    candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files
-    states = await asyncio.to_thread(_rehydrate, ctx, candidates, tier, priority, name)
-    online = [f for f, state in zip(candidates, states, strict=True) if state == "online"]
-    offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
-    async with ctx.catalog() as conn:
-        if offline:  # found offline: out of the Delta table until they are back
-            await archive_files.going_offline(conn, [f.id for f in offline], None)
-            await archive_files.set_tier(conn, [f.id for f in offline], ARCHIVE_TIER)
-        back = [f for f in online if f.offline]
-        here = str(storage.location)
-        for t in sorted({f.source_table for f in back}):
-            ids = [f.id for f in back if f.source_table == t]
-            async with conn.transaction():
-                await publisher_lock.take_on(conn, here, t)
-                archived = [f.id for f in back if f.source_table == t and f.tier == ARCHIVE_TIER]
-                await archive_files.back_online(conn, ids, tier, archived)
-                await publisher_lock.release_on(conn, here, t)
-    if back:  # they rejoin their Delta tables
-        await make_visible(ctx, {f.source_table for f in back}, no_wait=no_wait, report=report)
-    result = Rehydrated(states.count("started"), states.count("pending"), len(back))
-    report(
-        f"{name}: {result.started} files rehydrating now, {result.pending} still "
-        f"rehydrating, {result.online} back online (they rejoin the Delta table)"
-    )
-    return result
+        name, files = await stored_table_files(ctx, name, "rehydrate")
+        storage = ctx.storage()
+        # the catalog's offline files, and any a lifecycle rule moved without telling it
+        candidates = [f for f in files if f.offline or f.tier == ARCHIVE_TIER] or files
+        states = await asyncio.to_thread(_rehydrate, ctx, candidates, tier, priority, name)
+        online = [f for f, state in zip(candidates, states, strict=True) if state == "online"]
+        offline = [f for f, state in zip(candidates, states, strict=True) if state != "online"]
+        async with ctx.catalog() as conn:
+            if offline:  # found offline: out of the Delta table until they are back
+                await archive_files.going_offline(conn, [f.id for f in offline], None)
+                await archive_files.set_tier(conn, [f.id for f in offline], ARCHIVE_TIER)
+            back = [f for f in online if f.offline]
+            here = str(storage.location)
+            for t in sorted({f.source_table for f in back}):
+                ids = [f.id for f in back if f.source_table == t]
+                async with conn.transaction():
+                    await publisher_lock.atake(conn, here, t)
+                    archived = [
+                        f.id for f in back if f.source_table == t and f.tier == ARCHIVE_TIER
+                    ]
+                    await archive_files.back_online(conn, ids, tier, archived)
+                    await publisher_lock.arelease(conn, here, t)
+        if back:  # they rejoin their Delta tables
+            await make_visible(ctx, {f.source_table for f in back}, no_wait=no_wait, report=report)
+        result = Rehydrated(states.count("started"), states.count("pending"), len(back))
+        report(
+            f"{name}: {result.started} files rehydrating now, {result.pending} still "
+            f"rehydrating, {result.online} back online (they rejoin the Delta table)"
+        )
+        return result
 
 
 def _rehydrate(
@@ -260,26 +250,15 @@ async def protect(
     then record it (purge and erase refuse them). The container needs version-level
     write-once storage (`archiver doctor` says)."""
     async with _held(ctx, table, "protect") as name:
-        return await _protect(ctx, name, age, until, legal_hold, report)
-
-
-async def _protect(
-    ctx: Context,
-    table: str,
-    age: Age | None,
-    until: dt.datetime | None,
-    legal_hold: bool | None,
-    report: Report,
-) -> int:
-    name, files = await _selected(ctx, table, age, "protect")
-    storage = ctx.storage()
-    done: list[int] = []
-    try:
-        for f in files:
-            await asyncio.to_thread(storage.protect, f.path, until, legal_hold)
-            done.append(f.id)
-    finally:
-        async with ctx.catalog() as conn:
-            await archive_files.protected(conn, done, until, legal_hold)
-    report(f"{name}: {len(done)} files protected")
-    return len(done)
+        name, files = await _selected(ctx, name, age, "protect")
+        storage = ctx.storage()
+        done: list[int] = []
+        try:
+            for f in files:
+                await asyncio.to_thread(storage.protect, f.path, until, legal_hold)
+                done.append(f.id)
+        finally:
+            async with ctx.catalog() as conn:
+                await archive_files.protected(conn, done, until, legal_hold)
+        report(f"{name}: {len(done)} files protected")
+        return len(done)

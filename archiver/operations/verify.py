@@ -69,7 +69,7 @@ async def verify(
         from archiver.iceberg.check import iceberg_problems  # pyiceberg: only where it is on
 
         named = {f.source_table for f in files}
-        problems += await ctx.on(
+        problems += await ctx.in_thread(
             ctx.settings.database_url, lambda conn: iceberg_problems(ctx, conn, named)
         )
     if selection.job_id:

@@ -3,7 +3,7 @@ across the publisher's transactions (delta_lock in store/publications.sql); take
 a limit on the wait, checked before each Delta commit, released at the end. The one
 module that takes or releases it: the publisher, a reaping of retired files (which must
 not run while a publication adds files) and a rehydration bringing files back into the
-table take it here, on an ADBC or (`take_on`, `release_on`) an asyncpg session."""
+table take it here, on an ADBC or (`atake`, `arelease`) an asyncpg session."""
 
 from __future__ import annotations
 
@@ -68,11 +68,11 @@ def try_take(conn: BulkConnection, url: str, table: str) -> bool:
         conn.rollback()  # a session's lock: it outlives the transaction
 
 
-async def take_on(conn: asyncpg.Connection, url: str, table: str) -> None:
+async def atake(conn: asyncpg.Connection, url: str, table: str) -> None:
     """`take`, waiting as long as it takes, on an asyncpg session."""
     await conn.execute(query("delta_lock"), url, table)
 
 
-async def release_on(conn: asyncpg.Connection, url: str, table: str) -> None:
+async def arelease(conn: asyncpg.Connection, url: str, table: str) -> None:
     """`release` on an asyncpg session, in its transaction if one is open."""
     await conn.execute(query("delta_unlock"), url, table)
