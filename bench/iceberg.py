@@ -33,7 +33,7 @@ END = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def iceberg_year(bench: Bench) -> None:
-    nights = 30 if bench.args.quick else NIGHTS
+    nights = 10 if bench.args.quick else NIGHTS
     url = bench.dbs.copy(0)
     storage = bench.storage("az")
     env = env_for(

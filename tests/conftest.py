@@ -14,7 +14,7 @@ import pytest
 
 from archiver import db
 from archiver.testing.services import Azurite, with_database
-from tests.support import ADMIN_URL, ROOT, fast_env, fresh_database, reap_started, sql
+from tests.support import ADMIN_URL, DROPS, ROOT, fast_env, fresh_database, reap_started, sql
 from tests.support.access import Team
 from tests.support.harness import Harness, Worlds, world_env
 
@@ -29,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         for folder in ("archiver", "bench"):
             compileall.compile_dir(ROOT / folder, quiet=1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The test databases this process asked to drop, dropped (tests.support.DROPS)."""
+    DROPS.wait()
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +66,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     server = Azurite(tmp_path_factory.mktemp("azurite"))
     server.start()
     yield server
-    server.stop()
+    server.stop(discard=True)  # its blobs are the run's, thrown away with its folder
 
 
 @pytest.fixture(scope="session")

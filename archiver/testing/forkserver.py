@@ -77,6 +77,10 @@ def _preload() -> None:
     with bulk._absent("polars"):
         import adbc_driver_postgresql.dbapi  # noqa: F401
 
+    import platform
+
+    platform.platform()  # cached: azure-core's user agent asks it, and it runs `uname -p`
+
     del archiver
 
 

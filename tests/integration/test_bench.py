@@ -129,8 +129,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "years": (
         ("years", "iceberg"),
         (
-            "iceberg: 30 nightly jobs of 288 rows archived and published",
-            "iceberg: pyiceberg opens and plans 30 nightly publications",
+            "iceberg: 10 nightly jobs of 288 rows archived and published",
+            "iceberg: pyiceberg opens and plans 10 nightly publications",
             "iceberg: the same after maintenance (compaction: 1 files",
             "iceberg REST: a table's load with a vended SAS at 10 tables (median)",
             "iceberg REST: listing the catalog's 10 tables, per table (median)",

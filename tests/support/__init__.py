@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import adbc_driver_postgresql
 import asyncpg
@@ -37,14 +40,61 @@ ADMIN_URL = os.environ.get(
 def fresh_database(prefix: str, template: str | None = None) -> Iterator[str]:
     """A database of the test's own (a copy of `template`, if given), dropped after."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    if template:  # a template is copied only with no session in it: sql's kept ones go
+        _SESSIONS.forget(template)
     sql(ADMIN_URL, f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     try:
         yield with_database(ADMIN_URL, name)
     finally:
-        sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        # and the definitions database and role `archiver serve` made for it, if it ran
-        sql(ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}_archive" WITH (FORCE)')
-        sql(ADMIN_URL, f'DROP ROLE IF EXISTS "{name}_archive"')
+        _SESSIONS.forget(name)
+        DROPS.drop(name)
+
+
+class _Drops:
+    """Test databases dropped by a thread of this process's own, the test going on
+    meanwhile; `wait` waits for those asked (at the end of the run, conftest.py). PostgreSQL
+    15's DROP DATABASE waits for a checkpoint and for every backend of the cluster to
+    take in a signal, and a backend sending to a client whose flow a network-fault test
+    froze takes it in only when the flow heals: teardowns waited 20-35 s for that."""
+
+    def __init__(self) -> None:
+        self.asked: queue.Queue[str] = queue.Queue()
+        self.thread: threading.Thread | None = None
+        self.failed: list[str] = []
+
+    def drop(self, name: str) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="test-drops", daemon=True)
+            self.thread.start()
+        self.asked.put(name)
+
+    def wait(self) -> None:
+        self.asked.join()
+        assert not self.failed, f"test databases not dropped: {self.failed}"
+
+    def _run(self) -> None:
+        while True:
+            name = self.asked.get()
+            try:
+                asyncio.run(self._drop(name))
+            except Exception as exc:
+                self.failed.append(f"{name}: {exc}")
+            finally:
+                self.asked.task_done()
+
+    @staticmethod
+    async def _drop(name: str) -> None:
+        conn = await asyncpg.connect(ADMIN_URL)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            # and the definitions database and role `archiver serve` made for it, if it ran
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}_archive" WITH (FORCE)')
+            await conn.execute(f'DROP ROLE IF EXISTS "{name}_archive"')
+        finally:
+            await conn.close()
+
+
+DROPS = _Drops()
 
 
 @contextmanager
@@ -63,19 +113,95 @@ def private_database(*settings: str) -> Iterator[tuple[PrivateCluster, str]]:
 
 
 def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
-    """Run one statement and return its rows (a fresh connection each time)."""
+    """Run one statement (or a script of several) and return its rows, in a session of
+    its own: a session kept per database for this process's later calls, given back as
+    asyncpg's pool gives one back (no transaction, advisory lock, LISTEN, cursor or
+    setting left); one opened and closed now where an event loop runs in this thread.
+    A kept session costs a round trip where a new one cost a backend's start (the tests
+    poll a job's state every 0.1 s: a fresh session each time was most of the suite's
+    PostgreSQL backends)."""
 
-    async def run() -> list[asyncpg.Record]:
+    async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+        if not args and ";" in query.strip().rstrip(";"):
+            await conn.execute(query)  # a script of several statements
+            return []
+        return list(await conn.fetch(query, *args))
+
+    async def fresh() -> list[asyncpg.Record]:
         conn = await asyncpg.connect(url)
         try:
-            if not args and ";" in query.strip().rstrip(";"):
-                await conn.execute(query)  # a script of several statements
-                return []
-            return list(await conn.fetch(query, *args))
+            return await run(conn)
         finally:
             await conn.close()
 
-    return outside_loop(asyncio.run, run())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        running = False
+    else:
+        running = True
+    return outside_loop(asyncio.run, fresh()) if running else _SESSIONS.run(url, run)
+
+
+class _Sessions:
+    """`sql`'s kept sessions: one event loop and a session per database, this process's
+    only (a forked child opens its own). `forget` closes those of a database a statement
+    is about to need alone (CREATE DATABASE ... TEMPLATE, DROP DATABASE without FORCE)."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.kept: dict[str, asyncpg.Connection] = {}
+
+    def run(self, url: str, work: Callable[[asyncpg.Connection], Any]) -> Any:
+        if self.pid != os.getpid():  # forked: the parent's sockets are not this process's
+            self.pid, self.loop, self.kept = os.getpid(), asyncio.new_event_loop(), {}
+        assert self.loop is not None
+        return self.loop.run_until_complete(self._run(url, work))
+
+    async def _run(self, url: str, work: Callable[[asyncpg.Connection], Any]) -> Any:
+        conn = self.kept.pop(url, None)
+        if conn is not None and not conn.is_closed():
+            try:
+                return await self._on(url, conn, work)
+            except _LOST:  # its server restarted since the last call: asked again, anew
+                pass
+        return await self._on(url, await asyncpg.connect(url), work)
+
+    async def _on(
+        self, url: str, conn: asyncpg.Connection, work: Callable[[asyncpg.Connection], Any]
+    ) -> Any:
+        try:
+            result = await work(conn)
+        except _LOST:
+            conn.terminate()
+            raise
+        except BaseException:
+            await self._give_back(url, conn)
+            raise
+        await self._give_back(url, conn)
+        return result
+
+    async def _give_back(self, url: str, conn: asyncpg.Connection) -> None:
+        try:
+            await conn.reset()  # what asyncpg's pool runs: ROLLBACK, unlock, UNLISTEN, RESET ALL
+        except Exception:
+            conn.terminate()
+            return
+        old = self.kept.pop(url, None)
+        if old is not None:  # a call nested in another's work kept one meanwhile
+            old.terminate()
+        self.kept[url] = conn
+
+    def forget(self, database: str) -> None:
+        if self.pid != os.getpid() or self.loop is None:
+            return
+        for url in [u for u in self.kept if urlsplit(u).path.lstrip("/") == database]:
+            self.loop.run_until_complete(self.kept.pop(url).close())
+
+
+_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, ConnectionError, OSError)
+_SESSIONS = _Sessions()
 
 
 def outside_loop(fn: Callable[..., T], *args: Any) -> T:
