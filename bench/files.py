@@ -57,7 +57,7 @@ def many_files(bench: Bench) -> None:
         server = start_process(archiver_cmd("serve", "--bind", f"127.0.0.1:{port}"), env,
                                quiet=True)  # fmt: skip
         wait_for(port)
-        seconds = 2.0 if bench.args.quick else 10.0
+        seconds = 1.0 if bench.args.quick else 10.0
         lookup = {t: min(pgbench_latency(port, live + 1, rows, "archiver", seconds, t)
                          for _ in range(repeat)) for t in ("many", "one")}  # fmt: skip
         bench.add(f"files: serve key lookup, pgbench, 4 clients, {label}", lookup["many"],

@@ -74,7 +74,7 @@ def serve_figures(bench: Bench) -> None:
                   None, "ms", "<= 200 ms", p99 <= 0.200)  # fmt: skip
 
         # a pgbench run each: 5 s at least in a real run, 2 s in the suite's tiny one
-        seconds = max(2.0 if bench.args.quick else 5.0, bench.args.serve_minutes * 6)
+        seconds = max(1.0 if bench.args.quick else 5.0, bench.args.serve_minutes * 6)
         per_lookup, lookups = _pgbench_cpu(server.pid, port, low, n, seconds)
         own = _duckdb_cpu(url, env, low, n, lookups)
         bench.add(f"serve: CPU per key lookup, pgbench, 16 clients, extended protocol, {label}",
