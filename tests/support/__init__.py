@@ -114,12 +114,11 @@ def private_database(*settings: str) -> Iterator[tuple[PrivateCluster, str]]:
 
 def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
     """Run one statement (or a script of several) and return its rows, in a session of
-    its own: a session kept per database for this process's later calls, given back as
-    asyncpg's pool gives one back (no transaction, advisory lock, LISTEN, cursor or
-    setting left); one opened and closed now where an event loop runs in this thread.
-    A kept session costs a round trip where a new one cost a backend's start (the tests
-    poll a job's state every 0.1 s: a fresh session each time was most of the suite's
-    PostgreSQL backends)."""
+    its own: in the main thread, a session kept per database for this process's later
+    calls, given back as asyncpg's pool gives one back (no transaction, advisory lock,
+    LISTEN, cursor or setting left); in another thread, or where an event loop runs in
+    this one, a session opened and closed now. A kept session costs a round trip where a
+    new one costs a backend's start, and the tests poll a job's state every 0.1 s."""
 
     async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
         if not args and ";" in query.strip().rstrip(";"):
@@ -140,13 +139,16 @@ def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
         running = False
     else:
         running = True
-    return outside_loop(asyncio.run, fresh()) if running else _SESSIONS.run(url, run)
+    if running or threading.current_thread() is not threading.main_thread():
+        return outside_loop(asyncio.run, fresh())
+    return _SESSIONS.run(url, run)
 
 
 class _Sessions:
-    """`sql`'s kept sessions: one event loop and a session per database, this process's
-    only (a forked child opens its own). `forget` closes those of a database a statement
-    is about to need alone (CREATE DATABASE ... TEMPLATE, DROP DATABASE without FORCE)."""
+    """`sql`'s kept sessions: one event loop and a session per database, for this
+    process's main thread only (a forked child opens its own). `forget` closes those of
+    a database about to be copied as a template (which needs it to have no session) or
+    dropped."""
 
     def __init__(self) -> None:
         self.pid = -1
