@@ -141,7 +141,8 @@ def sql(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
         running = True
     if running or threading.current_thread() is not threading.main_thread():
         return outside_loop(asyncio.run, fresh())
-    return _SESSIONS.run(url, run)
+    rows: list[asyncpg.Record] = _SESSIONS.run(url, run)
+    return rows
 
 
 class _Sessions:
@@ -186,7 +187,9 @@ class _Sessions:
 
     async def _give_back(self, url: str, conn: asyncpg.Connection) -> None:
         try:
-            await conn.reset()  # what asyncpg's pool runs: ROLLBACK, unlock, UNLISTEN, RESET ALL
+            if conn.is_in_transaction():  # a script's BEGIN (reset would log it as an error)
+                await conn.execute("ROLLBACK")
+            await conn.reset()  # what asyncpg's pool runs: unlock, CLOSE ALL, UNLISTEN, RESET ALL
         except Exception:
             conn.terminate()
             return
