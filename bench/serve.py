@@ -73,7 +73,7 @@ def serve_figures(bench: Bench) -> None:
         bench.add(f"serve: key lookup through archive.orders_all, p99, {label}", p99 * 1000,
                   None, "ms", "<= 200 ms", p99 <= 0.200)  # fmt: skip
 
-        # a pgbench run each: 5 s at least in a real run, 2 s in the suite's tiny one
+        # a pgbench run each: 5 s at least in a real run, 1 s in the suite's tiny one
         seconds = max(1.0 if bench.args.quick else 5.0, bench.args.serve_minutes * 6)
         per_lookup, lookups = _pgbench_cpu(server.pid, port, low, n, seconds)
         own = _duckdb_cpu(url, env, low, n, lookups)

@@ -66,7 +66,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     server = Azurite(tmp_path_factory.mktemp("azurite"))
     server.start()
     yield server
-    server.stop(discard=True)  # its blobs are the run's, thrown away with its folder
+    server.stop()
 
 
 @pytest.fixture(scope="session")

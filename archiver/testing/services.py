@@ -103,12 +103,9 @@ class Azurite:
         )
         wait_for_port(self.port, proc=self.proc)
 
-    def stop(self, *, discard: bool = False) -> None:
-        """Stopped (SIGTERM, then SIGKILL after 10 s); `discard`: killed at once, where
-        what it stores is thrown away after (on SIGTERM it first writes its metadata
-        out, every container's of the run)."""
+    def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL if discard else signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:

@@ -193,9 +193,6 @@ class _Sessions:
         except Exception:
             conn.terminate()
             return
-        old = self.kept.pop(url, None)
-        if old is not None:  # a call nested in another's work kept one meanwhile
-            old.terminate()
         self.kept[url] = conn
 
     def forget(self, database: str) -> None:
