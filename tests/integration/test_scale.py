@@ -25,8 +25,11 @@ SELECT (SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
 
 
 def counters(h: Harness, table: str) -> tuple[int, int]:
-    """(heap tuples read, index entries read) of `table` so far; the backends that read
-    them have exited, and so reported them."""
+    """(heap tuples read, index entries read) of `table` so far; the job's backends have
+    exited, and so reported them. The test's own statements run on a session kept open
+    (tests.support.sql), whose counts PostgreSQL sends on at most once a second: flushed
+    first, or its own reads before an enqueue land in the job's figures."""
+    h.sql("SELECT pg_stat_force_next_flush()")
     row = h.sql(READ, table)[0]
     return int(row[0]), int(row[1])
 
