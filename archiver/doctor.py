@@ -112,7 +112,9 @@ def _rest_scope(ctx: Context) -> str:
     return (
         f"{where}; a SAS it vends opens the whole container {location.container} (a "
         "flat-namespace account's SAS cannot be narrower), so it vends one only to a person "
-        "who may read every table archived there (docs/iceberg-rest.md)"
+        "who may read every table archived there, and voids every SAS it vended (their "
+        "stored access policy, archiver-read-<n>, replaced) when one of them no longer may "
+        "(docs/iceberg-rest.md)"
     )
 
 

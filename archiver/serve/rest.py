@@ -13,7 +13,8 @@ catalog in the queue database, archiver.iceberg), for engines that speak only RE
 - Credentials: a load asking for vended credentials gets a read-only (read, list)
   container SAS that expires within the hour (archiver.serve.vending). A flat
   namespace account cannot scope a SAS below its container, so one is vended only to a
-  person who may read every table of the catalog (docs/iceberg-rest.md).
+  person who may read every table of the catalog (docs/iceberg-rest.md), and every SAS
+  vended is made void when one of its holders no longer may (archiver.serve.revoking).
 - Every token, load and refusal is a row of archive_reads (door `iceberg-rest`).
 - Writes are refused: archiver alone writes its Iceberg tables."""
 
@@ -34,12 +35,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from archiver.config import Settings
+from archiver.db import query
 from archiver.errors import ConfigError, first_line
 from archiver.serve.audit import Read, ReadAudit
 from archiver.serve.privileges import Mirror
+from archiver.serve.revoking import Revoker
 from archiver.serve.signin import SignIn
 from archiver.serve.tokens import TOKEN_SECONDS, Person, Refused, Tokens, client
-from archiver.serve.vending import NotVended, container_credentials
+from archiver.serve.vending import NotVended, Vending
 from archiver.serve.watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
@@ -56,23 +59,6 @@ ENDPOINTS = [
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
 ]
 
-# Each table of the definitions database: whether the role may read it whole, or some of
-# it (every table for no role: the configured user).
-GRANTS = """
-SELECT n.nspname, c.relname,
-       COALESCE(has_schema_privilege(%(role)s::name, n.oid, 'USAGE')
-                AND has_table_privilege(%(role)s::name, c.oid, 'SELECT'), true),
-       COALESCE(has_schema_privilege(%(role)s::name, n.oid, 'USAGE')
-                AND has_any_column_privilege(%(role)s::name, c.oid, 'SELECT'), true)
-FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-"""
-# Whether a live table's row security passes the role by (as serve's check asks it).
-EXEMPT = """
-SELECT r.rolbypassrls OR r.rolsuper OR (pg_has_role(%(role)s, %(owner)s, 'USAGE') AND NOT %(forced)s)
-FROM pg_catalog.pg_roles r WHERE r.rolname = %(role)s
-"""
-
 
 class RestCatalog:
     """The REST catalog's state: its tokens, its session on the definitions database and
@@ -88,12 +74,16 @@ class RestCatalog:
         self.tokens = Tokens(signin)
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self.vending = Vending(settings, audit.url)
+        configured = signin.configured_user if signin.configured else None
+        self.revoker = Revoker(self.vending, audit, DOOR, self._no_longer, configured)
         self.app = Starlette(
             routes=self._routes(),
             exception_handlers={Refused: lambda _, exc: exc.response()},
         )
 
     def close(self) -> None:
+        self.revoker.close()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -214,7 +204,7 @@ class RestCatalog:
             )
             credentials = []
             if delegated or credentials_only:
-                credentials = self._vended(tables, catalogued)
+                credentials = self._vended(person, tables, catalogued)
             if credentials_only:
                 body: dict[str, Any] = {"storage-credentials": credentials}
             else:
@@ -242,7 +232,7 @@ class RestCatalog:
         database's grants."""
         role = None if person.everything else person.role
         with self._session() as conn:
-            rows = conn.execute(GRANTS, {"role": role}).fetchall()
+            rows = conn.execute(query("rest_grants"), {"role": role}).fetchall()
         return {f"{r[0]}.{r[1]}": (r[2], r[3]) for r in rows}
 
     def _check(self, person: Person, table: str, verdict: tuple[bool, bool]) -> None:
@@ -257,7 +247,7 @@ class RestCatalog:
         rls = self.mirror.row_security.get(tuple(table.split(".", 1)))  # type: ignore[arg-type]
         if rls is not None and not person.everything:
             with self._session() as conn:
-                row = conn.execute(EXEMPT, {"role": person.role, "owner": rls.owner,
+                row = conn.execute(query("rest_row_security_exempt"), {"role": person.role, "owner": rls.owner,
                                             "forced": rls.forced}).fetchone()  # fmt: skip
             if not (row and row[0]):
                 raise Refused(403, "ForbiddenException", f"permission denied for table {name}: "
@@ -278,19 +268,41 @@ class RestCatalog:
         return [t for t in self._iceberg_tables() if _whole(verdicts, t)]
 
     def _vended(
-        self, verdicts: dict[str, tuple[bool, bool]], catalogued: list[tuple[str, str]]
-    ) -> list[dict[str, Any]]:
+        self, person: Person, verdicts: dict[str, tuple[bool, bool]],
+        catalogued: list[tuple[str, str]],
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """A read-only SAS of the archive's container, for one who may read every table
-        of it (a SAS cannot be narrower here); one line saying why not otherwise."""
+        of it (a SAS cannot be narrower here); one line saying why not otherwise. The
+        person is a holder of it until it expires."""
         denied = [t for t in catalogued if not _whole(verdicts, t)]
         if denied and self.settings.storage_location().scheme == "az":
             raise Refused(403, "ForbiddenException", "no credentials vended: a SAS of this "
                           "account cannot be narrower than its container, which holds "
                           f"{len(denied)} table(s) you may not read", "42501")  # fmt: skip
         try:
-            return container_credentials(self.settings)
+            credentials = self.vending.credentials()
         except NotVended as exc:
             raise Refused(403, "ForbiddenException", str(exc), "42501") from None
+        if credentials and not person.everything:
+            self.revoker.held(person.role)
+        return credentials
+
+    def _no_longer(self, role: str) -> str | None:
+        """Why `role` may no longer hold a SAS of the container, or None (the revoker's
+        question, archiver.serve.revoking)."""
+        with self._session() as conn:
+            row = conn.execute(query("rest_signs_in"), {"role": role}).fetchone()
+        if not (row and row[0]):
+            return f"{role} may no longer sign in"
+        person = Person(role, False, 0.0)
+        verdicts = self._verdicts(person)
+        for table in self._iceberg_tables():
+            name = ".".join(table)
+            try:
+                self._check(person, name, verdicts.get(name, (False, False)))
+            except Refused as exc:
+                return f"{role}: {exc}"
+        return None
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[psycopg.Connection[Any]]:

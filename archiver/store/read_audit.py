@@ -27,6 +27,15 @@ def write(conn: psycopg.Connection[Any], rows: Sequence[Sequence[Any]]) -> None:
             copy.write_row(row)
 
 
+def rest_holders(
+    conn: psycopg.Connection[Any], door: str, revoked: str, seconds: float
+) -> list[tuple[str, Any]]:
+    """(role, its latest load) of each who loaded a table through `door` in the last
+    `seconds`, since the latest row whose statement starts with `revoked`."""
+    params = {"door": door, "revoked": revoked, "seconds": seconds}
+    return [(r[0], r[1]) for r in conn.execute(query("read_audit_rest_holders"), params)]
+
+
 async def prune(pool: asyncpg.Pool, seconds: float, batch: int) -> int:
     """Reads older than `seconds` deleted, a batch per transaction; how many."""
     total = 0

@@ -19,3 +19,13 @@ FROM archiver_reads
 WHERE ($1::text IS NULL OR role = $1) AND ($2::text IS NULL OR tables @> ARRAY[$2])
 ORDER BY outcome = 'ok', at DESC
 LIMIT $3
+
+-- name: read_audit_rest_holders
+-- Who loaded a table through a REST door in the last %(seconds)s, since its credentials
+-- were last revoked: each one's latest load (psycopg's parameters).
+SELECT role, max(at) FROM archiver_reads
+WHERE door = %(door)s AND outcome = 'ok' AND tables <> '{}'
+  AND at > now() - make_interval(secs => %(seconds)s)
+  AND at > coalesce((SELECT max(at) FROM archiver_reads
+                     WHERE door = %(door)s AND statement LIKE %(revoked)s || '%%'), '-infinity')
+GROUP BY role

@@ -1,5 +1,5 @@
--- What PostgreSQL's own catalog says of a source table's columns, and of a session's
--- locks (read only).
+-- What PostgreSQL's own catalog says of a source table's columns, of a session's
+-- locks, and of a role's grants (read only).
 -- A line `-- name: X` starts a query; archiver.db.query looks it up by name.
 
 -- name: session_advisory_locks
@@ -40,3 +40,27 @@ JOIN pg_attribute a ON a.attrelid = to_regclass(
     quote_ident(split_part(t.name, '.', 1)) || '.' || quote_ident(substr(t.name, strpos(t.name, '.') + 1))
 ) AND a.attnum > 0
  AND NOT a.attisdropped AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype)
+
+-- name: rest_grants
+-- Each table of serve's definitions database (which carries the live tables' grants):
+-- whether role %(role)s may read it whole, or some of it; every table for a NULL role
+-- (the configured user). serve's Iceberg REST catalog (psycopg's parameters).
+SELECT n.nspname, c.relname,
+       COALESCE(has_schema_privilege(%(role)s::name, n.oid, 'USAGE')
+                AND has_table_privilege(%(role)s::name, c.oid, 'SELECT'), true),
+       COALESCE(has_schema_privilege(%(role)s::name, n.oid, 'USAGE')
+                AND has_any_column_privilege(%(role)s::name, c.oid, 'SELECT'), true)
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+
+-- name: rest_row_security_exempt
+-- Whether a live table's row security passes role %(role)s by, as serve's own check asks
+-- it (the table's owner %(owner)s, its FORCE ROW LEVEL SECURITY %(forced)s).
+SELECT r.rolbypassrls OR r.rolsuper OR (pg_has_role(%(role)s, %(owner)s, 'USAGE') AND NOT %(forced)s)
+FROM pg_catalog.pg_roles r WHERE r.rolname = %(role)s
+
+-- name: rest_signs_in
+-- Whether role %(role)s may sign in at all (a SAS vended to one who no longer may is
+-- made void: archiver.serve.revoking).
+SELECT rolcanlogin AND (rolvaliduntil IS NULL OR rolvaliduntil > now())
+FROM pg_catalog.pg_roles WHERE rolname = %(role)s

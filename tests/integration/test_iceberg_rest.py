@@ -2,7 +2,8 @@
 pyiceberg's RestCatalog and plain HTTP (DuckDB's Basic sign-in): each person lists and
 loads what the live table's grants let them read whole and reads its rows through the
 read-only SAS vended with the load; everyone else is refused in one line; a REVOKE
-refuses the next load; every token and load is in archive_reads."""
+refuses the next load, and every SAS vended before stops working (the stored access
+policy it names is replaced); every token and load is in archive_reads."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from archiver.serve.rest import DOOR
+from archiver.serve.revoking import REVOKED
+from archiver.store import read_audit
 from archiver.testing.reference import seed_orders
 from archiver.testing.services import free_port
 from tests.support import wait_for_text
@@ -96,6 +101,37 @@ def refused_within(cat: Any) -> str:
         time.sleep(0.2)
 
 
+def void_within(container: Any, what: str) -> None:
+    """A SAS vended earlier stops working (403) within the mirror's pass and a sweep."""
+    from azure.core.exceptions import HttpResponseError
+
+    def refused() -> bool:
+        try:
+            next(iter(container.list_blobs()))
+        except HttpResponseError as exc:
+            assert exc.status_code == 403, exc
+            return True
+        return False
+
+    eventually(refused, what)
+
+
+def vended_container(uri: str, who: str, container: str) -> tuple[Any, dict[str, list[str]]]:
+    """A client of the archive's container by the SAS vended to `who` with a load, and
+    the SAS's fields."""
+    from azure.storage.blob import ContainerClient
+
+    status, loaded = http(f"{uri}/v1/namespaces/public/tables/orders", headers={
+        "Authorization": f"Bearer {token(uri, who)[1]['access_token']}",
+        "X-Iceberg-Access-Delegation": "vended-credentials"})  # fmt: skip
+    assert status == 200 and loaded["metadata"]["format-version"] in (1, 2)
+    (vended,) = loaded["storage-credentials"]
+    sas = next(v for k, v in vended["config"].items() if k.startswith("adls.sas-token."))
+    endpoint = vended["config"]["adls.connection-string"].split(";")[0].split("=", 1)[1]
+    client = ContainerClient.from_container_url(f"{endpoint}/{container}?{sas}")
+    return client, urllib.parse.parse_qs(sas)
+
+
 def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team: Team) -> None:
     from azure.core.exceptions import HttpResponseError
     from azure.storage.blob import ContainerClient
@@ -119,22 +155,21 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
             assert cat.list_tables("public") == [("public", "orders")]
             tbl = cat.load_table("public.orders")
             assert tbl.scan().to_arrow().num_rows == archived
-        status, loaded = http(f"{uri}/v1/namespaces/public/tables/orders", headers={
-            "Authorization": f"Bearer {token(uri, analyst)[1]['access_token']}",
-            "X-Iceberg-Access-Delegation": "vended-credentials"})  # fmt: skip
-        assert status == 200 and loaded["metadata"]["format-version"] in (1, 2)
-        (vended,) = loaded["storage-credentials"]
-        sas = next(v for k, v in vended["config"].items() if k.startswith("adls.sas-token."))
-        said = urllib.parse.parse_qs(sas)
-        assert said["sp"] == ["rl"], said  # read and list, nothing else
+        container, said = vended_container(uri, analyst, i.container)
         expiry = time.mktime(time.strptime(said["se"][0], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
         assert 0 < expiry - time.time() <= 3600 + 5, said["se"]
-        endpoint = vended["config"]["adls.connection-string"].split(";")[0].split("=", 1)[1]
-        container = ContainerClient.from_container_url(f"{endpoint}/{i.container}?{sas}")
+        # its permissions are those of the stored access policy it names: read and list
+        owner = ContainerClient.from_connection_string(i.azurite.connection_string, i.container)
+        policies = {
+            p.id: p.access_policy.permission
+            for p in owner.get_container_access_policy()["signed_identifiers"]
+        }
+        assert "sp" not in said and policies == {said["si"][0]: "rl"}, (said, policies)
         assert any(True for _ in container.list_blobs())
         with pytest.raises(HttpResponseError) as write:
             container.upload_blob("archive/public.orders/forged.parquet", b"x")
         assert write.value.status_code == 403
+        members, _ = vended_container(uri, member, i.container)
 
         # the configured user loads every table
         configured = catalog(uri, served.user, served.password)
@@ -180,20 +215,29 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
             assert duck_tables(uri, who) == listed
 
         # row security on the live table, then a REVOKE: each refuses the next load
-        # within the mirror's pass
+        # within the mirror's pass, and voids every SAS vended before (the member's too:
+        # they name one policy, replaced; the member loads again for a new one)
         cat = catalog(uri, analyst)
         i.sql("ALTER TABLE orders ENABLE ROW LEVEL SECURITY")
         assert "row security applies to you" in refused_within(cat)
+        void_within(container, "the analyst's SAS void once row security applies to them")
+        void_within(members, "every SAS vended before void")
         assert configured.load_table("public.orders") is not None  # serve's own user reads
         i.sql("ALTER TABLE orders DISABLE ROW LEVEL SECURITY")
         eventually(lambda: loads_orders(cat), "the analyst loads again")
+        container, renewed = vended_container(uri, analyst, i.container)
+        assert renewed["si"] != said["si"] and any(True for _ in container.list_blobs())
         i.sql(f"REVOKE SELECT ON orders FROM {analyst}")
         assert refused_within(cat).endswith("permission denied for table orders")
+        void_within(container, "the analyst's SAS void after the REVOKE")
+        members, _ = vended_container(uri, member, i.container)
+        assert any(True for _ in members.list_blobs())  # the member's new one reads
 
         # a second table the member may not read: no SAS of the container for them
         i.sql("CREATE TABLE notes (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
         i.sql("INSERT INTO notes SELECT g, '2024-01-01' FROM generate_series(1, 10) g")
         i.archive("--table", "notes", "--before", "2024-12-31")
+        void_within(members, "the member's SAS void: it would open a table they may not read")
         with pytest.raises(ForbiddenError) as caught:
             catalog(uri, member).load_table("public.orders")
         assert "no credentials vended" in str(caught.value), str(caught.value)
@@ -205,6 +249,18 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
             (f"ghost_{team.tag}", "28P01"), (locked, "28000")} <= outcomes, outcomes  # fmt: skip
     loads = [r for r in audited if r["tables"] == ["public.orders"] and r["role"] == analyst]
     assert {r["outcome"] for r in loads} == {"ok", "42501"}
+    revoked = [r["statement"] for r in audited if r["statement"].startswith("revoke vended")]
+    assert len(revoked) == 3, revoked
+    assert analyst in revoked[0] and "row security applies to you" in revoked[0], revoked
+    assert revoked[1].endswith(f"{analyst}: permission denied for table orders"), revoked
+    assert revoked[2].endswith(f"{member}: permission denied for table notes"), revoked
+    # what a serve started again takes for the holders of a live SAS: those who loaded a
+    # table since the last revocation (nobody, here: the member's last load was refused)
+    with psycopg.connect(i.url, autocommit=True) as conn:
+        assert read_audit.rest_holders(conn, DOOR, REVOKED, 3600) == []
+        everyone = {role for role, _ in read_audit.rest_holders(conn, DOOR, "none such", 3600)}
+        assert everyone == {analyst, member, served.user}, everyone
+        assert read_audit.rest_holders(conn, DOOR, "none such", 0.001) == []
 
 
 def test_the_rest_catalog_refuses_to_start_unsafe_and_doctor_says_what_a_sas_opens(
