@@ -232,6 +232,10 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
         void_within(container, "the analyst's SAS void after the REVOKE")
         members, _ = vended_container(uri, member, i.container)
         assert any(True for _ in members.list_blobs())  # the member's new one reads
+        i.sql(f"ALTER ROLE {member} NOLOGIN")  # a leaver: their SAS void too
+        void_within(members, "the member's SAS void once they may not sign in")
+        i.sql(f"ALTER ROLE {member} LOGIN")
+        members, _ = vended_container(uri, member, i.container)
 
         # a second table the member may not read: no SAS of the container for them
         i.sql("CREATE TABLE notes (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
@@ -250,10 +254,11 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
     loads = [r for r in audited if r["tables"] == ["public.orders"] and r["role"] == analyst]
     assert {r["outcome"] for r in loads} == {"ok", "42501"}
     revoked = [r["statement"] for r in audited if r["statement"].startswith("revoke vended")]
-    assert len(revoked) == 3, revoked
+    assert len(revoked) == 4, revoked
     assert analyst in revoked[0] and "row security applies to you" in revoked[0], revoked
     assert revoked[1].endswith(f"{analyst}: permission denied for table orders"), revoked
-    assert revoked[2].endswith(f"{member}: permission denied for table notes"), revoked
+    assert revoked[2].endswith(f"{member} may no longer sign in"), revoked
+    assert revoked[3].endswith(f"{member}: permission denied for table notes"), revoked
     # what a serve started again takes for the holders of a live SAS: those who loaded a
     # table since the last revocation (nobody, here: the member's last load was refused)
     with psycopg.connect(i.url, autocommit=True) as conn:
