@@ -99,7 +99,9 @@ async def run_checks(ctx: Context, config: ConfigFile | None) -> list[Check]:
     if ctx.settings.iceberg:
         checks.append(await _check("iceberg", lambda: asyncio.to_thread(_iceberg, ctx)))
     if ctx.settings.serve_iceberg_rest:
-        checks.append(Check("iceberg REST catalog", True, _rest_scope(ctx)))
+        checks.append(
+            await _check("iceberg REST catalog", lambda: asyncio.to_thread(_rest_scope, ctx))
+        )
     return checks
 
 
@@ -109,12 +111,25 @@ def _rest_scope(ctx: Context) -> str:
     where = f"serve answers it on {ctx.settings.serve_iceberg_rest}"
     if location.scheme != "az":
         return f"{where}; file storage: it vends no credentials (engines read the paths)"
+    from archiver.serve.vending import SLOTS, Vending
+
+    try:
+        policy, others = Vending(ctx.settings, ctx.settings.database_url).in_force()
+    except Exception as exc:  # the container's policies unreadable: nothing can be vended
+        raise Failed(f"{where}; the container's stored access policies cannot be read, "
+                     f"so it can vend no SAS: {first_line(exc)}") from None  # fmt: skip
+    if others >= SLOTS:
+        raise Failed(f"{where}; the container {location.container} holds {others} stored "
+                     "access policies of others, Azure's limit: it can vend no SAS (each "
+                     "names one of archiver's, to be revocable)")  # fmt: skip
+    named = f"names {policy}" if policy else "will name archiver-read-1 (none made yet)"
     return (
         f"{where}; a SAS it vends opens the whole container {location.container} (a "
         "flat-namespace account's SAS cannot be narrower), so it vends one only to a person "
-        "who may read every table archived there, and voids every SAS it vended (their "
-        "stored access policy, archiver-read-<n>, replaced) when one of them no longer may "
-        "(docs/iceberg-rest.md)"
+        "who may read every table archived there; each SAS "
+        f"{named}, a stored access policy it replaces to void them all when one holder no "
+        f"longer may ({others} of Azure's {SLOTS} policies there are others'; "
+        "docs/iceberg-rest.md)"
     )
 
 

@@ -85,6 +85,12 @@ class Vending:
             acl = self._acl()
             return self._write(acl, max(acl.ours) + 1) if acl.ours else None
 
+    def in_force(self) -> tuple[str | None, int]:
+        """(the policy a SAS names now, or None before the first; how many of the
+        container's stored access policies are others')."""
+        acl = self._acl()
+        return (f"{POLICY}{max(acl.ours)}" if acl.ours else None), len(acl.theirs)
+
     @contextlib.contextmanager
     def catalog_session(self, what: str, seconds: float = 5.0) -> Iterator[psycopg.Connection[Any]]:
         """A session of its own on the catalog database, its waits bounded."""

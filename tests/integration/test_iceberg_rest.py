@@ -259,6 +259,9 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
     assert revoked[1].endswith(f"{analyst}: permission denied for table orders"), revoked
     assert revoked[2].endswith(f"{member} may no longer sign in"), revoked
     assert revoked[3].endswith(f"{member}: permission denied for table notes"), revoked
+    doctor = i.with_env(ARCHIVER_SERVE_ICEBERG_REST="127.0.0.1:8181").cli("doctor").stdout
+    line = next(x for x in doctor.splitlines() if "iceberg REST" in x)
+    assert "each SAS names archiver-read-5" in line, line  # the first, replaced four times
     # what a serve started again takes for the holders of a live SAS: those who loaded a
     # table since the last revocation (nobody, here: the member's last load was refused)
     with psycopg.connect(i.url, autocommit=True) as conn:
@@ -288,6 +291,7 @@ def test_the_rest_catalog_refuses_to_start_unsafe_and_doctor_says_what_a_sas_ope
     doctor = i.with_env(ARCHIVER_ICEBERG="true", ARCHIVER_SERVE_ICEBERG_REST="127.0.0.1:8181")
     line = next(x for x in doctor.cli("doctor").stdout.splitlines() if "iceberg REST" in x)
     assert f"opens the whole container {i.container}" in line, line
+    assert line.startswith("ok") and "will name archiver-read-1 (none made yet)" in line, line
 
 
 def test_the_rest_catalog_speaks_tls_when_serve_does(h: Harness, tmp_path: Path) -> None:
