@@ -1,7 +1,7 @@
 """Every SAS serve's Iceberg REST catalog vended, made void when one of its holders may
 no longer read every table of the container (a REVOKE, row security applying to them,
-a table they may not read archived there, their role dropped, NOLOGIN or past its
-VALID UNTIL): the holders of the last hour are asked again every SWEEP_SECONDS, and
+a table they may not read archived there, their role dropped, NOLOGIN, past its VALID
+UNTIL, or CONNECT taken away): the holders of the last hour are asked again every SWEEP_SECONDS, and
 at the first who may not, the stored access policy every SAS names is replaced
 (archiver.serve.vending) and the revocation recorded in archive_reads. A policy cannot
 void one SAS of many: everyone's stops working, and engines load again for a new one.

@@ -60,7 +60,9 @@ SELECT r.rolbypassrls OR r.rolsuper OR (pg_has_role(%(role)s, %(owner)s, 'USAGE'
 FROM pg_catalog.pg_roles r WHERE r.rolname = %(role)s
 
 -- name: rest_signs_in
--- Whether role %(role)s may sign in at all (a SAS vended to one who no longer may is
--- made void: archiver.serve.revoking).
+-- Whether role %(role)s may sign in at all, here (the definitions database, whose CONNECT
+-- follows the application database's): a SAS vended to one who no longer may is made
+-- void (archiver.serve.revoking).
 SELECT rolcanlogin AND (rolvaliduntil IS NULL OR rolvaliduntil > now())
+       AND has_database_privilege(rolname, current_database(), 'CONNECT')
 FROM pg_catalog.pg_roles WHERE rolname = %(role)s

@@ -236,6 +236,14 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
         void_within(members, "the member's SAS void once they may not sign in")
         i.sql(f"ALTER ROLE {member} LOGIN")
         members, _ = vended_container(uri, member, i.container)
+        # CONNECT taken from them on the application's database (the definitions
+        # database's follows it): void; given back, a new SAS
+        database = i.value("SELECT current_database()")
+        i.sql(f'REVOKE CONNECT ON DATABASE "{database}" FROM PUBLIC')
+        void_within(members, "the member's SAS void once they lose CONNECT")
+        i.sql(f'GRANT CONNECT ON DATABASE "{database}" TO {member}')
+        eventually(lambda: token(uri, member)[0] == 200, "the member signs in again")
+        members, _ = vended_container(uri, member, i.container)
 
         # a second table the member may not read: no SAS of the container for them
         i.sql("CREATE TABLE notes (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
@@ -254,14 +262,15 @@ def test_each_person_loads_and_reads_what_the_live_grants_allow(h: Harness, team
     loads = [r for r in audited if r["tables"] == ["public.orders"] and r["role"] == analyst]
     assert {r["outcome"] for r in loads} == {"ok", "42501"}
     revoked = [r["statement"] for r in audited if r["statement"].startswith("revoke vended")]
-    assert len(revoked) == 4, revoked
+    assert len(revoked) == 5, revoked
     assert analyst in revoked[0] and "row security applies to you" in revoked[0], revoked
     assert revoked[1].endswith(f"{analyst}: permission denied for table orders"), revoked
     assert revoked[2].endswith(f"{member} may no longer sign in"), revoked
-    assert revoked[3].endswith(f"{member}: permission denied for table notes"), revoked
+    assert revoked[3].endswith(f"{member} may no longer sign in"), revoked  # CONNECT
+    assert revoked[4].endswith(f"{member}: permission denied for table notes"), revoked
     doctor = i.with_env(ARCHIVER_SERVE_ICEBERG_REST="127.0.0.1:8181").cli("doctor").stdout
     line = next(x for x in doctor.splitlines() if "iceberg REST" in x)
-    assert "each SAS names archiver-read-5" in line, line  # the first, replaced four times
+    assert "each SAS names archiver-read-6" in line, line  # the first, replaced five times
     # what a serve started again takes for the holders of a live SAS: those who loaded a
     # table since the last revocation (nobody, here: the member's last load was refused)
     with psycopg.connect(i.url, autocommit=True) as conn:
