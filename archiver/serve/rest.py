@@ -76,7 +76,7 @@ class RestCatalog:
         self._conn: psycopg.Connection[Any] | None = None
         self.vending = Vending(settings, audit.url)
         configured = signin.configured_user if signin.configured else None
-        self.revoker = Revoker(self.vending, audit, DOOR, self._no_longer, configured)
+        self.revoker = Revoker(self.vending, audit, DOOR, self._first_lost, configured)
         self.app = Starlette(
             routes=self._routes(),
             exception_handlers={Refused: lambda _, exc: exc.response()},
@@ -287,21 +287,23 @@ class RestCatalog:
             self.revoker.held(person.role)
         return credentials
 
-    def _no_longer(self, role: str) -> str | None:
-        """Why `role` may no longer hold a SAS of the container, or None (the revoker's
-        question, archiver.serve.revoking)."""
-        with self._session() as conn:
-            row = conn.execute(query("rest_signs_in"), {"role": role}).fetchone()
-        if not (row and row[0]):
-            return f"{role} may no longer sign in"
-        person = Person(role, False, 0.0)
-        verdicts = self._verdicts(person)
-        for table in self._iceberg_tables():
-            name = ".".join(table)
-            try:
-                self._check(person, name, verdicts.get(name, (False, False)))
-            except Refused as exc:
-                return f"{role}: {exc}"
+    def _first_lost(self, roles: list[str]) -> tuple[str, str] | None:
+        """The first of `roles` who may no longer hold a SAS of the container, and why
+        (the revoker's question, archiver.serve.revoking); the catalog listed once."""
+        catalogued = self._iceberg_tables()
+        for role in roles:
+            with self._session() as conn:
+                row = conn.execute(query("rest_signs_in"), {"role": role}).fetchone()
+            if not (row and row[0]):
+                return role, f"{role} may no longer sign in"
+            person = Person(role, False, 0.0)
+            verdicts = self._verdicts(person)
+            for table in catalogued:
+                name = ".".join(table)
+                try:
+                    self._check(person, name, verdicts.get(name, (False, False)))
+                except Refused as exc:
+                    return role, f"{role}: {exc}"
         return None
 
     @contextlib.contextmanager

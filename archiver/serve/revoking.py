@@ -36,11 +36,11 @@ class Revoker:
         vending: Vending,
         audit: ReadAudit,
         door: str,
-        no_longer: Callable[[str], str | None],
+        first_lost: Callable[[list[str]], tuple[str, str] | None],
         configured_user: str | None,
     ) -> None:
         self.vending, self.audit, self.door = vending, audit, door
-        self._no_longer = no_longer  # why a role may no longer hold one, or None
+        self._first_lost = first_lost  # the first of them who may no longer, and why
         self._configured = configured_user  # reads every table: never asked
         self._holders: dict[str, float] = {}  # role -> when its latest SAS expires
         self._lock = threading.Lock()
@@ -82,10 +82,8 @@ class Revoker:
             now = time.time()
             self._holders = {r: t for r, t in self._holders.items() if t > now}
             holders = sorted(self._holders)
-        for role in holders:
-            if (why := self._no_longer(role)) is not None:
-                self._revoke(role, why)
-                return
+        if holders and (lost := self._first_lost(holders)) is not None:
+            self._revoke(*lost)
 
     def _revoke(self, role: str, why: str) -> None:
         read = Read(role, None, None, None, f"{REVOKED}: {why}", door=self.door)
