@@ -38,7 +38,7 @@ from archiver.ident import quote_ident
 from archiver.pgtypes.sql import PG_TEXT_SUFFIX
 from archiver.query import statement
 from archiver.query.catalog import File, Snapshot
-from archiver.query.engine import _azure_secret, load_extension
+from archiver.query.engine import _azure_secret, connect, load_extension
 from archiver.query.views import archived_copies, file_ranges
 from archiver.serve import companions, dialect, hidden, inlining
 from archiver.serve.definitions import Definitions, FileColumns
@@ -103,8 +103,6 @@ class ServedArchive:
     """The process's DuckDB over the archive at `location`, and its catalog connections."""
 
     def __init__(self, settings: Settings, location: StorageLocation) -> None:
-        import duckdb
-
         self.settings = settings
         self.location = location
         self.fileset = FileSet(settings.database_url, str(location))
@@ -112,9 +110,7 @@ class ServedArchive:
         self._files: dict[str, FileColumns] = {}
         self._parses: dict[str, _Parse] = {}  # by statement text
         self._lock = threading.Lock()
-        db = duckdb.connect(
-            config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
-        )
+        db = connect()  # loading turned off below, before any statement
         if location.scheme == "az":
             load_extension(db, "azure")
             _azure_secret(db, settings)

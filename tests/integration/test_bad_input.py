@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 
@@ -149,6 +150,13 @@ def test_query_reads_the_archive_and_local_files_only_when_allowed(
     assert_refused(h.cli("query", "SELECT * FROM read_text('/etc/hostname')"), "query:")
     allowed = h.cli("query", "--allow-local-files", "--format", "csv", statement)
     assert allowed.returncode == 0 and "secret" in allowed.stdout, allowed.stderr
+    # DuckDB loads extensions unsigned (archiver.query.engine.connect): no statement may
+    # load one, not even the operator's own
+    spec = importlib.util.find_spec("duckdb_extension_httpfs")
+    assert spec is not None and spec.submodule_search_locations
+    extension = next(Path(spec.submodule_search_locations[0]).rglob("*.duckdb_extension"))
+    loading = h.cli("query", "--allow-local-files", f"LOAD '{extension}'")
+    assert_refused(loading, "query: LOAD refused", "nothing ran")
 
 
 def test_local_storage_whose_parent_is_missing(h: Harness, orders: str, tmp_path: Path) -> None:
