@@ -76,8 +76,12 @@ def _preload() -> None:
 
     with bulk._absent("polars"):
         import adbc_driver_postgresql.dbapi  # noqa: F401
-
     import platform
+
+    # what a process publishing to Iceberg imports (pyiceberg, pydantic, SQLAlchemy): more
+    # CPU than the rest of this together, in every such process of a run
+    import archiver.iceberg.catalog
+    import archiver.iceberg.publish
 
     platform.platform()  # cached: azure-core's user agent asks it, and it runs `uname -p`
 
