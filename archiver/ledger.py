@@ -16,10 +16,11 @@ restore that moves them back, a purge, an erasure) works in four steps:
             rewrite), then its blob and its catalog row are deleted.
 
 With the catalog in another database than the source (ARCHIVER_SOURCE_URL), a
-restore's step 3 is two transactions, bridged as an archive chunk's are: `record_intent`
-claims the files and records what the catalog commit will do with the source
-transaction's id, the source commits, then `settle` applies it; a crash in between is
-settled by the sweep, which asks the source (pg_xact_status) whether it committed.
+restore's step 3 is two transactions, crossing as an archive chunk's do
+(archiver.source.crossing): `record_intent` claims the files and records what the
+catalog commit will do with the source transaction's id, the source commits, then
+`settle` applies it; a crash in between is settled by the sweep, which asks the source
+(pg_xact_status) whether it committed.
 
 A crash before 3 leaves the catalog as it was and rewritten blobs nobody catalogued;
 the ledger row stays `running` with its lock free, and the next sweep (`sweep`: every

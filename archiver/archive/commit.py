@@ -19,45 +19,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from archiver import failpoints
-from archiver.bulk import BulkConnection
 from archiver.catalog import Catalog
 from archiver.errors import JobStateError
 from archiver.model import ArchivedFile, Progress
-from archiver.source import guardrails
+from archiver.source.crossing import Crossing, SourceTransaction
 
 log = logging.getLogger(__name__)
-
-
-class SourceTransaction(Protocol):
-    """The source database's side of a chunk: its transaction, and what PostgreSQL knows
-    of earlier ones. `PgSource` is the real one; testing.memory.MemoryDatabase the in-memory one."""
-
-    def transaction_id(self) -> str:
-        """The open transaction's id (assigning one if it has none yet)."""
-
-    def transaction_status(self, xid: str) -> str | None:
-        """'committed', 'aborted', 'in progress', or None when too old to tell."""
-
-    def commit(self) -> None: ...
-
-    def rollback(self) -> None: ...
-
-
-class PgSource:
-    def __init__(self, conn: BulkConnection) -> None:
-        self.conn = conn
-
-    def transaction_id(self) -> str:
-        return guardrails.transaction_id(self.conn)
-
-    def transaction_status(self, xid: str) -> str | None:
-        return guardrails.transaction_status(self.conn, xid)
-
-    def commit(self) -> None:
-        self.conn.commit()
-
-    def rollback(self) -> None:
-        self.conn.rollback()
 
 
 @dataclass(frozen=True)
@@ -120,23 +87,25 @@ class SeparateDatabase(_Settles):
         self.source, self.catalog = source, catalog
 
     def commit_chunk(self, files: Sequence[ArchivedFile], progress: Progress) -> None:
-        xid = self.source.transaction_id()
+        """The files pending with the source transaction's id, the source committed, the
+        files confirmed (archiver.source.crossing); reconcile() closes the window between."""
 
-        def pending() -> None:
+        def pending(xid: str) -> None:
             for f in files:
                 self.catalog.add_pending(f, xid)
 
-        def confirmed() -> None:
+        def confirmed() -> None:  # the file is real, whoever holds the job now
             for f in files:
                 self.catalog.confirm(f.part)
 
-        _committed(self.catalog, pending)
-        failpoints.reach("before_commit")
-        self.source.commit()
-        failpoints.reach("source_committed")  # the window reconcile() closes
-        # The source committed: the file is real, whoever holds the job now.
-        _committed(self.catalog, confirmed)
-        _committed(self.catalog, lambda: self.catalog.checkpoint(progress))
+        def recorded(xid: str) -> None:
+            _committed(self.catalog, lambda: pending(xid))
+
+        def applied() -> None:
+            _committed(self.catalog, confirmed)
+            _committed(self.catalog, lambda: self.catalog.checkpoint(progress))
+
+        Crossing(self.source, recorded, applied, "before_commit", "source_committed").commit()
 
 
 class CopyOnly(_Settles):

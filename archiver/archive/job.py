@@ -15,13 +15,7 @@ from typing import Any, TypeVar
 from archiver import failpoints
 from archiver.archive.backlog import ChunkDone, run_backlog
 from archiver.archive.chunk import archive_chunk, rollback_quietly
-from archiver.archive.commit import (
-    CommitStrategy,
-    CopyOnly,
-    PgSource,
-    SameDatabase,
-    SeparateDatabase,
-)
+from archiver.archive.commit import CommitStrategy, CopyOnly, SameDatabase, SeparateDatabase
 from archiver.archive.context import ChunkLimits, JobContext, numeric_kept_text
 from archiver.archive.pacing import (
     WAL_LIMIT,
@@ -43,6 +37,7 @@ from archiver.model import ArchiveRequest, KeyRange, Mode, Progress
 from archiver.source.aggregates import describe_aggregate
 from archiver.source.binding import session_lock_timeout
 from archiver.source.chunks import describe_archive
+from archiver.source.crossing import PgSource
 from archiver.source.ctid import table_pages
 from archiver.source.guardrails import (
     LOCK_NOT_AVAILABLE,

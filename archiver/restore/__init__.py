@@ -35,7 +35,7 @@ from archiver.restore.insert import FileRestore, restore_file
 from archiver.restore.plan import RestorePlan
 from archiver.restore.remap import ArchivedColumns, check_types
 from archiver.restore.target import parents_first_today, recreate_partition, target_of
-from archiver.source.guardrails import transaction_id
+from archiver.source.crossing import Crossing, PgSource, Stage
 from archiver.source.references import ForeignKey
 from archiver.storage.seam import Storage
 
@@ -85,7 +85,7 @@ def restore(
     # a stable sort: within a table the catalog's order (oldest file first) stands
     files = sorted(plan.files, key=lambda f: order[f.source_table])
     done = Restored()
-    intent = False  # recorded in the queue database, apart from the source: a sweep settles it
+    crossing = None  # a move back with the catalog in another database
     try:
         if (
             plan.moves_back
@@ -102,35 +102,42 @@ def restore(
             return done
         if plan.moves_back:
             failpoints.reach("restore_before_commit")
-            intent = _leave_archive(conn, plan, done, catalog)
-            if intent:
-                failpoints.reach("restore_intent_recorded")
-        conn.commit()
-    except adbc_driver_manager.Error as exc:
-        with contextlib.suppress(adbc_driver_manager.Error):
-            conn.rollback()
-        if intent:  # a COMMIT that errored may have committed: the source will say
-            raise ledger.Unsettled(
-                f"the source's COMMIT failed ({first_line(exc)}); whether the rows went in "
-                "is settled by the next sweep of the ledger"
-            ) from exc
-        raise RestoreFailed(
-            f"restore into {done.target or tables[0]} failed, nothing changed: {first_line(exc)}"
-        ) from exc
-    except BaseException:
-        conn.rollback()
-        raise
-    if intent:
-        assert catalog is not None and plan.operation is not None
-        failpoints.reach("restore_source_committed")
-        try:
-            ledger.settle(catalog, plan.operation, plan.keep)
-        except Exception as exc:  # the rows are back: the sweep finishes the catalog
-            raise ledger.Unsettled(
-                f"the rows are back, but their files' leaving the archive failed "
-                f"({first_line(exc)}): the next sweep of the ledger finishes it"
-            ) from exc
+            crossing = _leave_archive(conn, plan, done, catalog)
+        if crossing is None:
+            conn.commit()
+        else:
+            crossing.commit()
+    except BaseException as exc:
+        failure = _failure(exc, conn, crossing, done.target or tables[0])
+        if failure is None:
+            raise
+        raise failure from exc
     return done
+
+
+def _failure(
+    exc: BaseException, conn: BulkConnection, crossing: Crossing | None, target: str
+) -> BaseException | None:
+    """What a restore's failure is said as (None: as it is), its transaction rolled back
+    where the source had not committed."""
+    if crossing is not None and crossing.stage is Stage.COMMITTED:
+        if not isinstance(exc, Exception):
+            return None
+        return ledger.Unsettled(  # the rows are back: the sweep finishes the catalog
+            f"the rows are back, but their files' leaving the archive failed "
+            f"({first_line(exc)}): the next sweep of the ledger finishes it"
+        )
+    with contextlib.suppress(adbc_driver_manager.Error):
+        conn.rollback()
+    if not isinstance(exc, adbc_driver_manager.Error):
+        return None
+    if crossing is not None and crossing.stage is Stage.RECORDED:
+        # a COMMIT that errored may have committed: the source will say
+        return ledger.Unsettled(
+            f"the source's COMMIT failed ({first_line(exc)}); whether the rows went in "
+            "is settled by the next sweep of the ledger"
+        )
+    return RestoreFailed(f"restore into {target} failed, nothing changed: {first_line(exc)}")
 
 
 def _restore_files(
@@ -177,17 +184,22 @@ def _restore_files(
 
 def _leave_archive(
     conn: BulkConnection, plan: RestorePlan, done: Restored, catalog: BulkConnection | None
-) -> bool:
-    """A move back's files out of the archive: in the restore's own transaction, or
-    recorded as the ledger's intent in the queue database apart from it (True)."""
+) -> Crossing | None:
+    """A move back's files out of the archive: in the restore's own transaction (None),
+    or, with the catalog in another database, as the crossing that records the ledger's
+    intent there, commits the source, then settles it (archiver.source.crossing)."""
     assert plan.operation is not None
-    changes = (done.retired, done.written, done.rows, done.per_table)
+    operation, changes = plan.operation, (done.retired, done.written, done.rows, done.per_table)
     if catalog is None:
-        ledger.commit_changes(conn, plan.operation, *changes, keep=plan.keep)
-        return False
-    xid = transaction_id(conn)  # the open one's: fetch_and_rollback ends it
-    ledger.record_intent(catalog, plan.operation, xid, *changes)
-    return True
+        ledger.commit_changes(conn, operation, *changes, keep=plan.keep)
+        return None
+    return Crossing(
+        PgSource(conn),
+        lambda xid: ledger.record_intent(catalog, operation, xid, *changes),
+        lambda: ledger.settle(catalog, operation, plan.keep),
+        "restore_intent_recorded",
+        "restore_source_committed",
+    )
 
 
 def _take_out(

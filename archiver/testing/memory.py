@@ -36,7 +36,7 @@ class _Tables:
 class MemoryDatabase:
     """A database in memory with transactions, for tests of the commit protocol: the
     catalog's rows (a Catalog) and a source whose transactions commit or abort (a
-    SourceTransaction, see archive.commit). One instance serving as both is the
+    SourceTransaction, see source.crossing). One instance serving as both is the
     same-database case; two instances, the separate one. Writes stay in the open
     transaction until commit(); `statuses` is what pg_xact_status would say."""
 

@@ -3,6 +3,7 @@ every crash point of steps 5-6, and what the next attempt makes of it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from archiver.failpoints import FailpointError
 from archiver.model import ArchivedFile, ArchiveRequest, FileState, Mode, Progress
 from archiver.pgtypes.column import Column
 from archiver.source.chunks import ChunkQueries
+from archiver.source.crossing import Crossing, Stage
 from archiver.source.tables import TableInfo
 from archiver.storage.seam import put_file
 from archiver.testing.memory import MemoryDatabase, MemoryStorage
@@ -196,3 +198,47 @@ def test_a_chunk_taken_again_names_its_files_after_the_rolled_back_ones(tmp_path
     assert job.next_part() == first + 1
     _discard_uploads(job, first)
     assert storage.objects == {}
+
+
+class _Failing(MemoryDatabase):
+    """A source whose COMMIT fails when asked to."""
+
+    def __init__(self, fails: str) -> None:
+        super().__init__()
+        self.fails = fails
+
+    def commit(self) -> None:
+        if self.fails == "commit":
+            raise RuntimeError("commit")
+        super().commit()
+
+
+@pytest.mark.parametrize(
+    ("fails", "stage", "source"),
+    [
+        ("record", Stage.OPEN, "in progress"),
+        ("commit", Stage.RECORDED, "in progress"),
+        ("apply", Stage.COMMITTED, "committed"),
+        ("", Stage.APPLIED, "committed"),
+    ],
+)
+def test_a_crossing_says_how_far_it_got(fails: str, stage: Stage, source: str) -> None:
+    """What a failure at each step leaves, as the restore reads it (archiver.restore's
+    _failure): nothing recorded, a record the source's fate decides, or the source
+    committed with the record not applied."""
+    db, xids = _Failing(fails), []
+
+    def record(xid: str) -> None:
+        xids.append(xid)
+        if fails == "record":
+            raise RuntimeError("record")
+
+    def apply() -> None:
+        if fails == "apply":
+            raise RuntimeError("apply")
+
+    crossing = Crossing(db, record, apply, "before_commit", "source_committed")
+    with pytest.raises(RuntimeError, match=fails) if fails else contextlib.nullcontext():
+        crossing.commit()
+    assert crossing.stage is stage
+    assert db.transaction_status(xids[0]) == source
