@@ -45,8 +45,8 @@ def connect() -> Any:
     loaded but by load_extension).
 
     DuckDB checks an extension's signature each time a process loads it, by hashing the
-    whole file: most of a short query's CPU (delta's file is 80 MB; the bench's `files`
-    and `live` figures). The files archiver loads are its pinned wheels', by their path,
+    whole file: most of a short query's CPU (delta's file is 82 MB; docs/performance.md,
+    "Live and archived rows"). The files archiver loads are its pinned wheels', by their path,
     so the check is skipped. No statement can load another: `archiver query` runs one
     SELECT (query.statement.refuse_writes; a LOAD is refused before DuckDB sees it, with
     --allow-local-files too), erase's --where is an expression, serve refuses LOAD
