@@ -180,7 +180,10 @@ def test_an_idle_worker_polls_at_its_interval(h: Harness) -> None:
     log = h.tmp / "worker.log"
     worker = start_worker(h.with_env(ARCHIVER_POLL_INTERVAL="1").env, log=log)
     wait_for_text(log, "started")
-    time.sleep(1)
+    # a backend reports its counters at most once a second, so its start-up's arrive with
+    # its next transactions: the window opens once they have (49 counted in one loaded
+    # run of 20d885f, a second after "started")
+    time.sleep(3)
     before = h.value(xacts)
     time.sleep(5)
     after = h.value(xacts)
