@@ -13,8 +13,9 @@ form each kind of job needs, and the settling of what a crash left between the t
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -90,20 +91,17 @@ class SeparateDatabase(_Settles):
         """The files pending with the source transaction's id, the source committed, the
         files confirmed (archiver.source.crossing); reconcile() closes the window between."""
 
-        def pending(xid: str) -> None:
-            for f in files:
-                self.catalog.add_pending(f, xid)
-
-        def confirmed() -> None:  # the file is real, whoever holds the job now
-            for f in files:
-                self.catalog.confirm(f.part)
-
         def recorded(xid: str) -> None:
-            _committed(self.catalog, lambda: pending(xid))
+            with _own_transaction(self.catalog):
+                for f in files:
+                    self.catalog.add_pending(f, xid)
 
-        def applied() -> None:
-            _committed(self.catalog, confirmed)
-            _committed(self.catalog, lambda: self.catalog.checkpoint(progress))
+        def applied() -> None:  # the files are real, whoever holds the job now
+            with _own_transaction(self.catalog):
+                for f in files:
+                    self.catalog.confirm(f.part)
+            with _own_transaction(self.catalog):
+                self.catalog.checkpoint(progress)
 
         Crossing(self.source, recorded, applied, "before_commit", "source_committed").commit()
 
@@ -113,17 +111,17 @@ class CopyOnly(_Settles):
         self.source, self.catalog = source, catalog
 
     def commit_chunk(self, files: Sequence[ArchivedFile], progress: Progress) -> None:
-        def recorded() -> None:
+        with _own_transaction(self.catalog):
             for f in files:
                 self.catalog.add_committed(f, progress)
 
-        _committed(self.catalog, recorded)
 
-
-def _committed(catalog: Catalog, write: Callable[[], None]) -> None:
-    """Run one catalog write in a transaction of its own."""
+@contextlib.contextmanager
+def _own_transaction(catalog: Catalog) -> Iterator[None]:
+    """The catalog writes inside, in a transaction of their own: committed, or rolled back
+    and raised."""
     try:
-        write()
+        yield
         catalog.commit()
     except BaseException:
         catalog.rollback()

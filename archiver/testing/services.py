@@ -4,7 +4,6 @@ checkout of the repository: a wheel ships no Azurite."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -81,21 +80,6 @@ class Azurite:
             "azure_storage_endpoint": f"http://127.0.0.1:{self.port}/devstoreaccount1",
             "allow_http": "true",
         }
-
-    def drop_container(self, name: str) -> None:
-        """Container `name` deleted if it is there (whatever is in it, under any policy),
-        or left if it cannot be: a test's container gone when the test ends. Azurite's
-        requests cost more the more blobs it holds (500 containers' worth: 24% more CPU
-        for the same requests), and a run's Azurite would otherwise hold every earlier
-        test's."""
-        from azure.core.exceptions import AzureError
-        from azure.storage.blob import ContainerClient
-
-        client = ContainerClient.from_connection_string(
-            self.connection_string, name, retry_total=0, connection_timeout=2, read_timeout=5
-        )
-        with client, contextlib.suppress(AzureError):
-            client.delete_container()
 
     def start(self) -> None:
         self.location.mkdir(parents=True, exist_ok=True)
