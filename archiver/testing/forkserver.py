@@ -76,6 +76,7 @@ def _preload() -> None:
 
     with bulk._absent("polars"):
         import adbc_driver_postgresql.dbapi  # noqa: F401
+
     import platform
 
     # what a process publishing to Iceberg imports (pyiceberg, pydantic, SQLAlchemy): more
